@@ -1,0 +1,478 @@
+"""The Neuronal Attention Circuit (NAC) layer.
+
+Razzaq et al., "Neuronal Attention Circuit (NAC) for Representation Learning", arXiv 2512.10282.
+The mathematics is restated in ``DESIGN.md`` section 3; the numbered steps below follow it.
+
+Notation: B batch, T sequence length, D_in input features, d_model model width, H heads,
+d = d_model / H head width, K keys kept per query.
+
+1. Sensory gates q, k, v = S(x): sparse linear maps D_in -> d_model, each with the sensory->inter
+   connectivity of an ``ncps.wirings.AutoNCP`` wiring (sparsity s). They act per time step, so
+   they are parallel over T and a streaming step needs only the newest frame.
+2. Heads: (B, T, d_model) -> (B, H, T, d).
+3. Top-K curation on the scores s_ij = q_i . k_j / sqrt(d) (keys j <= i when causal):
+   ``selector="exact"`` (O(T^2) scores) or ``"blocks"``, the paper's sub-quadratic square-root
+   partition (Section 2.3, Algorithm 2): keys in blocks of ~sqrt(T), queries scored against
+   block centroids, exact top-k inside the chosen blocks; memory linear in T.
+4. Pair input u_ij = [q_i ; k_j] (2d).
+5. Backbone: the inter -> command -> motor layers of a second AutoNCP wiring (sparse masks,
+   tanh between layers) map u_ij to motor activity; two heads give
+   phi_ij = sigmoid(a_phi) in (0, 1) and omega_ij = softplus(a_omega) + eps > 0.
+   Unlike the authors' code (one recurrent NCP step from a zero state, which leaves the motor
+   neurons without input, so phi and omega are one constant for all pairs), phi and omega
+   here depend on u_ij.
+6. The logit solves da/dt = -omega a + phi, a(0) = 0 (paper Eq. 1), up to the per-pair time
+   tau_ij = delta_t * t_ij, with t_ij = sigmoid(alpha(u_ij) * t + beta(u_ij)) (paper Section 2.3,
+   "Construction of Time Vector") and t the key's age t_i - t_j in seconds (1 when no timestamps
+   are given, as in the paper):
+   steady  a = phi / omega                                  (paper Eq. 3)
+   exact   a = phi / omega * (1 - exp(-omega tau))          (paper Eq. 2, closed form)
+   euler   N explicit Euler steps of size tau / N from 0    (paper Eq. 1 discretised)
+7. Weights: softmax over the K kept keys; masked or missing keys are excluded (zero weight).
+   (The authors multiply logits by a 0/1 mask, so masked keys keep weight.)
+8. Output o_i = sum_j w_ij t_ij v_j per head; heads concatenated; a linear map to d_model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+MODES = ("steady", "exact", "euler")
+SELECTORS = ("exact", "blocks")
+
+
+# --------------------------------------------------------------------------------------------
+# Wiring helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _autoncp(units: int, output_size: int, sparsity: float, seed: int, input_dim: int):
+    from ncps.wirings import AutoNCP
+
+    wiring = AutoNCP(units, output_size, sparsity_level=sparsity, seed=seed)
+    wiring.build(input_dim)
+    return wiring
+
+
+def sensory_wiring(input_dim: int, n_out: int, sparsity: float, seed: int):
+    """An ``AutoNCP`` wiring whose inter layer has exactly ``n_out`` neurons.
+
+    Its sensory -> inter adjacency is the mask of a sensory gate D_in -> n_out. AutoNCP splits
+    ``units - output_size`` neurons 60/40 into inter and command neurons, so the smallest unit
+    count that yields ``n_out`` inter neurons is searched for.
+    """
+    ic = n_out
+    while ic - max(int(0.4 * ic), 1) < n_out:
+        ic += 1
+    return _autoncp(ic + 1, 1, sparsity, seed, input_dim)
+
+
+def _layer_masks(wiring) -> tuple[Tensor, Tensor, Tensor]:
+    """Boolean masks (sensory->inter, inter->command, command->motor) of an NCP wiring."""
+    inter, command, motor = (wiring.get_neurons_of_layer(i) for i in range(3))
+    s = torch.as_tensor(wiring.sensory_adjacency_matrix != 0)
+    a = torch.as_tensor(wiring.adjacency_matrix != 0)
+    return s[:, inter], a[inter][:, command], a[command][:, motor]
+
+
+class SparseLinear(nn.Module):
+    """``y = x @ (W * M) + b`` with a fixed boolean connectivity mask M (in, out), kept as a buffer.
+
+    Each output's weights are initialised uniformly in +-1/sqrt(fan_in), with fan_in counted
+    over the connections the mask keeps.
+    """
+
+    def __init__(self, mask: Tensor):
+        super().__init__()
+        mask = mask.to(torch.bool)
+        if mask.dim() != 2:
+            raise ValueError(f"mask must be 2-D (in, out), got shape {tuple(mask.shape)}")
+        if not mask.any(0).all():
+            raise ValueError("every output of a SparseLinear needs at least one input connection")
+        self.register_buffer("mask", mask)
+        fan_in = mask.sum(0).clamp(min=1).float()
+        bound = 1.0 / fan_in.sqrt()
+        self.weight = nn.Parameter((torch.rand(mask.shape) * 2 - 1) * bound)
+        self.bias = nn.Parameter((torch.rand(mask.shape[1]) * 2 - 1) * bound)
+
+    @property
+    def in_features(self) -> int:
+        return self.mask.shape[0]
+
+    @property
+    def out_features(self) -> int:
+        return self.mask.shape[1]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x @ (self.weight * self.mask) + self.bias
+
+
+# --------------------------------------------------------------------------------------------
+# Intermediates and streaming cache
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class NACIntermediates:
+    """What the layer computed, for interpretation and tests. Pair tensors are (B, H, T, K).
+
+    Attributes:
+        phi: content-target gate, in (0, 1).
+        omega: time-constant gate, > 0.
+        logits: the ODE solution a_ij (before masking).
+        weights: softmax attention weights over the kept keys (0 for invalid keys).
+        indices: key positions kept per query (int64); meaningless where ``valid`` is False.
+        t_gate: the time vector t_ij in (0, 1).
+        valid: kept key exists and is allowed (causal, unmasked) (bool).
+        neurons: activity of each NCP neuron group: ``sensory`` (B, T, 3 * d_model) for q, k, v;
+            ``inter``, ``command``, ``motor`` (B, H, T, K, N_group).
+    """
+
+    phi: Tensor
+    omega: Tensor
+    logits: Tensor
+    weights: Tensor
+    indices: Tensor
+    t_gate: Tensor
+    valid: Tensor
+    neurons: dict[str, Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class NACCache:
+    """Keys, values and timestamps of the last frames, for one-frame-at-a-time inference.
+
+    Attributes:
+        k, v: (B, H, L, d) for the L cached frames (L <= window).
+        times: (B, L) timestamps in seconds, or None when the layer runs without timestamps.
+    """
+
+    k: Tensor
+    v: Tensor
+    times: Tensor | None
+
+    @property
+    def length(self) -> int:
+        return self.k.shape[2]
+
+
+# --------------------------------------------------------------------------------------------
+# Top-K selectors
+# --------------------------------------------------------------------------------------------
+
+
+def _allowed(qpos: Tensor, Tk: int, key_mask: Tensor | None, causal: bool, device) -> Tensor:
+    """(B or 1, 1, Tq, Tk) bool: key j may be attended by the query at key position qpos."""
+    kpos = torch.arange(Tk, device=device)
+    allowed = torch.ones(1, 1, qpos.shape[0], Tk, dtype=torch.bool, device=device)
+    if causal:
+        allowed = allowed & (kpos[None, :] <= qpos[:, None])[None, None]
+    if key_mask is not None:
+        allowed = allowed & key_mask[:, None, None, :]
+    return allowed
+
+
+def select_topk_exact(q: Tensor, k: Tensor, topk: int, qpos: Tensor, key_mask: Tensor | None = None,
+                      causal: bool = True) -> tuple[Tensor, Tensor]:
+    """Exact top-K keys per query by the score q . k / sqrt(d).
+
+    Args:
+        q: (B, H, Tq, d); k: (B, H, Tk, d).
+        qpos: (Tq,) int64, the key position of each query (for causality).
+        key_mask: (B, Tk) bool, True = valid key.
+
+    Returns:
+        indices (B, H, Tq, K) int64 and valid (B, H, Tq, K) bool, K = min(topk, Tk).
+    """
+    Tk = k.shape[2]
+    scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
+    scores = scores.masked_fill(~_allowed(qpos, Tk, key_mask, causal, q.device), float("-inf"))
+    vals, idx = scores.topk(min(topk, Tk), dim=-1)  # (B, H, Tq, K)
+    return idx, torch.isfinite(vals)
+
+
+def select_topk_blocks(q: Tensor, k: Tensor, topk: int, qpos: Tensor, key_mask: Tensor | None = None,
+                       causal: bool = True, block_size: int | None = None, n_blocks: int | None = None,
+                       query_chunk: int | None = None) -> tuple[Tensor, Tensor]:
+    """Sub-quadratic top-K by square-root partitioning (paper Section 2.3, Algorithm 2).
+
+    Keys are split into blocks of ``block_size`` (default ceil(sqrt(Tk))); each query scores the
+    block centroids (means of the valid keys), keeps ``n_blocks`` blocks (default
+    ceil(K / block_size) + 1) and takes the exact top-K keys inside them. When causal, the
+    query's own block (its most recent keys) is always kept, and the other blocks are chosen only
+    among blocks that end before it, so no future key is ever looked at. Queries are processed in
+    chunks of ``query_chunk`` (default block_size), so working memory is O(Tk d), not O(Tq Tk).
+
+    Args and returns: as :func:`select_topk_exact`.
+    """
+    B, H, Tq, d = q.shape
+    Tk = k.shape[2]
+    device = q.device
+    bs = block_size or max(1, math.ceil(math.sqrt(Tk)))
+    nb = math.ceil(Tk / bs)
+    m = min(nb, n_blocks or (math.ceil(topk / bs) + 1))
+    K = min(topk, Tk)
+    pad = nb * bs - Tk
+    kmask = key_mask if key_mask is not None else torch.ones(B, Tk, dtype=torch.bool, device=device)
+    kb = F.pad(k, (0, 0, 0, pad)).view(B, H, nb, bs, d)  # (B, H, nb, bs, d)
+    mb = F.pad(kmask, (0, pad), value=False).view(B, 1, nb, bs)  # (B, 1, nb, bs)
+    count = mb.sum(-1)  # (B, 1, nb)
+    centroids = (kb * mb[..., None]).sum(3) / count.clamp(min=1)[..., None]  # (B, H, nb, d)
+    block_ok = count > 0  # (B, 1, nb)
+    chunk = query_chunk or bs
+    b_ix = torch.arange(B, device=device)[:, None, None, None]
+    h_ix = torch.arange(H, device=device)[None, :, None, None]
+    out_idx, out_valid = [], []
+    for s in range(0, Tq, chunk):
+        qc, pc = q[:, :, s:s + chunk], qpos[s:s + chunk]  # (B, H, c, d), (c,)
+        c = qc.shape[2]
+        bscore = torch.einsum("bhqd,bhnd->bhqn", qc, centroids)  # (B, H, c, nb)
+        ok = block_ok[:, :, None, :].expand(B, H, c, nb)
+        own = pc // bs  # (c,)
+        if causal:
+            earlier = torch.arange(nb, device=device)[None, :] < own[:, None]  # (c, nb)
+            ok = ok & earlier[None, None]
+            n_other = m - 1
+        else:
+            n_other = m
+        bscore = bscore.masked_fill(~ok, float("-inf"))
+        if n_other > 0:
+            bval, bsel = bscore.topk(n_other, dim=-1)  # (B, H, c, n_other)
+            bsel_ok = torch.isfinite(bval)
+        else:
+            bsel = torch.zeros(B, H, c, 0, dtype=torch.long, device=device)
+            bsel_ok = torch.zeros(B, H, c, 0, dtype=torch.bool, device=device)
+        if causal:
+            bsel = torch.cat([own.view(1, 1, c, 1).expand(B, H, c, 1), bsel], -1)  # (B, H, c, m)
+            bsel_ok = torch.cat([torch.ones(B, H, c, 1, dtype=torch.bool, device=device), bsel_ok], -1)
+        cand_k = kb[b_ix, h_ix, bsel]  # (B, H, c, m, bs, d)
+        cand_pos = bsel[..., None] * bs + torch.arange(bs, device=device)  # (B, H, c, m, bs)
+        cand_ok = bsel_ok[..., None] & mb[b_ix, 0, bsel]  # (B, H, c, m, bs)
+        if causal:
+            cand_ok = cand_ok & (cand_pos <= pc.view(1, 1, c, 1, 1))
+        cand_k = cand_k.flatten(3, 4)  # (B, H, c, m*bs, d)
+        cand_pos, cand_ok = cand_pos.flatten(3, 4), cand_ok.flatten(3, 4)  # (B, H, c, m*bs)
+        sc = torch.einsum("bhqd,bhqnd->bhqn", qc, cand_k) / math.sqrt(d)
+        sc = sc.masked_fill(~cand_ok, float("-inf"))
+        kk = min(K, sc.shape[-1])
+        vals, sel = sc.topk(kk, dim=-1)  # (B, H, c, kk)
+        idx, valid = cand_pos.gather(-1, sel), torch.isfinite(vals)
+        if kk < K:  # fewer candidates than K: pad with invalid entries
+            idx = F.pad(idx, (0, K - kk))
+            valid = F.pad(valid, (0, K - kk), value=False)
+        out_idx.append(idx.clamp(max=Tk - 1))
+        out_valid.append(valid)
+    return torch.cat(out_idx, 2), torch.cat(out_valid, 2)
+
+
+# --------------------------------------------------------------------------------------------
+# The layer
+# --------------------------------------------------------------------------------------------
+
+
+class NAC(nn.Module):
+    """Neuronal Attention Circuit: multi-head attention whose logits solve an NCP-gated linear ODE.
+
+    Args:
+        input_dim: D_in, features per time step.
+        d_model: model width; must be divisible by ``num_heads``.
+        num_heads: H.
+        topk: K, keys kept per query (paper default 8).
+        mode: "steady" (a = phi/omega), "exact" (closed form at tau) or "euler" (explicit Euler).
+        sparsity: NCP wiring sparsity in [0, 1) (paper default 0.5).
+        euler_steps: N, Euler steps in "euler" mode.
+        delta_t: integration horizon scale; each pair integrates to tau_ij = delta_t * t_ij
+            (paper ablations use 1.0).
+        causal: queries attend only to keys at or before their own position.
+        selector: "exact" top-k, or "blocks" (sub-quadratic square-root partition).
+        seed: seed of both AutoNCP wirings (weights follow torch's global RNG).
+        backbone_units: neurons of the backbone wiring (inter + command + motor).
+        motor_neurons: motor neurons of the backbone; the phi and omega heads read them.
+        eps: lower bound added to omega.
+
+    Raises:
+        ValueError: for an unknown mode or selector, d_model not divisible by num_heads, or
+            sizes/sparsity out of range.
+
+    Shapes: ``forward(x)`` takes x (B, T, input_dim) and returns y (B, T, d_model).
+    """
+
+    def __init__(self, input_dim: int, d_model: int, num_heads: int, topk: int = 8, mode: str = "steady",
+                 sparsity: float = 0.5, euler_steps: int = 6, delta_t: float = 1.0, causal: bool = True,
+                 selector: str = "exact", seed: int = 22222, backbone_units: int = 32, motor_neurons: int = 8,
+                 eps: float = 1e-2):
+        super().__init__()
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if selector not in SELECTORS:
+            raise ValueError(f"selector must be one of {SELECTORS}, got {selector!r}")
+        if d_model % num_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
+        if not 0.0 <= sparsity < 1.0:
+            raise ValueError(f"sparsity must be in [0, 1), got {sparsity}")
+        if topk < 1 or euler_steps < 1 or delta_t <= 0:
+            raise ValueError("topk and euler_steps must be >= 1 and delta_t > 0")
+        if backbone_units - motor_neurons < 3 or motor_neurons < 1:
+            raise ValueError("backbone_units must exceed motor_neurons by at least 3")
+        self.config = dict(input_dim=input_dim, d_model=d_model, num_heads=num_heads, topk=topk, mode=mode,
+                           sparsity=sparsity, euler_steps=euler_steps, delta_t=delta_t, causal=causal,
+                           selector=selector, seed=seed, backbone_units=backbone_units,
+                           motor_neurons=motor_neurons, eps=eps)
+        self.input_dim, self.d_model, self.num_heads = input_dim, d_model, num_heads
+        self.head_dim = d_model // num_heads
+        self.topk, self.mode, self.selector, self.causal = topk, mode, selector, causal
+        self.euler_steps, self.delta_t, self.eps = euler_steps, delta_t, eps
+
+        # 1. sensory gates: sensory->inter masks of three AutoNCP wirings
+        self.sensory = nn.ModuleDict({
+            name: SparseLinear(_layer_masks(sensory_wiring(input_dim, d_model, sparsity, seed + i))[0])
+            for i, name in enumerate(("q", "k", "v"))
+        })
+        # 5. backbone: inter -> command -> motor of an AutoNCP wiring over the 2d pair input
+        self.wiring = _autoncp(backbone_units, motor_neurons, sparsity, seed + 3, 2 * self.head_dim)
+        m_si, m_ic, m_cm = _layer_masks(self.wiring)
+        self.to_inter, self.to_command, self.to_motor = SparseLinear(m_si), SparseLinear(m_ic), SparseLinear(m_cm)
+        self.head_phi = nn.Linear(motor_neurons, 1)
+        self.head_omega = nn.Linear(motor_neurons, 1)
+        self.time_affine = nn.Linear(2 * self.head_dim, 2)  # alpha, beta
+        self.out = nn.Linear(d_model, d_model)
+
+    # ---------------------------------------------------------------- pieces
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Sensory gates and head split: x (B, T, D_in) -> q, k, v each (B, H, T, d)."""
+        B, T, _ = x.shape
+        return tuple(self.sensory[n](x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B,H,T,d)
+                     for n in ("q", "k", "v"))
+
+    def solve_logits(self, phi: Tensor, omega: Tensor, tau: Tensor) -> Tensor:
+        """a(tau) of da/dt = -omega a + phi, a(0) = 0, by the layer's mode (all tensors same shape)."""
+        if self.mode == "steady":
+            return phi / omega
+        if self.mode == "exact":
+            return phi / omega * -torch.expm1(-omega * tau)
+        h = tau / self.euler_steps
+        a = torch.zeros_like(phi)
+        for _ in range(self.euler_steps):
+            a = a + h * (phi - omega * a)
+        return a
+
+    def _select(self, q, k, qpos, key_mask):
+        if self.selector == "blocks":
+            return select_topk_blocks(q, k, self.topk, qpos, key_mask, self.causal)
+        return select_topk_exact(q, k, self.topk, qpos, key_mask, self.causal)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, qpos: Tensor, key_mask: Tensor | None = None,
+               q_times: Tensor | None = None, k_times: Tensor | None = None,
+               return_intermediates: bool = False) -> tuple[Tensor, NACIntermediates | None]:
+        """Steps 3-8 for queries q (B, H, Tq, d) over keys/values (B, H, Tk, d).
+
+        qpos (Tq,) gives each query's key position; q_times (B, Tq) and k_times (B, Tk) are
+        timestamps in seconds (or None). Returns o (B, Tq, d_model) and optional intermediates.
+        """
+        B, H, Tq, d = q.shape
+        idx, valid = self._select(q, k, qpos, key_mask)  # (B, H, Tq, K)
+        K = idx.shape[-1]
+        b_ix = torch.arange(B, device=q.device)[:, None, None, None]
+        h_ix = torch.arange(H, device=q.device)[None, :, None, None]
+        kj, vj = k[b_ix, h_ix, idx], v[b_ix, h_ix, idx]  # (B, H, Tq, K, d)
+        u = torch.cat([q.unsqueeze(3).expand(B, H, Tq, K, d), kj], dim=-1)  # (B, H, Tq, K, 2d)
+        inter = torch.tanh(self.to_inter(u))  # (B, H, Tq, K, N_inter)
+        command = torch.tanh(self.to_command(inter))  # (B, H, Tq, K, N_command)
+        motor = torch.tanh(self.to_motor(command))  # (B, H, Tq, K, N_motor)
+        phi = torch.sigmoid(self.head_phi(motor)).squeeze(-1)  # (B, H, Tq, K)
+        omega = F.softplus(self.head_omega(motor)).squeeze(-1) + self.eps  # (B, H, Tq, K)
+        alpha, beta = self.time_affine(u).unbind(-1)  # (B, H, Tq, K) each
+        if q_times is not None and k_times is not None:
+            age = q_times[:, None, :, None] - k_times[b_ix, idx]  # (B, H, Tq, K) key age, seconds
+        else:
+            age = torch.ones_like(phi)
+        t_gate = torch.sigmoid(alpha * age + beta)  # (B, H, Tq, K)
+        logits = self.solve_logits(phi, omega, self.delta_t * t_gate)  # (B, H, Tq, K)
+        weights = torch.softmax(logits.masked_fill(~valid, -1e9), dim=-1) * valid  # (B, H, Tq, K)
+        o = torch.einsum("bhqk,bhqkd->bhqd", weights * t_gate, vj)  # (B, H, Tq, d)
+        o = self.out(o.transpose(1, 2).reshape(B, Tq, H * d))  # (B, Tq, d_model)
+        inter_out = None
+        if return_intermediates:
+            inter_out = NACIntermediates(phi=phi, omega=omega, logits=logits, weights=weights, indices=idx,
+                                         t_gate=t_gate, valid=valid,
+                                         neurons=dict(inter=inter, command=command, motor=motor))
+        return o, inter_out
+
+    # ---------------------------------------------------------------- public API
+    def forward(self, x: Tensor, t: Tensor | None = None, mask: Tensor | None = None,
+                return_intermediates: bool = False):
+        """Full-sequence forward.
+
+        Args:
+            x: (B, T, input_dim) float.
+            t: (B, T) timestamps in seconds, or None (then t = 1 for every pair, as in the paper).
+            mask: (B, T) bool, True = valid; invalid positions are never attended to.
+            return_intermediates: also return a :class:`NACIntermediates`.
+
+        Returns:
+            y (B, T, d_model), or (y, intermediates).
+
+        Raises:
+            ValueError: if x is not 3-D with input_dim features, or t/mask are not (B, T).
+        """
+        if x.dim() != 3 or x.shape[-1] != self.input_dim:
+            raise ValueError(f"x must be (B, T, {self.input_dim}), got {tuple(x.shape)}")
+        B, T, _ = x.shape
+        for name, a in (("t", t), ("mask", mask)):
+            if a is not None and tuple(a.shape) != (B, T):
+                raise ValueError(f"{name} must be (B, T) = ({B}, {T}), got {tuple(a.shape)}")
+        q, k, v = self.project(x)  # (B, H, T, d) each
+        qpos = torch.arange(T, device=x.device)
+        t = t.to(x.dtype) if t is not None else None
+        y, inter = self.attend(q, k, v, qpos, mask, t, t, return_intermediates)
+        if not return_intermediates:
+            return y
+        inter.neurons["sensory"] = torch.cat([q, k, v], dim=1).transpose(1, 2).reshape(B, T, 3 * self.d_model)
+        return y, inter
+
+    def step(self, x: Tensor, cache: NACCache | None = None, t: Tensor | None = None, window: int | None = None,
+             return_intermediates: bool = False):
+        """Streaming inference: one new time step attends over the cached last frames.
+
+        Equals the last position of ``forward`` on the same window (causal layers only).
+
+        Args:
+            x: (B, input_dim), the newest time step.
+            cache: the previous call's cache, or None at the start of an episode.
+            t: (B,) timestamp of the newest step in seconds, or None.
+            window: keep at most this many frames (the newest included); None keeps all.
+
+        Returns:
+            (y (B, d_model), cache) or (y, cache, intermediates) with T = 1 in the pair tensors.
+
+        Raises:
+            ValueError: if the layer is not causal, or timestamps are given on some steps only.
+        """
+        if not self.causal:
+            raise ValueError("streaming needs a causal NAC (causal=True)")
+        B = x.shape[0]
+        q, k, v = self.project(x.view(B, 1, self.input_dim))  # (B, H, 1, d)
+        if cache is None:
+            times = t.view(B, 1).to(x.dtype) if t is not None else None
+            cache = NACCache(k, v, times)
+        else:
+            if (t is None) != (cache.times is None):
+                raise ValueError("give timestamps on every streaming step or on none")
+            times = torch.cat([cache.times, t.view(B, 1).to(x.dtype)], 1) if t is not None else None
+            cache = NACCache(torch.cat([cache.k, k], 2), torch.cat([cache.v, v], 2), times)
+        if window is not None and cache.length > window:
+            cache = NACCache(cache.k[:, :, -window:], cache.v[:, :, -window:],
+                             cache.times[:, -window:] if cache.times is not None else None)
+        L = cache.length
+        qpos = torch.full((1,), L - 1, dtype=torch.long, device=x.device)
+        qt = cache.times[:, -1:] if cache.times is not None else None
+        y, inter = self.attend(q, cache.k, cache.v, qpos, None, qt, cache.times, return_intermediates)
+        if not return_intermediates:
+            return y[:, 0], cache
+        inter.neurons["sensory"] = torch.cat([q, k, v], dim=1).transpose(1, 2).reshape(B, 1, 3 * self.d_model)
+        return y[:, 0], cache, inter

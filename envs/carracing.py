@@ -1,0 +1,182 @@
+"""CarRacing-v3 with the paper's five discrete actions, seeded tracks and a privileged-state view.
+
+The student sees the 96x96x3 pixels that gymnasium renders. The PPO expert sees a short vector
+of privileged state read from the Box2D simulation ("learning by cheating", DESIGN.md section 4):
+car speed in its own frame, yaw rate, wheel states and the next track waypoints in the car's
+frame. While the expert trains, the pixel rendering (the costly part of a step) is skipped.
+
+Discrete actions (``continuous=False``): 0 nothing, 1 left, 2 right, 3 gas, 4 brake.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.envs.box2d.car_racing import FPS, STATE_H, STATE_W, CarRacing
+
+ENV_ID = "agent/CarRacing-v3"
+ACTION_NAMES = ("nothing", "left", "right", "gas", "brake")
+EPISODE_STEPS = 1000
+#: Tracks with seeds at or above this value are never used for training by this project's
+#: commands; evaluation defaults to them ("unseen tracks").
+EVAL_SEED_BASE = 1_000_000
+
+N_WAYPOINTS = 12  # waypoints ahead of the car in the privileged view
+WAYPOINT_STRIDE = 2  # every 2nd track point (track points are ~3.5 m apart)
+PRIVILEGED_DIM = 4 + 4 + 4 + 1 + 3 + 2 * N_WAYPOINTS
+
+
+class CarRacingEnv(CarRacing):
+    """gymnasium's ``CarRacing`` with an optional skip of the pixel rendering and privileged state.
+
+    Args:
+        render_pixels: if False, ``step`` returns an all-zero (96, 96, 3) uint8 frame instead of
+            rendering one (about 60x faster); use it only with :class:`PrivilegedObservation`.
+        **kwargs: passed to ``CarRacing`` (``continuous`` defaults to False here).
+    """
+
+    def __init__(self, render_pixels: bool = True, continuous: bool = False, **kwargs: Any):
+        super().__init__(continuous=continuous, **kwargs)
+        self.render_pixels = render_pixels
+        self._track_xy: np.ndarray | None = None
+        self._nearest = 0
+
+    def _render(self, mode: str):  # noqa: D401 - gymnasium's private hook
+        if mode == "state_pixels" and not self.render_pixels:
+            return np.zeros((STATE_H, STATE_W, 3), dtype=np.uint8)
+        return super()._render(mode)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        obs, info = super().reset(seed=seed, options=options)
+        self._track_xy = np.asarray([(p[2], p[3]) for p in self.track], dtype=np.float64)
+        self._nearest = 0
+        info["track_seed"] = seed
+        return obs, info
+
+    @property
+    def speed(self) -> float:
+        """Speed of the car's hull in simulator units per second (the dashboard's "true speed")."""
+        v = self.car.hull.linearVelocity
+        return float(math.hypot(v[0], v[1]))
+
+    def privileged_observation(self) -> np.ndarray:
+        """The expert's view of the current state, shape (PRIVILEGED_DIM,), float32, roughly in [-1, 1].
+
+        Layout: forward and lateral speed, yaw rate, steering-joint angle (4); the angular
+        velocity of each wheel (4); each wheel on grass (1) or road (0) (4); fraction of the track
+        visited (1); lateral offset from the centre line, heading error (sin, cos) (3); the next
+        ``N_WAYPOINTS`` track points in the car frame, x right and y forward (2 * N_WAYPOINTS).
+        """
+        hull = self.car.hull
+        pos = np.asarray(hull.position, dtype=np.float64)
+        fwd = np.asarray(hull.GetWorldVector((0.0, 1.0)), dtype=np.float64)
+        right = np.asarray(hull.GetWorldVector((1.0, 0.0)), dtype=np.float64)
+        vel = np.asarray(hull.linearVelocity, dtype=np.float64)
+        wheels = self.car.wheels
+
+        # Nearest track point: search a window ahead of the last one (the car moves < 1 point/step),
+        # with a full search as a fallback when the car is far from that window.
+        n = len(self._track_xy)
+        window = (self._nearest + np.arange(-5, 30)) % n
+        d = np.sum((self._track_xy[window] - pos) ** 2, axis=1)
+        i = int(window[np.argmin(d)])
+        if d.min() > 15.0**2:
+            i = int(np.argmin(np.sum((self._track_xy - pos) ** 2, axis=1)))
+        self._nearest = i
+
+        ahead = self._track_xy[(i + WAYPOINT_STRIDE * np.arange(1, N_WAYPOINTS + 1)) % n] - pos
+        wp = np.stack([ahead @ right, ahead @ fwd], axis=1) / 50.0
+        nxt = self._track_xy[(i + 1) % n] - self._track_xy[i]
+        heading = math.atan2(nxt @ right, nxt @ fwd)  # track direction relative to the car
+        offset = (pos - self._track_xy[i]) @ np.array([-nxt[1], nxt[0]]) / (np.linalg.norm(nxt) + 1e-9)
+
+        state = np.concatenate(
+            [
+                [vel @ fwd / 100.0, vel @ right / 100.0, hull.angularVelocity / 5.0, wheels[0].joint.angle],
+                [w.omega / 100.0 for w in wheels],
+                [0.0 if w.tiles else 1.0 for w in wheels],
+                [self.tile_visited_count / max(len(self.track), 1)],
+                [offset / 10.0, math.sin(heading), math.cos(heading)],
+                wp.reshape(-1),
+            ]
+        )
+        return np.clip(state, -5.0, 5.0).astype(np.float32)
+
+
+class PrivilegedObservation(gym.ObservationWrapper):
+    """Replace the pixel observation with :meth:`CarRacingEnv.privileged_observation`.
+
+    Raises:
+        TypeError: if the wrapped env is not a :class:`CarRacingEnv`.
+    """
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        if not isinstance(env.unwrapped, CarRacingEnv):
+            raise TypeError(f"PrivilegedObservation needs a CarRacingEnv, got {type(env.unwrapped).__name__}")
+        self.observation_space = gym.spaces.Box(-5.0, 5.0, (PRIVILEGED_DIM,), np.float32)
+
+    def observation(self, observation):
+        return self.env.unwrapped.privileged_observation()
+
+
+class OffTrackTermination(gym.Wrapper):
+    """End an episode early once all four wheels have been off the road for ``patience`` steps.
+
+    Used only while the expert trains (it saves the samples a lost car would waste); evaluation and
+    recording use the unmodified episode rules.
+    """
+
+    def __init__(self, env: gym.Env, patience: int = 50, penalty: float = -10.0):
+        super().__init__(env)
+        self.patience, self.penalty, self._off = patience, penalty, 0
+
+    def reset(self, **kwargs):
+        self._off = 0
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        on_road = any(w.tiles for w in self.env.unwrapped.car.wheels)
+        self._off = 0 if on_road else self._off + 1
+        if self._off >= self.patience and not terminated:
+            terminated, reward = True, reward + self.penalty
+            info["off_track"] = True
+        return obs, reward, terminated, truncated, info
+
+
+def make_carracing(
+    render_mode: str | None = None,
+    privileged: bool = False,
+    render_pixels: bool | None = None,
+    max_episode_steps: int = EPISODE_STEPS,
+) -> gym.Env:
+    """Create discrete CarRacing-v3 (the paper's five actions); ``reset(seed=s)`` always gives track s.
+
+    Args:
+        render_mode: None, "rgb_array" (600x400 frames) or "human" (gymnasium's own window).
+        privileged: observations are the expert's state vector (PRIVILEGED_DIM,) instead of pixels.
+        render_pixels: render the 96x96 frame each step; defaults to ``not privileged``.
+        max_episode_steps: the time limit, 1000 steps (20 s at 50 FPS) as registered by gymnasium.
+
+    Returns:
+        A ``gymnasium.Env`` whose ``unwrapped`` is a :class:`CarRacingEnv`.
+    """
+    if render_pixels is None:
+        render_pixels = not privileged
+    env = gym.make(ENV_ID, render_mode=render_mode, render_pixels=render_pixels, max_episode_steps=max_episode_steps)
+    if privileged:
+        env = PrivilegedObservation(env)
+    return env
+
+
+if ENV_ID not in gym.registry:
+    gym.register(id=ENV_ID, entry_point=CarRacingEnv, max_episode_steps=EPISODE_STEPS, reward_threshold=900)
+
+__all__ = [
+    "ACTION_NAMES", "CarRacingEnv", "EPISODE_STEPS", "EVAL_SEED_BASE", "FPS", "OffTrackTermination",
+    "PRIVILEGED_DIM", "PrivilegedObservation", "make_carracing",
+]
