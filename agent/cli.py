@@ -1,21 +1,42 @@
-"""Command line: ``agent <command>`` and ``drive`` (the same as ``agent drive``)."""
+"""agent: record demonstrations, train and evaluate NAC driving policies, and watch them drive.
+
+The workflow, one direction (DESIGN.md section 2):
+
+  agent expert train   PPO expert on CarRacing's privileged state     -> policies/carracing-expert.zip
+  agent collect        the expert (or you, --keyboard) drives; frames -> recordings/NAME (Minari)
+  agent train          behaviour cloning (+ DAgger) of CNN + NAC       -> policies/nac.pt
+  agent evaluate       closed-loop returns on unseen tracks            -> JSON
+  drive                watch a policy drive (window, or --headless with --record out.mp4)
+  agent bench nac      NAC layer speed and memory against the authors' torch-nac
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
+
+from envs.carracing import EVAL_SEED_BASE
+
+FMT = argparse.ArgumentDefaultsHelpFormatter
 
 
+class CLIError(Exception):
+    """A user error: printed as one line, exit code 2."""
+
+
+# ----------------------------------------------------------------------------------- expert
 def _add_expert(sub) -> None:
-    p = sub.add_parser("expert", help="train or evaluate the PPO expert (privileged state)",
+    p = sub.add_parser("expert", help="train the PPO expert (privileged state)",
                        description="The PPO expert that records demonstrations: stable-baselines3 PPO on "
-                                   "CarRacing's privileged-state view, pixel rendering skipped while training.")
+                                   "CarRacing's privileged-state view (speed, yaw rate, wheels, next waypoints), "
+                                   "with the pixel rendering skipped while training.")
     esub = p.add_subparsers(dest="expert_command", required=True)
-    t = esub.add_parser("train", help="train the expert with PPO",
-                        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    t = esub.add_parser("train", help="train the expert with PPO", formatter_class=FMT,
                         description="Train a PPO expert on privileged CarRacing state. The checkpoint with the "
-                                    "best return on held-out tracks is written to --out; TensorBoard logs go "
-                                    "to --tensorboard.")
+                                    "best mean return on held-out tracks is written to --out; TensorBoard logs go "
+                                    "to --tensorboard. About 30 minutes on a 2-core CPU for 3M steps.")
     t.add_argument("--env", default="carracing", choices=["carracing"], help="simulator")
     t.add_argument("--timesteps", type=int, default=3_000_000, help="PPO agent steps")
     t.add_argument("--seed", type=int, default=0, help="seed of PPO and of the training tracks")
@@ -40,20 +61,223 @@ def _cmd_expert(args) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------------- collect
+def _add_collect(sub) -> None:
+    p = sub.add_parser("collect", help="record demonstrations (expert or keyboard) as a Minari dataset",
+                       formatter_class=FMT,
+                       description="Step the real, rendered env with the expert (or you, --keyboard) acting and "
+                                   "record the 96x96 frames the student sees, the actions, rewards, terminations, "
+                                   "truncations and each episode's track seed. Episodes run on tracks --seed, "
+                                   "--seed+1, ... Every finished episode is on disk at once: Ctrl-C keeps them.")
+    p.add_argument("--env", default="carracing", choices=["carracing"], help="simulator")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--expert", help="the PPO expert .zip (a bare name is looked up in policies/)")
+    src.add_argument("--keyboard", action="store_true", help="drive yourself with the arrow keys (needs a display)")
+    p.add_argument("--episodes", type=int, default=40, help="episodes to record")
+    p.add_argument("--seed", type=int, default=0, help="track seed of the first episode")
+    p.add_argument("--out", required=True, help="output folder, e.g. recordings/expert-40")
+    p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    p.add_argument("--max-steps", type=int, default=None, help="cap on episode length (default: the env's 1000)")
+
+
+def _cmd_collect(args) -> int:
+    from agent.recording import KeyboardActor, collect
+    from envs.carracing import make_carracing
+
+    if args.episodes < 1:
+        raise CLIError(f"--episodes must be >= 1, got {args.episodes}")
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        raise CLIError(f"{out} already exists; choose another --out or pass --overwrite")
+    if args.seed + args.episodes > EVAL_SEED_BASE:
+        print(f"warning: tracks >= {EVAL_SEED_BASE} are the evaluation tracks; recording on them leaks test data",
+              file=sys.stderr)
+    if args.keyboard:
+        actor, name = KeyboardActor(), "keyboard"
+    else:
+        from agent.loading import load_policy, make_actor
+
+        actor, name = make_actor(load_policy(args.expert)), "ppo-expert"
+    env = make_carracing()
+    writer = collect(env, actor, args.episodes, args.seed, out, name, overwrite=args.overwrite,
+                     max_steps=args.max_steps)
+    print(f"recorded {writer.episodes} episode(s), {writer.steps} steps -> {out}")
+    return 0 if writer.episodes else 1
+
+
+# ----------------------------------------------------------------------------------- train
+def _add_train(sub) -> None:
+    p = sub.add_parser("train", help="behaviour cloning (+ DAgger) of the CNN + NAC policy", formatter_class=FMT,
+                       description="Behaviour cloning on windows of consecutive frames, cross-entropy on the "
+                                   "expert's actions, train/validation split by episode; keeps the checkpoint "
+                                   "with the best held-out accuracy. With --dagger-rounds R and --expert, the "
+                                   "student then drives, the expert relabels the frames it visits, the data is "
+                                   "aggregated and the student retrained, R times.")
+    p.add_argument("--env", default="carracing", choices=["carracing"], help="simulator")
+    p.add_argument("--data", required=True, nargs="+", help="recording folder(s) made by `agent collect`")
+    p.add_argument("--out", default="policies/nac.pt", help="policy file to write")
+    p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    p.add_argument("--window", type=int, default=16, help="T: frames the NAC sees")
+    p.add_argument("--mode", default="steady", choices=["steady", "exact", "euler"], help="NAC mode")
+    p.add_argument("--epochs", type=int, default=8, help="behaviour-cloning epochs")
+    p.add_argument("--batch-size", type=int, default=16, help="windows per batch")
+    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (one-cycle)")
+    p.add_argument("--val-fraction", type=float, default=0.1, help="fraction of episodes held out")
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights, split and batches")
+    p.add_argument("--expert", default=None, help="PPO expert .zip for DAgger relabelling")
+    p.add_argument("--dagger-rounds", type=int, default=0, help="DAgger rounds after BC")
+    p.add_argument("--dagger-episodes", type=int, default=8, help="student episodes per DAgger round")
+    p.add_argument("--dagger-epochs", type=int, default=3, help="epochs on the aggregate after each round")
+    p.add_argument("--dagger-max-steps", type=int, default=None, help="cap on DAgger episode length")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--device", default="cpu", help="torch device")
+    p.add_argument("--tensorboard", default="runs/train", help="TensorBoard log folder ('' for none)")
+    p.add_argument("--report", default=None, help="also write the training report as JSON here")
+
+
+def _cmd_train(args) -> int:
+    import torch
+
+    from agent.policy import PolicyConfig
+    from agent.recording import load_demonstrations
+    from agent.training import TrainConfig, train
+
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        raise CLIError(f"{out} already exists; choose another --out or pass --overwrite")
+    if args.dagger_rounds and not args.expert:
+        raise CLIError("--dagger-rounds needs --expert (the PPO expert that relabels the student's states)")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    demos = None
+    for d in args.data:
+        part = load_demonstrations(d)
+        demos = part if demos is None else demos.extend(part)
+    expert = env = None
+    if args.dagger_rounds:
+        from agent.loading import load_policy
+        from envs.carracing import make_carracing
+
+        expert, env = load_policy(args.expert), make_carracing()
+    cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, val_fraction=args.val_fraction,
+                      seed=args.seed, device=args.device, dagger_rounds=args.dagger_rounds,
+                      dagger_episodes=args.dagger_episodes, dagger_epochs=args.dagger_epochs,
+                      max_steps=args.dagger_max_steps)
+    pcfg = PolicyConfig(window=args.window, mode=args.mode, seed=22222 + args.seed)
+    tb = Path(args.tensorboard) / out.stem if args.tensorboard else None
+    policy, report = train(demos, cfg, pcfg, expert=expert, env=env, tensorboard_dir=tb)
+    meta = {"command": "agent train " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["train"] else "agent train",
+            "data": [str(d) for d in args.data], "best_val_accuracy": report.best_val_accuracy,
+            "dagger_returns": report.dagger_returns, "seconds": report.seconds}
+    policy.save(out, metadata=json.loads(json.dumps(meta)))
+    print(f"held-out accuracy (full-context positions): {report.best_val_accuracy:.3f}")
+    print(f"training took {report.seconds['total']:.0f} s -> {out}")
+    if args.report:
+        Path(args.report).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.report).write_text(json.dumps(report.as_dict(), indent=2, default=str) + "\n")
+    return 0
+
+
+# ----------------------------------------------------------------------------------- evaluate
+def _add_evaluate(sub) -> None:
+    p = sub.add_parser("evaluate", help="closed-loop episode returns on unseen tracks", formatter_class=FMT,
+                       description="Run a policy (a NAC .pt or the expert .zip) for --episodes episodes on tracks "
+                                   f"--seed, --seed+1, ... (tracks >= {EVAL_SEED_BASE} are never used for "
+                                   "training) and print the mean ± std episode return.")
+    p.add_argument("--env", default="carracing", choices=["carracing"], help="simulator")
+    p.add_argument("--policy", required=True, help="policy file (a bare name is looked up in policies/)")
+    p.add_argument("--episodes", type=int, default=50, help="episodes (one track each)")
+    p.add_argument("--seed", type=int, default=EVAL_SEED_BASE, help="track seed of the first episode")
+    p.add_argument("--max-steps", type=int, default=None, help="cap on episode length (default: the env's 1000)")
+    p.add_argument("--workers", type=int, default=2, help="parallel processes")
+    p.add_argument("--json", default=None, help="write the results as JSON here")
+
+
+def _cmd_evaluate(args) -> int:
+    from agent.evaluation import evaluate
+
+    res = evaluate(args.policy, args.episodes, args.seed, env=args.env, max_steps=args.max_steps,
+                   workers=args.workers)
+    print(f"{res.policy}: mean return {res.mean_return:.1f} ± {res.std_return:.1f} over {len(res.returns)} "
+          f"tracks (seeds {res.seeds[0]}..{res.seeds[-1]}), {res.steps_per_second:.0f} env steps/s")
+    if args.json:
+        res.to_json(args.json)
+        print(f"wrote {args.json}")
+    return 0
+
+
+# ----------------------------------------------------------------------------------- drive
+def _add_drive(sub) -> None:
+    from agent.runner import add_drive_arguments
+
+    p = sub.add_parser("drive", help="watch a policy drive (also the `drive` command)", formatter_class=FMT,
+                       description="Run a policy in the simulator with a live window (frame, action, speed, "
+                                   "return, FPS). Without a display, or with --headless, it runs without a "
+                                   "window; --record writes an mp4.")
+    add_drive_arguments(p)
+
+
+def _cmd_drive(args) -> int:
+    from agent.runner import run_drive
+
+    return run_drive(args)
+
+
+# ----------------------------------------------------------------------------------- bench
+def _add_bench(sub) -> None:
+    p = sub.add_parser("bench", help="benchmarks that print figures")
+    bsub = p.add_subparsers(dest="bench_command", required=True)
+    n = bsub.add_parser("nac", help="NAC layer: forward time and peak memory, ours vs torch-nac", formatter_class=FMT,
+                        description="Forward time and peak memory of our NAC layer and of torch-nac 0.0.2 (the "
+                                    "authors' PyTorch port, installed on demand into a private folder) side by "
+                                    "side: B=1, input and d_model 64, 4 heads, top-k 8, exact mode.")
+    n.add_argument("--sizes", type=int, nargs="+", default=[16, 256, 1024], help="T for both layers")
+    n.add_argument("--block-sizes", type=int, nargs="+", default=[4096, 16384], help="extra T for our blocks selector")
+    n.add_argument("--repeats", type=int, default=3, help="timed forwards per size (median)")
+    n.add_argument("--no-peer", action="store_true", help="skip torch-nac")
+
+
+def _cmd_bench(args) -> int:
+    from agent import bench
+
+    rows = bench.bench_nac(sizes=tuple(args.sizes), block_sizes=tuple(args.block_sizes), repeats=args.repeats,
+                           peer=not args.no_peer)
+    bench.print_table(rows)
+    return 0
+
+
+# ----------------------------------------------------------------------------------- main
+COMMANDS = {
+    "expert": (_add_expert, _cmd_expert),
+    "collect": (_add_collect, _cmd_collect),
+    "train": (_add_train, _cmd_train),
+    "evaluate": (_add_evaluate, _cmd_evaluate),
+    "drive": (_add_drive, _cmd_drive),
+    "bench": (_add_bench, _cmd_bench),
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="agent", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    _add_expert(sub)
+    parser = argparse.ArgumentParser(prog="agent", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add, _ in COMMANDS.values():
+        add(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``agent``. Returns the exit code (2 for a user error, printed as one line)."""
     args = build_parser().parse_args(argv)
-    handlers = {"expert": _cmd_expert}
-    return handlers[args.command](args)
+    try:
+        return COMMANDS[args.command][1](args)
+    except (CLIError, FileNotFoundError, FileExistsError, ValueError) as exc:
+        print(f"agent {args.command}: error: {exc}", file=sys.stderr)
+        return 2
 
 
 def drive_main(argv: list[str] | None = None) -> int:
+    """Entry point of ``drive`` (the same as ``agent drive``)."""
     return main(["drive", *(sys.argv[1:] if argv is None else argv)])
 
 

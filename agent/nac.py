@@ -108,8 +108,17 @@ class SparseLinear(nn.Module):
     def out_features(self) -> int:
         return self.mask.shape[1]
 
+    def masked_weight(self) -> Tensor:
+        """W * M; cached between calls at inference (no grad), recomputed when W changes."""
+        if torch.is_grad_enabled():
+            return self.weight * self.mask
+        key = (self.weight._version, self.weight.data_ptr(), self.weight.device)
+        if getattr(self, "_cache_key", None) != key:
+            self._cached, self._cache_key = self.weight * self.mask, key
+        return self._cached
+
     def forward(self, x: Tensor) -> Tensor:
-        return x @ (self.weight * self.mask) + self.bias
+        return x @ self.masked_weight() + self.bias
 
 
 # --------------------------------------------------------------------------------------------
@@ -388,7 +397,9 @@ class NAC(nn.Module):
         omega = F.softplus(self.head_omega(motor)).squeeze(-1) + self.eps  # (B, H, Tq, K)
         alpha, beta = self.time_affine(u).unbind(-1)  # (B, H, Tq, K) each
         if q_times is not None and k_times is not None:
-            age = q_times[:, None, :, None] - k_times[b_ix, idx]  # (B, H, Tq, K) key age, seconds
+            # key age in seconds, subtracted in the timestamps' own dtype (float64 clock times keep
+            # their precision) and only then cast
+            age = (q_times[:, None, :, None] - k_times[b_ix, idx]).to(phi.dtype)  # (B, H, Tq, K)
         else:
             age = torch.ones_like(phi)
         t_gate = torch.sigmoid(alpha * age + beta)  # (B, H, Tq, K)
@@ -428,7 +439,6 @@ class NAC(nn.Module):
                 raise ValueError(f"{name} must be (B, T) = ({B}, {T}), got {tuple(a.shape)}")
         q, k, v = self.project(x)  # (B, H, T, d) each
         qpos = torch.arange(T, device=x.device)
-        t = t.to(x.dtype) if t is not None else None
         y, inter = self.attend(q, k, v, qpos, mask, t, t, return_intermediates)
         if not return_intermediates:
             return y
@@ -444,26 +454,32 @@ class NAC(nn.Module):
         Args:
             x: (B, input_dim), the newest time step.
             cache: the previous call's cache, or None at the start of an episode.
-            t: (B,) timestamp of the newest step in seconds, or None.
+            t: (B,) timestamp of the newest step in seconds, or None. Timestamps are cached in
+                their own dtype (float64 clock times keep their precision).
             window: keep at most this many frames (the newest included); None keeps all.
 
         Returns:
             (y (B, d_model), cache) or (y, cache, intermediates) with T = 1 in the pair tensors.
 
         Raises:
-            ValueError: if the layer is not causal, or timestamps are given on some steps only.
+            ValueError: if the layer is not causal, x is not (B, input_dim), t is not (B,), or
+                timestamps are given on some steps only.
         """
         if not self.causal:
             raise ValueError("streaming needs a causal NAC (causal=True)")
+        if x.dim() != 2 or x.shape[-1] != self.input_dim:
+            raise ValueError(f"x must be (B, {self.input_dim}), got {tuple(x.shape)}")
         B = x.shape[0]
+        if t is not None and t.numel() != B:
+            raise ValueError(f"t must be (B,) = ({B},), got {tuple(t.shape)}")
         q, k, v = self.project(x.view(B, 1, self.input_dim))  # (B, H, 1, d)
         if cache is None:
-            times = t.view(B, 1).to(x.dtype) if t is not None else None
+            times = t.reshape(B, 1) if t is not None else None
             cache = NACCache(k, v, times)
         else:
             if (t is None) != (cache.times is None):
                 raise ValueError("give timestamps on every streaming step or on none")
-            times = torch.cat([cache.times, t.view(B, 1).to(x.dtype)], 1) if t is not None else None
+            times = torch.cat([cache.times, t.reshape(B, 1).to(cache.times.dtype)], 1) if t is not None else None
             cache = NACCache(torch.cat([cache.k, k], 2), torch.cat([cache.v, v], 2), times)
         if window is not None and cache.length > window:
             cache = NACCache(cache.k[:, :, -window:], cache.v[:, :, -window:],

@@ -174,7 +174,7 @@ def make_carracing(
 
 
 if ENV_ID not in gym.registry:
-    gym.register(id=ENV_ID, entry_point=CarRacingEnv, max_episode_steps=EPISODE_STEPS, reward_threshold=900)
+    gym.register(id=ENV_ID, entry_point="envs.carracing:CarRacingEnv", max_episode_steps=EPISODE_STEPS, reward_threshold=900)
 
 __all__ = [
     "ACTION_NAMES", "CarRacingEnv", "EPISODE_STEPS", "EVAL_SEED_BASE", "FPS", "OffTrackTermination",

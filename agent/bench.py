@@ -1,0 +1,375 @@
+"""Forward time and peak memory of our NAC layer vs the authors' PyTorch port (``torch-nac`` 0.0.2).
+
+Configuration (both sides): B=1, input_dim = d_model = 64, 4 heads, top-k 8, "exact" ODE mode,
+inference under ``torch.no_grad()`` on the CPU. Ours runs with the exact top-k selector at the
+``sizes`` and with the sub-quadratic "blocks" selector at ``sizes`` and ``block_sizes``; the peer
+runs at the ``sizes`` up to ``peer_max_T``.
+
+How it is measured
+------------------
+Every (model, T) runs in a fresh Python subprocess, so one run's allocations, caches and imports
+cannot leak into another's numbers. In the subprocess: imports, model construction, the input
+tensor and one forward on its first 4 steps (it absorbs torch's one-time allocations, about 7 MB,
+which would otherwise dominate short T) come first; then the resident-set high-water mark is reset (Linux ``/proc/self/clear_refs``
+``5``) and the resident set size (RSS) is read; then one warm-up forward and ``repeats`` timed
+forwards run. Time is the median of the timed forwards (``time.perf_counter``). Peak memory is the
+kernel's peak RSS during the forwards (``getrusage(RUSAGE_SELF).ru_maxrss``, which the reset
+lowers too) minus the RSS before them, so it counts what the forward itself allocates.
+``tracemalloc`` would not do: it sees only Python allocations, not torch's CPU tensors. Where the
+reset is not possible, the plain ``ru_maxrss`` difference (after minus before the forwards) is
+used and the row says so (``mem_method``); it can read low when imports peaked higher.
+
+The peer: what the installed package holds
+------------------------------------------
+``torch-nac`` 0.0.2 (PyPI, by Waleed Razzaq) is installed on demand with
+``pip install --no-deps --target ~/.cache/nac-drive/peers/torch-nac-0.0.2 torch-nac==0.0.2`` and
+imported from there via ``sys.path``, so it never changes the project's environment. Its code
+imports only ``torch``, ``numpy`` and ``ncps.wirings`` (``AutoNCP``); it declares ``ncps==1.0.1``,
+the version this project already has, and nothing else (``--no-deps`` keeps pip from pulling
+another torch; the benchmark refuses a target folder that contains its own ``torch``).
+
+- The layer is ``torch_nac.NAC`` (``torch_nac/layers/neuronal_attention_circuit.py``; also
+  exported as ``torch_nac.layers.NAC``). Signature: ``NAC(d_model, num_heads, topk=8,
+  mode='exact', euler_steps=5, sparsity=0.5, delta_t=0.5, activation=None, dropout=0.0,
+  tau_epsilon=1e-6, use_bias=True, use_riemann_sum=True, return_attention=False,
+  return_sequences=False, return_cell_state=False, input_dim=None)``; ``forward(inputs,
+  mask=None)`` with ``inputs`` = x, (x, t), (q, k, v) or (q, k, v, t).
+- Used here as ``NAC(d_model=64, num_heads=4, topk=8, mode="exact", input_dim=64,
+  return_sequences=True)`` in eval mode, called as ``peer(x)`` (q = k = v = x, no timestamps,
+  no mask). ``return_sequences=True`` makes it return (B, T, d_model) like ours; its default
+  returns only the last step but computes every step anyway. Sparsity 0.5 and dropout 0 are its
+  defaults and match ours; its ``delta_t`` only affects its "euler" mode.
+- It has a single selector, the square-root partition (blocks of floor(sqrt(T)) keys, K // block
+  + 1 blocks per query, not causal), so it is closest to our "blocks" selector; the ratio against
+  our exact selector is given as well.
+- Its q, k, v projections are NCP recurrent cells unrolled by a Python loop over T (3 T tiny
+  steps); its backbone is one recurrent NCP step from a zero state over the B H T K pairs.
+
+Entry points: :func:`bench_nac` (returns rows), :func:`print_table` (prints them), and
+``python -m agent.bench`` for a quick run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+PEER_PACKAGE = "torch-nac"
+PEER_VERSION = "0.0.2"
+DEFAULT_PEER_DIR = Path("~/.cache/nac-drive/peers/torch-nac-0.0.2").expanduser()
+PEER_KWARGS = dict(d_model=64, num_heads=4, topk=8, mode="exact", input_dim=64, return_sequences=True)
+OURS_KWARGS = dict(input_dim=64, d_model=64, num_heads=4, topk=8, mode="exact")
+MODELS = ("ours-exact", "ours-blocks", "torch-nac")
+ROW_KEYS = ("model", "T", "time_ms", "times_ms", "repeats", "peak_mb", "mem_method", "threads", "load1", "error")
+_PROJECT_ROOT = Path(__file__).resolve().parents[1]
+_RESULT_TAG = "BENCH_RESULT "
+
+
+# --------------------------------------------------------------------------------------------
+# The peer package
+# --------------------------------------------------------------------------------------------
+
+
+def ensure_peer(peer_dir: str | Path | None = None, install: bool = True,
+                timeout_s: float = 300.0) -> tuple[Path | None, str]:
+    """Make ``torch-nac`` 0.0.2 importable from its own folder, installing it there if needed.
+
+    Args:
+        peer_dir: target folder (default ``~/.cache/nac-drive/peers/torch-nac-0.0.2``).
+        install: run ``pip install --no-deps --target`` when the package is not there yet.
+        timeout_s: limit for pip and for the import check.
+
+    Returns:
+        (folder, "") when ``torch_nac.NAC`` imports from the folder with the project's own torch,
+        else (None, reason).
+    """
+    folder = Path(peer_dir).expanduser() if peer_dir else DEFAULT_PEER_DIR
+    spec = f"{PEER_PACKAGE}=={PEER_VERSION}"
+    if not (folder / "torch_nac" / "__init__.py").exists():
+        if not install:
+            return None, f"{spec} is not installed in {folder} (installing was turned off)"
+        cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-input", "--disable-pip-version-check",
+               "--target", str(folder), spec]
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return None, f"could not install {spec}: {e}"
+        if res.returncode != 0 or not (folder / "torch_nac" / "__init__.py").exists():
+            tail = (res.stderr or res.stdout).strip().splitlines()[-3:]
+            return None, f"could not install {spec} into {folder}: {' | '.join(tail) or 'pip failed'}"
+    if (folder / "torch").exists():
+        return None, f"{folder} holds its own torch; refusing to import from it (reinstall with --no-deps)"
+    check = ("import sys, json; sys.path.insert(0, sys.argv[1]); import torch, torch_nac; "
+             "from torch_nac import NAC; print(json.dumps([torch.__file__, torch_nac.__file__]))")
+    try:
+        res = subprocess.run([sys.executable, "-c", check, str(folder)], capture_output=True, text=True,
+                             timeout=timeout_s, env=_child_env(0))
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, f"could not import torch_nac from {folder}: {e}"
+    if res.returncode != 0:
+        tail = res.stderr.strip().splitlines()[-1:] or ["unknown error"]
+        return None, f"could not import torch_nac from {folder}: {tail[0]}"
+    torch_file, nac_file = json.loads(res.stdout.strip().splitlines()[-1])
+    if Path(torch_file).resolve().is_relative_to(folder.resolve()):
+        return None, f"torch would be imported from {folder}, not from the project environment"
+    if not Path(nac_file).resolve().is_relative_to(folder.resolve()):
+        return None, f"torch_nac resolved to {nac_file}, not to {folder}"
+    return folder, ""
+
+
+# --------------------------------------------------------------------------------------------
+# One measurement (runs in a fresh subprocess)
+# --------------------------------------------------------------------------------------------
+
+
+def _rss_kb() -> int | None:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _reset_peak_rss() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _worker(spec: dict) -> None:
+    """Measure one (model, T) and print one tagged JSON line. Called in a fresh interpreter."""
+    import gc
+    import resource
+    import time
+
+    row = {k: None for k in ROW_KEYS}
+    row.update(model=spec["model"], T=spec["T"], repeats=spec["repeats"], times_ms=[])
+    try:
+        import torch
+
+        if spec["threads"]:
+            torch.set_num_threads(spec["threads"])
+        row["threads"] = torch.get_num_threads()
+        torch.manual_seed(0)
+        if spec["model"] == "torch-nac":
+            sys.path.insert(0, spec["peer_dir"])
+            from torch_nac import NAC as PeerNAC
+
+            model = PeerNAC(**PEER_KWARGS)
+        else:
+            from agent.nac import NAC
+
+            model = NAC(**OURS_KWARGS, selector=spec["model"].split("-", 1)[1])
+        model.eval()
+        x = torch.randn(1, spec["T"], 64, generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            model(x[:, :4])  # primes torch's one-time allocations (thread pools, kernels): ~7 MB
+        gc.collect()
+        reset = _reset_peak_rss()
+        rss0 = _rss_kb()
+        max0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+        with torch.no_grad():
+            y = model(x)  # warm-up
+            if tuple(y.shape) != (1, spec["T"], 64):
+                raise RuntimeError(f"unexpected output shape {tuple(y.shape)}")
+            del y
+            for _ in range(spec["repeats"]):
+                t0 = time.perf_counter()
+                model(x)
+                row["times_ms"].append((time.perf_counter() - t0) * 1e3)
+        max1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        if reset and rss0 is not None:
+            row["peak_mb"] = max(0, max1 - rss0) / 1024
+            row["mem_method"] = "peak RSS (ru_maxrss after a high-water reset) - RSS before"
+        else:
+            row["peak_mb"] = max(0, max1 - max0) / 1024
+            row["mem_method"] = "ru_maxrss after - before (no high-water reset; may read low)"
+        row["time_ms"] = statistics.median(row["times_ms"])
+    except Exception as e:  # reported in the row, the benchmark goes on
+        row["error"] = f"{type(e).__name__}: {e}"
+    print(_RESULT_TAG + json.dumps(row), flush=True)
+
+
+def _child_env(threads: int) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_PROJECT_ROOT), env.get("PYTHONPATH")) if p)
+    if threads:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    return env
+
+
+def _run_one(spec: dict, timeout_s: float) -> dict:
+    code = "import json, sys; from agent.bench import _worker; _worker(json.loads(sys.argv[1]))"
+    base = {k: None for k in ROW_KEYS}
+    base.update(model=spec["model"], T=spec["T"], repeats=spec["repeats"], times_ms=[])
+    try:
+        res = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True,
+                             timeout=timeout_s, env=_child_env(spec["threads"]), cwd=str(_PROJECT_ROOT))
+    except subprocess.TimeoutExpired:
+        return {**base, "error": f"timed out after {timeout_s:.0f} s"}
+    for line in reversed(res.stdout.splitlines()):
+        if line.startswith(_RESULT_TAG):
+            return json.loads(line[len(_RESULT_TAG):])
+    tail = (res.stderr.strip().splitlines() or [f"exit code {res.returncode}"])[-1]
+    return {**base, "error": f"subprocess failed: {tail}"}
+
+
+# --------------------------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------------------------
+
+
+def bench_nac(sizes=(16, 256, 1024), block_sizes=(4096, 16384), repeats: int = 3, peer: bool = True,
+              peer_max_T: int = 1024, peer_repeats: int | None = None, threads: int = 0,
+              peer_dir: str | Path | None = None, peer_install: bool = True, timeout_s: float = 1800.0,
+              verbose: bool = True) -> list[dict]:
+    """Benchmark forward time and peak memory of our NAC against ``torch-nac`` 0.0.2.
+
+    Each (model, T) runs in its own subprocess (see the module docstring for the method).
+
+    Args:
+        sizes: sequence lengths for our exact selector, our blocks selector and the peer.
+        block_sizes: extra, longer sequence lengths for our blocks selector only.
+        repeats: timed forwards per run (after one warm-up); the time is their median.
+        peer: also run ``torch-nac`` (installed on demand into ``peer_dir``).
+        peer_max_T: run the peer only at T <= this.
+        peer_repeats: timed forwards for the peer; None means ``repeats`` below T=256 and 1 from
+            T=256 on (the peer is slow at long T).
+        threads: torch CPU threads in each subprocess (0: torch's default). On a busy CPU, 1 avoids
+            multi-millisecond OpenMP hand-offs per large op that otherwise dominate the times.
+        peer_dir: folder for the peer package (default ``~/.cache/nac-drive/peers/torch-nac-0.0.2``).
+        peer_install: allow ``pip install --no-deps --target peer_dir torch-nac==0.0.2``.
+        timeout_s: limit per (model, T) subprocess.
+        verbose: print one progress line per finished run to stderr.
+
+    Returns:
+        One dict per (model, T) with keys ``model`` ("ours-exact", "ours-blocks" or "torch-nac"),
+        ``T``, ``time_ms`` (median, None on failure), ``times_ms`` (all timed forwards),
+        ``repeats``, ``peak_mb``, ``mem_method``, ``threads``, ``load1`` (the 1-min load average
+        when the benchmark started) and ``error`` (None, or why the run has no numbers; when the
+        peer is unavailable its rows carry the reason).
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    sizes = sorted({int(T) for T in sizes})
+    all_T = sorted(set(sizes) | {int(T) for T in block_sizes})
+    if not all_T or min(all_T) < 1:
+        raise ValueError(f"sequence lengths must be >= 1, got sizes={sizes}, block_sizes={list(block_sizes)}")
+    peer_T = [T for T in sizes if T <= peer_max_T] if peer else []
+    peer_path, peer_reason = (None, "")
+    if peer_T:
+        peer_path, peer_reason = ensure_peer(peer_dir, install=peer_install)
+        if verbose and peer_path is None:
+            print(f"[bench] torch-nac unavailable: {peer_reason}", file=sys.stderr, flush=True)
+
+    try:
+        load1 = round(os.getloadavg()[0], 2)  # 1-min load average when the benchmark starts
+    except OSError:
+        load1 = None
+    rows = []
+    for T in all_T:
+        models = (["ours-exact"] if T in sizes else []) + ["ours-blocks"] + (["torch-nac"] if T in peer_T else [])
+        for model in models:
+            reps = repeats
+            if model == "torch-nac":
+                reps = peer_repeats if peer_repeats is not None else (repeats if T < 256 else 1)
+                if peer_path is None:
+                    rows.append({**{k: None for k in ROW_KEYS}, "model": model, "T": T, "repeats": reps,
+                                 "times_ms": [], "load1": load1, "error": f"peer unavailable: {peer_reason}"})
+                    continue
+            spec = dict(model=model, T=T, repeats=max(1, int(reps)), threads=int(threads),
+                        peer_dir=str(peer_path) if peer_path else None)
+            row = _run_one(spec, timeout_s)
+            row["load1"] = load1
+            rows.append(row)
+            if verbose:
+                msg = row["error"] or f"{row['time_ms']:.1f} ms, peak {row['peak_mb']:.1f} MB"
+                print(f"[bench] {model:11s} T={T:<6d} {msg}", file=sys.stderr, flush=True)
+    return rows
+
+
+def _fmt(v, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def print_table(rows: list[dict], file=None) -> None:
+    """Print the rows of :func:`bench_nac` side by side per T, with peer/ours time ratios."""
+    file = file or sys.stdout
+    by = {(r["model"], r["T"]): r for r in rows}
+    Ts = sorted({r["T"] for r in rows})
+    threads = sorted({r["threads"] for r in rows if r.get("threads")})
+    methods = sorted({r["mem_method"] for r in rows if r.get("mem_method")})
+    peer_reps = sorted({r["repeats"] for r in rows if r["model"] == "torch-nac" and r.get("time_ms") is not None})
+    our_reps = sorted({r["repeats"] for r in rows if r["model"] != "torch-nac" and r.get("time_ms") is not None})
+    p = lambda *a: print(*a, file=file)  # noqa: E731
+    p(f"NAC forward benchmark: B=1, input_dim=d_model=64, 4 heads, top-k 8, exact mode, torch.no_grad, CPU, "
+      f"threads {','.join(map(str, threads)) or '?'}")
+    p(f"time: median ms of {'/'.join(map(str, our_reps)) or '?'} forwards after 1 warm-up (torch-nac: "
+      f"{'/'.join(map(str, peer_reps)) or '-'}); each (model, T) in a fresh subprocess")
+    p(f"memory: MB, {'; '.join(methods) or 'peak RSS delta'}")
+    loads = [r["load1"] for r in rows if r.get("load1") is not None]
+    ncpu = os.cpu_count() or 1
+    if loads and max(loads) > 0.5 * ncpu:
+        p(f"WARNING: 1-min load average {max(loads):.1f} on {ncpu} CPUs when the benchmark started; times on a "
+          f"busy CPU are inflated (multi-threaded ops wait for cores); rerun when idle (threads=1 limits the damage)")
+    cols = [("T", 6), ("ours exact ms", 13), ("ours blocks ms", 14), ("torch-nac ms", 12),
+            ("peer/exact", 10), ("peer/blocks", 11), ("exact MB", 9), ("blocks MB", 9), ("torch-nac MB", 12)]
+    p(" | ".join(name.rjust(w) for name, w in cols))
+    p("-+-".join("-" * w for _, w in cols))
+
+    def t(model, T):
+        r = by.get((model, T))
+        return r["time_ms"] if r else None
+
+    def mb(model, T):
+        r = by.get((model, T))
+        return r["peak_mb"] if r else None
+
+    for T in Ts:
+        te, tb, tp = t("ours-exact", T), t("ours-blocks", T), t("torch-nac", T)
+        ratio = lambda a, b: f"{a / b:.1f}x" if a is not None and b else None  # noqa: E731
+        vals = [str(T), _fmt(te, ".1f"), _fmt(tb, ".1f"), _fmt(tp, ".1f"),
+                ratio(tp, te) or "-", ratio(tp, tb) or "-",
+                _fmt(mb("ours-exact", T), ".1f"), _fmt(mb("ours-blocks", T), ".1f"), _fmt(mb("torch-nac", T), ".1f")]
+        p(" | ".join(v.rjust(w) for v, (_, w) in zip(vals, cols)))
+    errors = [r for r in rows if r.get("error")]
+    peer_errors = {r["error"] for r in errors if r["model"] == "torch-nac" and r["error"].startswith("peer unavailable")}
+    for e in sorted(peer_errors):
+        p(f"torch-nac column missing: {e}")
+    for r in errors:
+        if r["error"] not in peer_errors:
+            p(f"{r['model']} at T={r['T']}: {r['error']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m agent.bench [--sizes 16 256 1024] [--block-sizes 4096 16384] ...``"""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m agent.bench", description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[16, 256, 1024], help="T for all models")
+    ap.add_argument("--block-sizes", type=int, nargs="*", default=[4096, 16384], help="extra T, blocks selector only")
+    ap.add_argument("--repeats", type=int, default=3, help="timed forwards per run (median)")
+    ap.add_argument("--no-peer", action="store_true", help="skip torch-nac")
+    ap.add_argument("--peer-max-T", type=int, default=1024, help="run torch-nac only up to this T")
+    ap.add_argument("--peer-repeats", type=int, default=None, help="timed forwards for torch-nac (default: "
+                                                                   "repeats below T=256, else 1)")
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    ap.add_argument("--json", default="", help="also write the rows to this JSON file")
+    a = ap.parse_args(argv)
+    rows = bench_nac(a.sizes, a.block_sizes, a.repeats, not a.no_peer, a.peer_max_T, a.peer_repeats, a.threads)
+    print_table(rows)
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""Find and load any policy file the project knows: a NAC policy (.pt) or the PPO expert (.zip)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agent.rollout import Actor, ExpertActor, PolicyActor
+
+#: Where shipped policies live: ``policies/`` at the top of the repository.
+POLICIES_DIR = Path(__file__).resolve().parent.parent / "policies"
+
+
+def resolve_policy_path(name: str | Path) -> Path:
+    """A path as given if it exists; otherwise a bare name looked up inside ``policies/``.
+
+    Raises:
+        FileNotFoundError: neither exists; the message lists the shipped policies.
+    """
+    p = Path(name)
+    if p.is_file():
+        return p
+    if len(p.parts) == 1 and (POLICIES_DIR / p).is_file():
+        return POLICIES_DIR / p
+    shipped = sorted(x.name for x in POLICIES_DIR.glob("*") if x.suffix in (".pt", ".zip")) if POLICIES_DIR.is_dir() else []
+    raise FileNotFoundError(f"no policy file {name!r} (looked at {p} and {POLICIES_DIR / p.name}); "
+                            f"shipped policies: {', '.join(shipped) or 'none'}")
+
+
+def load_policy(name: str | Path, device: str = "cpu"):
+    """Load a policy file: ``.zip`` -> :class:`agent.expert.ExpertPolicy`, else :class:`agent.policy.NACPolicy`.
+
+    Raises:
+        FileNotFoundError, ValueError: see :func:`resolve_policy_path` and the loaders.
+    """
+    path = resolve_policy_path(name)
+    if path.suffix == ".zip":
+        from agent.expert import ExpertPolicy
+
+        return ExpertPolicy.load(path, device=device)
+    from agent.policy import NACPolicy
+
+    return NACPolicy.load(path, device=device)
+
+
+def make_actor(policy, deterministic: bool = True) -> Actor:
+    """The rollout actor for a loaded policy (the expert acts from privileged state)."""
+    from agent.expert import ExpertPolicy
+
+    if isinstance(policy, ExpertPolicy):
+        return ExpertActor(policy)
+    return PolicyActor(policy, deterministic=deterministic)

@@ -1,0 +1,578 @@
+"""The live runner behind ``drive``: a policy drives CarRacing in a pygame window, or headless.
+
+``drive --env carracing --policy nac.pt [--episodes N] [--seed S] [--max-steps M] [--headless]
+[--record out.mp4]`` loads the policy once and drives episodes on tracks S, S+1, ... For every
+step it shows the 96x96 frame the policy sees (scaled up, nearest neighbour), a HUD with the
+action chosen on that frame, the NAC policy's action probabilities (the expert has none), the
+car speed, the return so far, the step and the frame rate, and a right-hand panel kept free for
+overlays (Grad-CAM saliency, NAC neuron traces) that plug into :attr:`Renderer.panels`.
+
+Everything is drawn onto one off-screen ``pygame.Surface`` (:meth:`Renderer.compose`); a window
+shows it, ``--record`` writes it to an mp4 (libx264, 50 FPS, the env's own rate). With
+``--headless``, or when no display is available, no window is opened (``SDL_VIDEODRIVER=dummy``)
+and the run is never rate-limited; without ``--record`` a headless run skips drawing entirely.
+
+Heavy modules (pygame, torch, imageio, gymnasium) are imported lazily, so building the command
+line parser stays cheap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")  # no pygame banner on stdout
+
+#: The first track never used for training (``envs.carracing.EVAL_SEED_BASE``; kept literal here so
+#: that building the parser does not import gymnasium; a test checks the two agree).
+DEFAULT_SEED = 1_000_000
+#: CarRacing's simulation rate (``envs.carracing.FPS``); also the rate of recorded videos.
+ENV_FPS = 50
+DEFAULT_ACTION_NAMES = ("nothing", "left", "right", "gas", "brake")
+
+EXIT_OK, EXIT_ERROR, EXIT_INTERRUPTED = 0, 2, 130
+
+
+# ---------------------------------------------------------------------------------------- CLI
+def add_drive_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``drive`` options to ``parser`` (run them with :func:`run_drive`)."""
+    parser.add_argument("--env", default="carracing", choices=["carracing"],
+                        help="simulator (default: %(default)s)")
+    parser.add_argument("--policy", default="nac.pt",
+                        help="policy file: a NAC policy (.pt) or the PPO expert (.zip); a name that is not an "
+                             "existing path is looked up in the repository's policies/ folder (default: %(default)s)")
+    parser.add_argument("--episodes", type=int, default=1, help="episodes to drive (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED,
+                        help="track seed of the first episode; episode i drives track seed+i. The default "
+                             "%(default)s is the first track never used for training")
+    parser.add_argument("--max-steps", type=int, default=None, metavar="M",
+                        help="step limit per episode (default: the env's own, 1000 steps = 20 s at 50 FPS)")
+    parser.add_argument("--headless", action="store_true",
+                        help="no window (also chosen automatically when no display is available); "
+                             "runs as fast as possible")
+    parser.add_argument("--record", default=None, metavar="PATH",
+                        help="write the composed view (frame + HUD) to this .mp4 (H.264, 50 FPS)")
+    parser.add_argument("--scale", type=int, default=6,
+                        help="upscale factor of the 96x96 frame, nearest neighbour (default: %(default)s)")
+    parser.add_argument("--fps-limit", type=float, default=float(ENV_FPS),
+                        help="frame-rate cap of the window, 50 = CarRacing's own rate; 0 = as fast as possible. "
+                             "Headless runs are never limited (default: %(default)g)")
+
+
+# ---------------------------------------------------------------------------------------- view
+@dataclass
+class StepView:
+    """What the runner shows for one step: the frame the policy saw and what it decided on it.
+
+    Attributes:
+        frame: (H, W, 3) uint8, the observation the policy acted on.
+        step: 1-based index of this decision in the episode.
+        action: the action chosen on ``frame`` (None before any decision).
+        probs: (A,) float action probabilities (softmax of the NAC logits), None for the expert.
+        speed: car speed (simulator units per second) when ``frame`` was rendered.
+        episode_return: the return collected before this action.
+        fps: recent steps per second of the whole loop (env + policy + drawing).
+        seed, episode, episodes: the track seed and the 1-based episode index of the run.
+        policy_state: the NAC :class:`agent.policy.PolicyState` after this step (overlays read
+            ``policy_state.last``); None for the expert.
+        extras: free slot for overlay data computed per step (e.g. a saliency map).
+    """
+
+    frame: np.ndarray
+    step: int = 0
+    action: int | None = None
+    probs: np.ndarray | None = None
+    speed: float = 0.0
+    episode_return: float = 0.0
+    fps: float = 0.0
+    seed: int = 0
+    episode: int = 1
+    episodes: int = 1
+    policy_state: Any = None
+    extras: dict = field(default_factory=dict)
+
+
+#: An overlay: draws onto its region (a subsurface of the composed Surface) for one step.
+PanelDrawer = Callable[["pygame.Surface", StepView], None]  # noqa: F821 - pygame is imported lazily
+
+_BG = (18, 19, 23)
+_HUD_BG = (28, 30, 36)
+_PANEL_BG = (12, 13, 16)
+_EDGE = (70, 74, 86)
+_TEXT = (225, 228, 235)
+_DIM = (120, 125, 140)
+_ACCENT = (255, 196, 64)
+_BAR = (80, 150, 235)
+_BAR_TAKEN = (255, 196, 64)
+_BAR_BG = (48, 51, 60)
+
+
+class Renderer:
+    """Composes the scaled frame, the HUD and the overlay panel into one off-screen Surface.
+
+    Layout (``size`` is always even, for H.264)::
+
+        +------------------------+-----------------+
+        |  frame (96*scale)^2    |  overlay panel  |
+        +------------------------+  (panel_width)  |
+        |  HUD                   |                 |
+        +------------------------+-----------------+
+
+    Overlays plug in as callables ``drawer(surface, view)``: :attr:`panels` draw on the panel's
+    subsurface (after the HUD), :attr:`frame_overlays` on the scaled frame's subsurface (e.g. a
+    saliency heat map blended over the road). Fonts and the static background (panel, labels,
+    bar outlines) are made once; :meth:`compose` reuses one canvas Surface (copy it to keep it).
+
+    Args:
+        frame_size: (width, height) of the observation, 96 x 96 for CarRacing.
+        scale: integer upscale of the frame.
+        action_names: names of the discrete actions.
+        policy_label: first HUD line, e.g. "NAC policy nac.pt" or "expert (privileged state)".
+        show_probs: draw action-probability bars (a NAC policy); else a note that there are none.
+        panel_width: width of the overlay panel (0 = none).
+    """
+
+    HUD_HEIGHT = 168
+    MIN_LEFT_WIDTH = 480  # the HUD needs this much even when the frame is small
+
+    def __init__(self, frame_size: tuple[int, int] = (96, 96), scale: int = 6,
+                 action_names: tuple[str, ...] = DEFAULT_ACTION_NAMES, policy_label: str = "",
+                 show_probs: bool = True, panel_width: int = 420):
+        import pygame
+
+        if scale < 1:
+            raise ValueError(f"scale must be >= 1, got {scale}")
+        pygame.font.init()
+        self.pygame = pygame
+        self.action_names = tuple(action_names)
+        self.policy_label = policy_label
+        self.show_probs = show_probs
+        fw, fh = int(frame_size[0]) * scale, int(frame_size[1]) * scale
+        self.frame_size = (int(frame_size[0]), int(frame_size[1]))
+        left_w = max(fw, self.MIN_LEFT_WIDTH)
+        width = left_w + max(int(panel_width), 0)
+        height = fh + self.HUD_HEIGHT
+        width, height = width + width % 2, height + height % 2
+        self.size = (width, height)
+        self.frame_rect = pygame.Rect((left_w - fw) // 2, 0, fw, fh)
+        self.hud_rect = pygame.Rect(0, fh, left_w, height - fh)
+        self.panel_rect = pygame.Rect(left_w, 0, width - left_w, height)
+
+        self.panels: list[PanelDrawer] = []
+        self.frame_overlays: list[PanelDrawer] = []
+
+        self.font = pygame.font.Font(None, 22)
+        self.font_small = pygame.font.Font(None, 19)
+        self.font_big = pygame.font.Font(None, 34)
+        self.line_h = self.font.get_linesize() + 2
+
+        self.canvas = pygame.Surface(self.size)
+        self._frame_src = pygame.Surface(self.frame_size, 0, self.canvas)  # same format: scale() into the canvas
+        self._frame_view = self.canvas.subsurface(self.frame_rect)
+        self._panel_view = self.canvas.subsurface(self.panel_rect) if self.panel_rect.width else None
+        self._text_cache: dict[tuple[int, str, tuple], Any] = {}
+        self._layout_hud()
+        self.background = self._make_background()
+
+    # ------------------------------------------------------------------ static parts
+    def _layout_hud(self) -> None:
+        hud = self.hud_rect
+        self._text_x = hud.x + 14
+        self._text_y = hud.y + 10
+        # probability bars: label | bar | percent, in the right part of the HUD
+        self._bars_x = hud.x + max(hud.width - 262, 250)
+        self._bar_label_w = 62
+        self._bar_w = hud.right - 52 - (self._bars_x + self._bar_label_w) - 8
+        self._bar_h = 14
+        self._bar_pitch = 24
+        self._bars_y = hud.y + 34
+
+    def _make_background(self):
+        pg = self.pygame
+        bg = pg.Surface(self.size)
+        bg.fill(_BG)
+        pg.draw.rect(bg, _HUD_BG, self.hud_rect)
+        pg.draw.line(bg, _EDGE, self.hud_rect.topleft, (self.hud_rect.right - 1, self.hud_rect.top), 2)
+        if self.panel_rect.width:
+            pg.draw.rect(bg, _PANEL_BG, self.panel_rect)
+            pg.draw.line(bg, _EDGE, self.panel_rect.topleft, (self.panel_rect.left, self.panel_rect.bottom - 1), 2)
+        header_y = self.hud_rect.y + 10
+        if self.show_probs:
+            bg.blit(self.font_small.render("action probabilities", True, _DIM), (self._bars_x, header_y))
+            for i, name in enumerate(self.action_names):
+                y = self._bars_y + i * self._bar_pitch
+                bg.blit(self.font_small.render(name, True, _TEXT), (self._bars_x, y))
+                pg.draw.rect(bg, _BAR_BG, (self._bars_x + self._bar_label_w, y, self._bar_w, self._bar_h))
+        else:
+            bg.blit(self.font_small.render("action probabilities: none", True, _DIM), (self._bars_x, header_y))
+            bg.blit(self.font_small.render("(the expert acts from", True, _DIM), (self._bars_x, header_y + 22))
+            bg.blit(self.font_small.render(" privileged state)", True, _DIM), (self._bars_x, header_y + 42))
+        bg.blit(self.font_small.render(self.policy_label, True, _DIM), (self._text_x, self.hud_rect.bottom - 24))
+        return bg
+
+    def _text(self, font, s: str, color=_TEXT):
+        """Rendered text, cached (the HUD repeats a small set of strings)."""
+        key = (id(font), s, color)
+        surf = self._text_cache.get(key)
+        if surf is None:
+            if len(self._text_cache) > 4096:
+                self._text_cache.clear()
+            surf = self._text_cache[key] = font.render(s, True, color)
+        return surf
+
+    # ------------------------------------------------------------------ per step
+    def compose(self, view: StepView):
+        """Draw ``view`` onto the canvas and return it (the same Surface every call)."""
+        pg = self.pygame
+        c = self.canvas
+        c.blit(self.background, (0, 0))
+        frame = np.ascontiguousarray(view.frame[..., :3], dtype=np.uint8)
+        if frame.shape[:2] != (self.frame_size[1], self.frame_size[0]):
+            raise ValueError(f"frame of shape {frame.shape} does not fit the renderer's {self.frame_size} (w, h)")
+        pg.surfarray.blit_array(self._frame_src, frame.swapaxes(0, 1))
+        pg.transform.scale(self._frame_src, self.frame_rect.size, self._frame_view)
+        for draw in self.frame_overlays:
+            draw(self._frame_view, view)
+        self._draw_hud(view)
+        if self._panel_view is not None:
+            for draw in self.panels:
+                draw(self._panel_view, view)
+        return c
+
+    def _draw_hud(self, v: StepView) -> None:
+        pg = self.pygame
+        c = self.canvas
+        x, y, lh = self._text_x, self._text_y, self.line_h
+        name = self.action_names[v.action] if v.action is not None and 0 <= v.action < len(self.action_names) \
+            else "-"
+        c.blit(self._text(self.font_big, name.upper(), _ACCENT), (x, y))
+        y += self.font_big.get_linesize() + 4
+        c.blit(self._text(self.font, f"speed   {v.speed:6.1f}"), (x, y))
+        y += lh
+        c.blit(self._text(self.font, f"return  {v.episode_return:7.1f}"), (x, y))
+        y += lh
+        c.blit(self._text(self.font, f"step    {v.step:5d}"), (x, y))
+        c.blit(self._text(self.font_small, f"seed {v.seed}  ep {v.episode}/{v.episodes}", _DIM), (x + 120, y + 2))
+        y += lh
+        c.blit(self._text(self.font, f"FPS     {v.fps:6.1f}"), (x, y))
+        if self.show_probs and v.probs is not None:
+            bx = self._bars_x + self._bar_label_w
+            for i, p in enumerate(np.asarray(v.probs, dtype=np.float64)[: len(self.action_names)]):
+                by = self._bars_y + i * self._bar_pitch
+                w = int(round(float(np.clip(p, 0.0, 1.0)) * self._bar_w))
+                if w:
+                    pg.draw.rect(c, _BAR_TAKEN if i == v.action else _BAR, (bx, by, w, self._bar_h))
+                c.blit(self._text(self.font_small, f"{100 * p:3.0f}%"), (bx + self._bar_w + 8, by))
+
+    def to_rgb(self) -> np.ndarray:
+        """The canvas as an (H, W, 3) uint8 array (for video)."""
+        w, h = self.size
+        return np.frombuffer(self.pygame.image.tobytes(self.canvas, "RGB"), np.uint8).reshape(h, w, 3)
+
+
+# ---------------------------------------------------------------------------------------- acting
+class _Driver:
+    """Chooses actions for the runner and exposes what the HUD shows about the decision."""
+
+    label = "policy"
+    has_probs = False
+
+    def reset(self) -> None: ...
+
+    def act(self, obs: np.ndarray, env) -> tuple[int, np.ndarray | None, Any]:
+        """(action, probabilities or None, policy state or None)."""
+        raise NotImplementedError
+
+
+class _NACDriver(_Driver):
+    has_probs = True
+
+    def __init__(self, policy, name: str):
+        import torch
+
+        self.policy, self.state, self.torch = policy, None, torch
+        self.label = f"NAC policy {name} (window {policy.config.window})"
+
+    def reset(self) -> None:
+        self.state = None
+
+    def act(self, obs, env):
+        action, self.state = self.policy.predict(obs, self.state, deterministic=True)
+        logits = self.state.last["logits"][0]
+        probs = self.torch.softmax(logits.float(), -1).cpu().numpy()
+        return int(action), probs, self.state
+
+
+class _ActorDriver(_Driver):
+    def __init__(self, actor, label: str):
+        self.actor, self.label = actor, label
+
+    def reset(self) -> None:
+        self.actor.reset()
+
+    def act(self, obs, env):
+        return int(self.actor.act(obs, env)), None, None
+
+
+def _make_driver(policy, name: str) -> _Driver:
+    from agent.expert import ExpertPolicy
+    from agent.loading import make_actor
+    from agent.policy import NACPolicy
+
+    if isinstance(policy, NACPolicy):
+        return _NACDriver(policy, name)
+    label = "expert (privileged state)" if isinstance(policy, ExpertPolicy) else f"policy {name}"
+    return _ActorDriver(make_actor(policy), label)
+
+
+# ---------------------------------------------------------------------------------------- window
+_NO_WINDOW_DRIVERS = ("dummy", "offscreen")
+
+
+def _display_unavailable_reason() -> str | None:
+    """Why no window can be opened, or None if one probably can."""
+    driver = os.environ.get("SDL_VIDEODRIVER", "").lower()
+    if driver in _NO_WINDOW_DRIVERS:
+        return f"SDL_VIDEODRIVER={driver}"
+    if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        return "no display (DISPLAY and WAYLAND_DISPLAY are unset)"
+    return None
+
+
+class _Window:
+    """The pygame window: shows composed Surfaces, handles events through :attr:`keys`.
+
+    ``keys`` maps a pygame key code to a callable; a later change adds pause / single-step keys.
+
+    Raises:
+        pygame.error: the display could not be opened (or SDL fell back to a driver without a window).
+    """
+
+    def __init__(self, size: tuple[int, int], caption: str, fps_limit: float):
+        import pygame
+
+        self.pygame = pygame
+        pygame.display.init()
+        try:
+            driver = pygame.display.get_driver()
+            if driver in _NO_WINDOW_DRIVERS:  # SDL falls back to "offscreen" silently when X11/Wayland fail
+                raise pygame.error(f"SDL found no display (video driver {driver!r})")
+            self.screen = pygame.display.set_mode(size)
+        except pygame.error:
+            pygame.display.quit()
+            raise
+        pygame.display.set_caption(caption)
+        self.clock = pygame.time.Clock()
+        self.fps_limit = fps_limit
+        self.quit_requested = False
+        self.keys: dict[int, Callable[[], None]] = {pygame.K_ESCAPE: self.request_quit}
+
+    def request_quit(self) -> None:
+        self.quit_requested = True
+
+    def poll(self) -> None:
+        pg = self.pygame
+        for event in pg.event.get():
+            if event.type == pg.QUIT:
+                self.request_quit()
+            elif event.type == pg.KEYDOWN:
+                handler = self.keys.get(event.key)
+                if handler is not None:
+                    handler()
+
+    def present(self, canvas) -> None:
+        self.screen.blit(canvas, (0, 0))
+        self.pygame.display.flip()
+        if self.fps_limit > 0:
+            self.clock.tick(self.fps_limit)
+
+    def close(self) -> None:
+        self.pygame.display.quit()
+
+
+# ---------------------------------------------------------------------------------------- video
+class _VideoWriter:
+    """Composed frames -> mp4 (imageio-ffmpeg, libx264, yuv420p, 50 FPS)."""
+
+    def __init__(self, path: Path, size: tuple[int, int], fps: int = ENV_FPS):
+        import imageio.v2 as imageio
+
+        if size[0] % 2 or size[1] % 2:
+            raise ValueError(f"H.264 (yuv420p) needs even frame sizes, got {size}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path, self.frames = path, 0
+        # macro_block_size=2: the sizes are even already, so imageio must not resize (it would blur the HUD).
+        self.writer = imageio.get_writer(str(path), format="FFMPEG", mode="I", fps=fps, codec="libx264",
+                                         pixelformat="yuv420p", quality=7, macro_block_size=2,
+                                         output_params=["-preset", "veryfast"])
+
+    def append(self, rgb: np.ndarray) -> None:
+        self.writer.append_data(rgb)
+        self.frames += 1
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+# ---------------------------------------------------------------------------------------- run
+def _check_args(args) -> str | None:
+    if args.env != "carracing":
+        return f"--env {args.env!r} is not supported (choices: carracing)"
+    if args.episodes < 1:
+        return f"--episodes must be >= 1, got {args.episodes}"
+    if args.max_steps is not None and args.max_steps < 1:
+        return f"--max-steps must be >= 1, got {args.max_steps}"
+    if args.scale < 1:
+        return f"--scale must be >= 1, got {args.scale}"
+    if args.fps_limit < 0:
+        return f"--fps-limit must be >= 0, got {args.fps_limit}"
+    if args.record is not None and Path(args.record).suffix.lower() != ".mp4":
+        return f"--record writes an mp4 video; give a path ending in .mp4, got {args.record!r}"
+    return None
+
+
+def _err(msg: str) -> None:
+    print(f"drive: error: {msg}", file=sys.stderr)
+
+
+def run_drive(args: argparse.Namespace) -> int:
+    """Drive ``args.episodes`` episodes with ``args.policy``; print per-episode and mean returns.
+
+    ``args`` holds the options of :func:`add_drive_arguments`. Returns the exit code: 0 (done, or
+    the window was closed / Escape), 2 (bad options or policy file: a message on stderr), 130
+    (Ctrl-C; the video so far is still finalised).
+    """
+    problem = _check_args(args)
+    if problem:
+        _err(problem)
+        return EXIT_ERROR
+    from agent.loading import load_policy, resolve_policy_path
+
+    try:
+        path = resolve_policy_path(args.policy)
+        policy = load_policy(path)
+    except (FileNotFoundError, ValueError) as exc:
+        _err(str(exc))
+        return EXIT_ERROR
+
+    headless = bool(args.headless)
+    if not headless:
+        reason = _display_unavailable_reason()
+        if reason:
+            print(f"drive: note: {reason}; running headless (no window)", file=sys.stderr)
+            headless = True
+    if headless:
+        import pygame
+
+        if not pygame.display.get_init():
+            os.environ["SDL_VIDEODRIVER"] = "dummy"  # never open a window, even if something inits the display
+
+    from envs.carracing import ACTION_NAMES, EPISODE_STEPS, make_carracing
+
+    driver = _make_driver(policy, path.name)
+    env = make_carracing(max_episode_steps=args.max_steps or EPISODE_STEPS)
+    obs_shape = env.observation_space.shape  # (H, W, C)
+    names = tuple(getattr(getattr(policy, "config", None), "action_names", ACTION_NAMES))
+
+    # One frame at a time: intra-op threads only add synchronisation (with 2 threads on a busy 2-core
+    # machine a NAC step took 40 ms instead of 1.5 ms), so act single-threaded; restored at the end.
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    window = writer = renderer = None
+    try:
+        draw = not headless or args.record is not None
+        if draw:
+            renderer = Renderer((obs_shape[1], obs_shape[0]), scale=args.scale, action_names=names,
+                                policy_label=driver.label, show_probs=driver.has_probs)
+        if not headless:
+            try:
+                window = _Window(renderer.size, f"drive - {driver.label}", args.fps_limit)
+            except Exception as exc:  # pygame.error, or a broken video driver
+                print(f"drive: note: cannot open a window ({exc}); running headless", file=sys.stderr)
+                os.environ["SDL_VIDEODRIVER"] = "dummy"
+                if args.record is None:
+                    renderer = None  # nothing would show the drawing
+        if args.record is not None:
+            writer = _VideoWriter(Path(args.record), renderer.size)
+        print(f"policy {path} ({driver.label}); env carracing; tracks {args.seed}..{args.seed + args.episodes - 1}"
+              f"{'; headless' if window is None else ''}{f'; recording {args.record}' if writer else ''}",
+              flush=True)
+        return _drive_loop(args, env, driver, renderer, window, writer)
+    finally:
+        try:
+            if writer is not None:
+                writer.close()  # finalises the mp4, also after Ctrl-C
+                print(f"wrote {writer.path} ({writer.frames} frames, {writer.frames / ENV_FPS:.1f} s at {ENV_FPS} FPS)")
+        finally:
+            if window is not None:
+                window.close()
+            env.close()
+            torch.set_num_threads(threads)
+
+
+def _drive_loop(args, env, driver: _Driver, renderer: Renderer | None, window: _Window | None,
+                writer: _VideoWriter | None) -> int:
+    returns: list[float] = []
+    ep = 0
+    ep_return, steps = 0.0, 0
+    code = EXIT_OK
+    try:
+        for ep in range(args.episodes):
+            seed = args.seed + ep
+            obs, _ = env.reset(seed=int(seed))
+            driver.reset()
+            ep_return, steps, done = 0.0, 0, False
+            ticks: deque[float] = deque(maxlen=26)
+            t0 = time.perf_counter()
+            ticks.append(t0)
+            while not done:
+                speed = float(getattr(env.unwrapped, "speed", 0.0))
+                action, probs, pstate = driver.act(obs, env)
+                if renderer is not None:
+                    fps = (len(ticks) - 1) / (ticks[-1] - ticks[0]) if len(ticks) > 1 and ticks[-1] > ticks[0] else 0.0
+                    view = StepView(frame=obs, step=steps + 1, action=action, probs=probs, speed=speed,
+                                    episode_return=ep_return, fps=fps, seed=seed, episode=ep + 1,
+                                    episodes=args.episodes, policy_state=pstate)
+                    canvas = renderer.compose(view)
+                    if writer is not None:
+                        writer.append(renderer.to_rgb())
+                    if window is not None:
+                        window.present(canvas)
+                        window.poll()
+                obs, reward, terminated, truncated, _ = env.step(action)
+                ep_return += float(reward)
+                steps += 1
+                ticks.append(time.perf_counter())
+                done = terminated or truncated
+                if window is not None and window.quit_requested:
+                    break
+            dt = time.perf_counter() - t0
+            stopped = window is not None and window.quit_requested and not done
+            print(f"episode {ep + 1}/{args.episodes}  seed {seed}  return {ep_return:8.1f}  steps {steps:4d}  "
+                  f"mean FPS {steps / max(dt, 1e-9):6.1f}{'  (stopped)' if stopped else ''}", flush=True)
+            if stopped:
+                break
+            returns.append(ep_return)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: episode {ep + 1} stopped after {steps} steps (return so far {ep_return:.1f})",
+              flush=True)
+        code = EXIT_INTERRUPTED
+    if returns:
+        print(f"mean return over {len(returns)} episode{'s' if len(returns) != 1 else ''}: "
+              f"{float(np.mean(returns)):.1f} (std {float(np.std(returns)):.1f})", flush=True)
+    else:
+        print("no episode finished", flush=True)
+    return code
+
+
+__all__ = ["PanelDrawer", "Renderer", "StepView", "add_drive_arguments", "run_drive"]

@@ -1,0 +1,21 @@
+import os
+
+os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+
+
+@pytest.fixture(scope="session")
+def tiny_expert(tmp_path_factory):
+    """A PPO expert trained for one rollout through the real CLI (it drives badly, but it is a real file)."""
+    from agent.cli import main
+
+    out = tmp_path_factory.mktemp("expert") / "expert.zip"
+    rc = main(["expert", "train", "--timesteps", "256", "--n-envs", "2", "--out", str(out), "--tensorboard", "",
+               "--device", "cpu"])
+    assert rc == 0 and out.is_file()
+    return out

@@ -1,0 +1,121 @@
+"""The workflow through the real entry points, with tiny budgets: collect -> train (+DAgger) -> evaluate."""
+
+import json
+
+import numpy as np
+import pytest
+
+from agent.cli import main
+from agent.recording import RecordingError, collect, load_demonstrations
+from agent.rollout import Episode
+from envs import make_carracing
+
+
+@pytest.fixture(scope="module")
+def recording(tiny_expert, tmp_path_factory):
+    out = tmp_path_factory.mktemp("rec") / "expert-3"
+    rc = main(["collect", "--expert", str(tiny_expert), "--episodes", "3", "--seed", "5", "--max-steps", "24",
+               "--out", str(out)])
+    assert rc == 0
+    return out
+
+
+def test_collect_writes_a_minari_dataset(recording):
+    import minari
+
+    ds = minari.MinariDataset(recording / "data")
+    assert ds.total_episodes == 3 and ds.total_steps == 72
+    demos = load_demonstrations(recording)
+    assert [len(a) for a in demos.actions] == [24, 24, 24]
+    assert demos.frames[0].shape == (24, 96, 96, 3) and demos.frames[0].dtype == np.uint8
+    assert demos.seeds == [5, 6, 7]
+    # frames are the student's view, recorded losslessly: the same as a fresh rollout's frames
+    env = make_carracing()
+    obs, _ = env.reset(seed=5)
+    np.testing.assert_array_equal(demos.frames[0][0], obs)
+
+
+def test_collect_refuses_to_overwrite(recording, tiny_expert, capsys):
+    rc = main(["collect", "--expert", str(tiny_expert), "--episodes", "1", "--out", str(recording)])
+    assert rc == 2 and "--overwrite" in capsys.readouterr().err
+
+
+def test_collect_bad_expert_path(tmp_path, capsys):
+    rc = main(["collect", "--expert", str(tmp_path / "nope.zip"), "--episodes", "1", "--out", str(tmp_path / "r")])
+    assert rc == 2 and "nope.zip" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_interrupted_recording_keeps_finished_episodes(tmp_path):
+    class Interrupting:
+        def __init__(self):
+            self.calls = 0
+
+        def reset(self):
+            pass
+
+        def act(self, obs, env):
+            self.calls += 1
+            if self.calls > 25:  # in the third episode (10 steps each)
+                raise KeyboardInterrupt
+            return 3
+
+    writer = collect(make_carracing(), Interrupting(), 5, 0, tmp_path / "rec", "test", max_steps=10, progress=False)
+    assert writer.episodes == 2
+    demos = load_demonstrations(tmp_path / "rec")
+    assert len(demos.actions) == 2 and demos.seeds == [0, 1]
+
+
+def test_load_demonstrations_errors(tmp_path):
+    with pytest.raises(RecordingError, match="does not exist"):
+        load_demonstrations(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RecordingError, match="not a Minari dataset"):
+        load_demonstrations(tmp_path / "empty")
+    with pytest.raises(ValueError):
+        Episode(0, np.zeros((3, 96, 96, 3), np.uint8), np.zeros(3, np.int64), None, np.zeros(3), np.zeros(3, bool),
+                np.zeros(3, bool), np.zeros(4))  # 3 steps need 4 frames
+
+
+def test_train_dagger_evaluate(recording, tiny_expert, tmp_path, capsys):
+    out = tmp_path / "nac.pt"
+    report = tmp_path / "report.json"
+    rc = main(["train", "--data", str(recording), "--out", str(out), "--window", "4", "--epochs", "1",
+               "--batch-size", "4", "--expert", str(tiny_expert), "--dagger-rounds", "1", "--dagger-episodes", "1",
+               "--dagger-epochs", "1", "--dagger-max-steps", "12", "--tensorboard", str(tmp_path / "tb"),
+               "--report", str(report)])
+    assert rc == 0 and out.is_file()
+    text = capsys.readouterr().out
+    assert "held-out accuracy" in text and "DAgger round 1/1" in text
+    rep = json.loads(report.read_text())
+    assert rep["n_val_episodes"] == 1 and rep["n_train_episodes"] == 3  # 2 recorded + 1 DAgger episode
+    assert len(rep["dagger_returns"]) == 1
+    assert list((tmp_path / "tb").rglob("events.out.tfevents*"))
+
+    js = tmp_path / "eval.json"
+    rc = main(["evaluate", "--policy", str(out), "--episodes", "2", "--seed", "1000000", "--max-steps", "15",
+               "--workers", "1", "--json", str(js)])
+    assert rc == 0
+    res = json.loads(js.read_text())
+    assert set(res) >= {"env", "policy", "seeds", "returns", "steps", "mean_return", "std_return"}
+    assert res["seeds"] == [1000000, 1000001] and res["steps"] == [15, 15]
+    assert res["mean_return"] == pytest.approx(np.mean(res["returns"]))
+
+
+def test_evaluate_accepts_the_expert(tiny_expert, capsys):
+    rc = main(["evaluate", "--policy", str(tiny_expert), "--episodes", "1", "--max-steps", "10", "--workers", "1"])
+    assert rc == 0 and "mean return" in capsys.readouterr().out
+
+
+def test_train_refuses_dagger_without_expert(recording, tmp_path, capsys):
+    rc = main(["train", "--data", str(recording), "--out", str(tmp_path / "x.pt"), "--dagger-rounds", "1"])
+    assert rc == 2 and "--expert" in capsys.readouterr().err
+
+
+def test_help_of_every_command(capsys):
+    for cmd in (["--help"], ["collect", "--help"], ["train", "--help"], ["evaluate", "--help"],
+                ["drive", "--help"], ["expert", "train", "--help"], ["bench", "nac", "--help"]):
+        with pytest.raises(SystemExit) as e:
+            main(cmd)
+        assert e.value.code == 0
+    assert "--policy" in capsys.readouterr().out
