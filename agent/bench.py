@@ -93,7 +93,7 @@ def ensure_peer(peer_dir: str | Path | None = None, install: bool = True,
         if not install:
             return None, f"{spec} is not installed in {folder} (installing was turned off)"
         cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-input", "--disable-pip-version-check",
-               "--target", str(folder), spec]
+               "--retries", "2", "--timeout", "30", "--target", str(folder), spec]
         try:
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
         except (OSError, subprocess.TimeoutExpired) as e:

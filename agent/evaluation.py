@@ -41,8 +41,12 @@ def _run_seeds(args, on_episode=None) -> list[tuple[int, float, int]]:
 
     if threads:
         torch.set_num_threads(threads)
-    actor = make_actor(load_policy(policy_path))
-    env = make_carracing()
+    from agent.expert import ExpertPolicy
+
+    policy = load_policy(policy_path)
+    actor = make_actor(policy)
+    # The expert reads privileged state only: skip the pixel rendering (same physics, same returns).
+    env = make_carracing(render_pixels=not isinstance(policy, ExpertPolicy))
     out = []
     for s in seeds:
         ep = rollout(env, actor, s, max_steps=max_steps, keep_frames=False)

@@ -35,6 +35,7 @@ d = d_model / H head width, K keys kept per query.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -78,6 +79,12 @@ def _layer_masks(wiring) -> tuple[Tensor, Tensor, Tensor]:
     s = torch.as_tensor(wiring.sensory_adjacency_matrix != 0)
     a = torch.as_tensor(wiring.adjacency_matrix != 0)
     return s[:, inter], a[inter][:, command], a[command][:, motor]
+
+
+@functools.lru_cache(maxsize=32)
+def _sensory_mask(input_dim: int, n_out: int, sparsity: float, seed: int) -> Tensor:
+    """(input_dim, n_out) bool sensory-gate mask; cached, since ncps builds wide wirings slowly."""
+    return _layer_masks(sensory_wiring(input_dim, n_out, sparsity, seed))[0]
 
 
 class SparseLinear(nn.Module):
@@ -339,7 +346,7 @@ class NAC(nn.Module):
 
         # 1. sensory gates: sensory->inter masks of three AutoNCP wirings
         self.sensory = nn.ModuleDict({
-            name: SparseLinear(_layer_masks(sensory_wiring(input_dim, d_model, sparsity, seed + i))[0])
+            name: SparseLinear(_sensory_mask(input_dim, d_model, sparsity, seed + i).clone())
             for i, name in enumerate(("q", "k", "v"))
         })
         # 5. backbone: inter -> command -> motor of an AutoNCP wiring over the 2d pair input

@@ -7,7 +7,7 @@ import io
 from agent.bench import ROW_KEYS, bench_nac, print_table
 
 
-def test_bench_nac_tiny_rows_and_table(tmp_path):
+def test_bench_nac_tiny_rows_and_table():
     rows = bench_nac(sizes=(8,), block_sizes=(24,), repeats=2, peer=False, threads=1, verbose=False)
     assert [(r["model"], r["T"]) for r in rows] == [("ours-exact", 8), ("ours-blocks", 8), ("ours-blocks", 24)]
     for r in rows:
