@@ -128,6 +128,7 @@ def _add_train(sub) -> None:
     p.add_argument("--dagger-rounds", type=int, default=0, help="DAgger rounds after BC")
     p.add_argument("--dagger-episodes", type=int, default=8, help="student episodes per DAgger round")
     p.add_argument("--dagger-epochs", type=int, default=3, help="epochs on the aggregate after each round")
+    p.add_argument("--save-bc", default=None, help="also save the policy after BC, before DAgger, here")
     p.add_argument("--dagger-max-steps", type=int, default=None, help="cap on DAgger episode length")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--device", default="cpu", help="torch device")
@@ -165,7 +166,8 @@ def _cmd_train(args) -> int:
                       max_steps=args.dagger_max_steps)
     pcfg = PolicyConfig(window=args.window, mode=args.mode, seed=22222 + args.seed)
     tb = Path(args.tensorboard) / out.stem if args.tensorboard else None
-    policy, report = train(demos, cfg, pcfg, expert=expert, env=env, tensorboard_dir=tb)
+    policy, report = train(demos, cfg, pcfg, expert=expert, env=env, tensorboard_dir=tb,
+                           bc_checkpoint=args.save_bc)
     meta = {"command": "agent train " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["train"] else "agent train",
             "data": [str(d) for d in args.data], "best_val_accuracy": report.best_val_accuracy,
             "dagger_returns": report.dagger_returns, "seconds": report.seconds}

@@ -50,7 +50,7 @@ class RecordingWriter:
 
     def __init__(self, out: str | Path, env, algorithm_name: str, overwrite: bool = False,
                  description: str | None = None):
-        self.out = Path(out)
+        self.out = Path(out).absolute()  # Minari mangles relative dataset paths
         if self.out.exists() and not overwrite:
             raise RecordingError(f"{self.out} already exists; choose another --out or pass --overwrite")
         if self.out.parent.exists() and not self.out.parent.is_dir():
@@ -91,15 +91,15 @@ class RecordingWriter:
                         description=self.description or f"CarRacing demonstrations by {self.algorithm_name}",
                         jpeg_encoding=False, data_format="hdf5",
                     )
+                if self.out.exists() and self.overwrite:
+                    shutil.rmtree(self.out)
+                (staging / _dataset_id(self.out.name)).replace(self.out)
             finally:
                 if old is None:
                     os.environ.pop("MINARI_DATASETS_PATH", None)
                 else:
                     os.environ["MINARI_DATASETS_PATH"] = old
-            if self.out.exists() and self.overwrite:
-                shutil.rmtree(self.out)
-            (staging / _dataset_id(self.out.name)).replace(self.out)
-            shutil.rmtree(staging, ignore_errors=True)
+                shutil.rmtree(staging, ignore_errors=True)
             self.dataset = minari.MinariDataset(self.out / "data")
         else:
             self.dataset.update_dataset_from_buffer([self._buffer(ep)])

@@ -237,8 +237,11 @@ def dagger_round(policy: NACPolicy, expert, env, seeds: list[int], beta: float, 
 
 
 def train(demos: Demonstrations, cfg: TrainConfig, policy_config: PolicyConfig, expert=None, env=None,
-          tensorboard_dir: str | Path | None = None, progress: bool = True) -> tuple[NACPolicy, TrainReport]:
+          tensorboard_dir: str | Path | None = None, progress: bool = True,
+          bc_checkpoint: str | Path | None = None) -> tuple[NACPolicy, TrainReport]:
     """BC on ``demos``, then ``cfg.dagger_rounds`` DAgger rounds with ``expert`` in ``env``.
+
+    ``bc_checkpoint``: also save the policy as it is after behaviour cloning, before DAgger.
 
     Raises:
         ValueError: DAgger rounds requested without an expert and env, or too little data.
@@ -262,6 +265,9 @@ def train(demos: Demonstrations, cfg: TrainConfig, policy_config: PolicyConfig, 
     t0 = time.time()
     policy = fit(policy, demos, train_eps, val_eps, cfg.epochs, cfg, report, tb, progress, "bc")
     report.seconds["bc"] = time.time() - t0
+    if bc_checkpoint is not None:
+        policy.save(bc_checkpoint, metadata={"stage": "behaviour cloning (before DAgger)",
+                                             "best_val_accuracy": report.best_val_accuracy})
     rng = np.random.default_rng(cfg.seed)
     done = cfg.epochs
     for r in range(cfg.dagger_rounds):

@@ -66,6 +66,15 @@ def test_interrupted_recording_keeps_finished_episodes(tmp_path):
     assert len(demos.actions) == 2 and demos.seeds == [0, 1]
 
 
+def test_collect_to_a_relative_path(tiny_expert, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rc = main(["collect", "--expert", str(tiny_expert), "--episodes", "2", "--max-steps", "5",
+               "--out", "recordings/rel"])
+    assert rc == 0
+    assert len(load_demonstrations("recordings/rel").actions) == 2
+    assert [p.name for p in (tmp_path / "recordings").iterdir()] == ["rel"]  # no staging left behind
+
+
 def test_load_demonstrations_errors(tmp_path):
     with pytest.raises(RecordingError, match="does not exist"):
         load_demonstrations(tmp_path / "missing")
