@@ -120,7 +120,7 @@ def _add_train(sub) -> None:
     p.add_argument("--window", type=int, default=16, help="T: frames the NAC sees")
     p.add_argument("--mode", default="steady", choices=["steady", "exact", "euler"], help="NAC mode")
     p.add_argument("--epochs", type=int, default=8, help="behaviour-cloning epochs")
-    p.add_argument("--batch-size", type=int, default=16, help="windows per batch")
+    p.add_argument("--batch-frames", type=int, default=256, help="frames per batch (windows per batch = this // window)")
     p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (one-cycle)")
     p.add_argument("--val-fraction", type=float, default=0.1, help="fraction of episodes held out")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights, split and batches")
@@ -160,7 +160,7 @@ def _cmd_train(args) -> int:
         from envs.carracing import make_carracing
 
         expert, env = load_policy(args.expert), make_carracing()
-    cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, val_fraction=args.val_fraction,
+    cfg = TrainConfig(epochs=args.epochs, batch_frames=args.batch_frames, lr=args.lr, val_fraction=args.val_fraction,
                       seed=args.seed, device=args.device, dagger_rounds=args.dagger_rounds,
                       dagger_episodes=args.dagger_episodes, dagger_epochs=args.dagger_epochs,
                       max_steps=args.dagger_max_steps)

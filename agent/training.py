@@ -36,7 +36,7 @@ class TrainConfig:
     """Hyper-parameters of a behaviour-cloning run (and its DAgger rounds)."""
 
     epochs: int = 8
-    batch_size: int = 16  # windows per batch
+    batch_frames: int = 256  # frames per batch (windows per batch = batch_frames // T), fair across T
     lr: float = 1e-3
     weight_decay: float = 1e-4
     val_fraction: float = 0.1
@@ -161,12 +161,13 @@ def fit(policy: NACPolicy, demos: Demonstrations, train_eps: list[int], val_eps:
     device = torch.device(cfg.device)
     policy.to(device)
     T = policy.config.window
+    bsz = max(1, cfg.batch_frames // T)  # windows per batch
     opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     rng = np.random.default_rng(cfg.seed + epoch_offset)
     lengths = [len(demos.actions[i]) for i in train_eps]
     sub = Demonstrations([demos.frames[i] for i in train_eps], [demos.actions[i] for i in train_eps],
                          [demos.seeds[i] for i in train_eps], [demos.returns[i] for i in train_eps])
-    n_batches = math.ceil(len(make_windows(lengths, T, None)) / cfg.batch_size)
+    n_batches = math.ceil(len(make_windows(lengths, T, None)) / bsz)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=max(epochs * (n_batches + 1), 1),
                                                 pct_start=0.15)
     best_acc, best_state = -1.0, None
@@ -176,10 +177,10 @@ def fit(policy: NACPolicy, demos: Demonstrations, train_eps: list[int], val_eps:
         items = make_windows(lengths, T, rng)
         rng.shuffle(items)
         total, seen = 0.0, 0
-        bar = tqdm(range(0, len(items), cfg.batch_size), desc=f"{tag} epoch {epoch + 1}/{epochs}", unit="batch",
+        bar = tqdm(range(0, len(items), bsz), desc=f"{tag} epoch {epoch + 1}/{epochs}", unit="batch",
                    disable=not progress, leave=False)
         for i in bar:
-            obs, act, mask = batch_windows(sub, items[i:i + cfg.batch_size], T)
+            obs, act, mask = batch_windows(sub, items[i:i + bsz], T)
             logits = policy(obs.to(device), mask.to(device))  # (B, T, A)
             loss = F.cross_entropy(logits.flatten(0, 1), act.flatten().to(device), ignore_index=-100)
             opt.zero_grad(set_to_none=True)
@@ -192,7 +193,7 @@ def fit(policy: NACPolicy, demos: Demonstrations, train_eps: list[int], val_eps:
             seen += len(obs)
             bar.set_postfix(loss=f"{total / seen:.3f}")
         bar.close()
-        val_loss, val_acc = evaluate_windows(policy, demos, val_eps, cfg.batch_size) if val_eps else (float("nan"), 0.0)
+        val_loss, val_acc = evaluate_windows(policy, demos, val_eps, bsz) if val_eps else (float("nan"), 0.0)
         m = EpochMetrics(epoch_offset + epoch + 1, total / max(seen, 1), val_loss, val_acc, time.time() - t0)
         report.epochs.append(m)
         print(f"{tag} epoch {epoch + 1}/{epochs}: train loss {m.train_loss:.4f}  val loss {val_loss:.4f}  "

@@ -90,7 +90,7 @@ def test_train_dagger_evaluate(recording, tiny_expert, tmp_path, capsys):
     out = tmp_path / "nac.pt"
     report = tmp_path / "report.json"
     rc = main(["train", "--data", str(recording), "--out", str(out), "--window", "4", "--epochs", "1",
-               "--batch-size", "4", "--expert", str(tiny_expert), "--dagger-rounds", "1", "--dagger-episodes", "1",
+               "--batch-frames", "16", "--expert", str(tiny_expert), "--dagger-rounds", "1", "--dagger-episodes", "1",
                "--dagger-epochs", "1", "--dagger-max-steps", "12", "--tensorboard", str(tmp_path / "tb"),
                "--report", str(report)])
     assert rc == 0 and out.is_file()
