@@ -135,6 +135,11 @@ class Demonstrations:
     def n_frames(self) -> int:
         return sum(len(a) for a in self.actions)
 
+    def subset(self, episodes: list[int]) -> "Demonstrations":
+        """The given episodes (by index), in that order."""
+        return Demonstrations([self.frames[i] for i in episodes], [self.actions[i] for i in episodes],
+                              [self.seeds[i] for i in episodes], [self.returns[i] for i in episodes])
+
     def extend(self, other: "Demonstrations") -> "Demonstrations":
         return Demonstrations(self.frames + other.frames, self.actions + other.actions,
                               self.seeds + other.seeds, self.returns + other.returns)

@@ -131,10 +131,9 @@ def evaluate_windows(policy: NACPolicy, demos: Demonstrations, episodes: list[in
     """Mean cross-entropy over all positions and accuracy at full-context positions (the last
     position of each full window) on the given episodes. Returns (loss, accuracy)."""
     T = policy.config.window
-    sub = Demonstrations([demos.frames[i] for i in episodes], [demos.actions[i] for i in episodes],
-                         [demos.seeds[i] for i in episodes], [demos.returns[i] for i in episodes])
-    # every frame from position T-1 on is the last position of exactly one (overlapping) window:
-    # score each episode with stride-1 windows via streaming, which is exactly that.
+    sub = demos.subset(episodes)
+    # non-overlapping windows from each episode's start; accuracy counts the last position of
+    # every full window (T-1 frames of context, as in a rollout after its first T frames)
     policy.eval()
     losses, correct, counted = [], 0, 0
     items = make_windows([len(a) for a in sub.actions], T, None)
@@ -165,8 +164,7 @@ def fit(policy: NACPolicy, demos: Demonstrations, train_eps: list[int], val_eps:
     opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     rng = np.random.default_rng(cfg.seed + epoch_offset)
     lengths = [len(demos.actions[i]) for i in train_eps]
-    sub = Demonstrations([demos.frames[i] for i in train_eps], [demos.actions[i] for i in train_eps],
-                         [demos.seeds[i] for i in train_eps], [demos.returns[i] for i in train_eps])
+    sub = demos.subset(train_eps)
     n_batches = math.ceil(len(make_windows(lengths, T, None)) / bsz)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=max(epochs * (n_batches + 1), 1),
                                                 pct_start=0.15)
