@@ -61,9 +61,22 @@ class CNNFeatures(nn.Module):
                 raise ValueError(f"observation {shape} is too small for the CNN: {exc}") from exc
         self.dropout = nn.Dropout(dropout)
 
+    @staticmethod
+    def preprocess(obs: Tensor) -> Tensor:
+        """(B, H, W, C) frames in [0, 255] -> (B, C, H, W) float in [0, 1], what the first conv sees."""
+        return obs.float().permute(0, 3, 1, 2) / 255.0
+
     def forward(self, obs: Tensor) -> Tensor:
-        x = obs.float().permute(0, 3, 1, 2) / 255.0  # (B, C, H, W)
-        return self.dropout(self.cnn(x))  # (B, F)
+        return self.from_preprocessed(self.preprocess(obs))  # (B, F)
+
+    def from_preprocessed(self, x: Tensor) -> Tensor:
+        """(B, C, H, W) preprocessed frames -> (B, F) features (the path Grad-CAM differentiates)."""
+        return self.dropout(self.cnn(x))
+
+    @property
+    def last_conv(self) -> nn.Conv2d:
+        """The last convolution: Grad-CAM's target layer."""
+        return [m for m in self.cnn if isinstance(m, nn.Conv2d)][-1]
 
 
 @dataclass
@@ -108,7 +121,13 @@ class NACPolicy(nn.Module):
 
     ``forward`` scores whole windows (training); ``step`` / ``predict`` act in a rollout and cost
     one CNN forward plus NAC on the newest query over the cached keys.
+
+    The live runner's overlays use :attr:`output_kind` ("discrete": the outputs are action logits)
+    and the saliency hooks :meth:`saliency_layer`, :meth:`saliency_input`, :meth:`saliency_forward`
+    and :meth:`saliency_region`, which every policy with a CNN provides.
     """
+
+    output_kind = "discrete"
 
     def __init__(self, config: PolicyConfig | None = None, **kwargs):
         super().__init__()
@@ -141,12 +160,23 @@ class NACPolicy(nn.Module):
 
     # ------------------------------------------------------------------ acting
     @torch.no_grad()
-    def step(self, obs: Tensor, state: PolicyState | None = None, return_intermediates: bool = False
-             ) -> tuple[Tensor, PolicyState]:
-        """One control step for a batch of newest frames obs (B, H, W, C); returns logits (B, A)."""
+    def step(self, obs: Tensor, state: PolicyState | None = None, return_intermediates: bool = False,
+             t: Tensor | None = None) -> tuple[Tensor, PolicyState]:
+        """One control step for a batch of newest frames.
+
+        Args:
+            obs: (B, H, W, C) newest frames.
+            state: the previous step's state (None at an episode start).
+            return_intermediates: also keep the NAC intermediates in ``state.last["intermediates"]``.
+            t: (B,) frame timestamps in seconds; None: ``steps * frame_dt`` (CarRacing's fixed rate).
+
+        Returns:
+            (logits (B, A), new state); ``new_state.last["logits"]`` holds the logits too.
+        """
         state = state or PolicyState()
         feats = self.features(obs)  # (B, F)
-        t = torch.full((obs.shape[0],), state.steps * self.config.frame_dt, dtype=feats.dtype, device=obs.device)
+        if t is None:
+            t = torch.full((obs.shape[0],), state.steps * self.config.frame_dt, dtype=feats.dtype, device=obs.device)
         out = self.nac.step(feats, state.cache, t=t, window=self.config.window,
                             return_intermediates=return_intermediates)
         y, cache = out[0], out[1]
@@ -155,6 +185,41 @@ class NACPolicy(nn.Module):
         if return_intermediates:
             new.last["intermediates"] = out[2]
         return logits, new
+
+    # ------------------------------------------------------------------ saliency (Grad-CAM) hooks
+    def saliency_layer(self) -> nn.Module:
+        """The CNN's last convolution, Grad-CAM's target layer."""
+        return self.features.last_conv
+
+    def saliency_input(self, frame: np.ndarray) -> Tensor:
+        """One raw frame (H, W, C) uint8 -> (1, C, H, W) float, exactly what the first conv sees."""
+        obs = torch.as_tensor(np.ascontiguousarray(frame), device=self.device)[None]
+        return self.features.preprocess(obs)
+
+    def saliency_forward(self, x: Tensor, state_before: PolicyState | None = None, t: Tensor | None = None) -> Tensor:
+        """Differentiable twin of :meth:`step` for Grad-CAM: the output on the newest frame ``x``.
+
+        Args:
+            x: (N, C, H, W) preprocessed newest frame(s) (:meth:`saliency_input`).
+            state_before: the state :meth:`step` was given for this frame (the earlier frames of
+                the window); it is not changed. Its cache must have batch size N (or be None).
+            t: (N,) timestamp in seconds, or None for ``state_before.steps * frame_dt``.
+
+        Returns:
+            (N, A) action logits, equal to what :meth:`step` returns for the same frame.
+        """
+        N = x.shape[0]
+        feats = self.features.from_preprocessed(x)  # (N, F)
+        steps = state_before.steps if state_before is not None else 0
+        if t is None:
+            t = torch.full((N,), steps * self.config.frame_dt, dtype=feats.dtype, device=x.device)
+        cache = state_before.cache if state_before is not None else None
+        y = self.nac.step(feats, cache, t=t, window=self.config.window)[0]  # (N, d_model)
+        return self.head(y)
+
+    def saliency_region(self, frame_hw: tuple[int, int]) -> tuple[int, int, int, int]:
+        """(top, bottom, left, right) pixels of the raw frame that :meth:`saliency_input` covers: all of it."""
+        return 0, int(frame_hw[0]), 0, int(frame_hw[1])
 
     def predict(self, obs: np.ndarray, state: PolicyState | None = None, episode_start: np.ndarray | None = None,
                 deterministic: bool = True) -> tuple[np.ndarray | int, PolicyState]:

@@ -65,6 +65,19 @@ def add_drive_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fps-limit", type=float, default=float(ENV_FPS),
                         help="frame-rate cap of the window, 50 = CarRacing's own rate; 0 = as fast as possible. "
                              "Headless runs are never limited (default: %(default)g)")
+    ov = parser.add_argument_group("overlays", "live interpretability: Grad-CAM saliency over the frame and the "
+                                    "NAC neuron traces (phi, omega, logits, weights, NCP neuron groups) in the "
+                                    "right panel. Keys in the window: P/space pause, N/. single step, S saliency, "
+                                    "T traces, H next head, [ and ] heat-map opacity, R restart the episode, "
+                                    "Q/Esc quit")
+    ov.add_argument("--no-overlay", action="store_true", help="no saliency, no traces, no panel (plain view)")
+    ov.add_argument("--no-saliency", action="store_true", help="start with the Grad-CAM overlay off (not computed)")
+    ov.add_argument("--no-traces", action="store_true", help="start without the NAC trace panel")
+    ov.add_argument("--cam-opacity", type=float, default=0.5, metavar="A",
+                    help="peak opacity of the Grad-CAM heat map, 0..1 (default: %(default)s)")
+    ov.add_argument("--dump-traces", default=None, metavar="PATH",
+                    help="write every step's NAC traces (phi, omega, logits, weights, kept keys, neuron groups), "
+                         "actions and rewards to this .npz; plot them with `agent plot-traces`")
 
 
 # ---------------------------------------------------------------------------------------- view
@@ -83,7 +96,10 @@ class StepView:
         seed, episode, episodes: the track seed and the 1-based episode index of the run.
         policy_state: the NAC :class:`agent.policy.PolicyState` after this step (overlays read
             ``policy_state.last``); None for the expert.
-        extras: free slot for overlay data computed per step (e.g. a saliency map).
+        extras: overlay data computed per step (``"saliency"``: an :class:`agent.saliency.SaliencyMap`).
+        latency_ms: milliseconds from the observation to the action, overlays included.
+        status: one line about the overlays (e.g. what the saliency map attributes).
+        paused: the run is paused (the HUD says so).
     """
 
     frame: np.ndarray
@@ -98,10 +114,16 @@ class StepView:
     episodes: int = 1
     policy_state: Any = None
     extras: dict = field(default_factory=dict)
+    latency_ms: float = 0.0
+    status: str = ""
+    paused: bool = False
 
 
 #: An overlay: draws onto its region (a subsurface of the composed Surface) for one step.
 PanelDrawer = Callable[["pygame.Surface", StepView], None]  # noqa: F821 - pygame is imported lazily
+#: A frame filter: (H, W, 3) uint8 frame, view -> the frame to show (e.g. with a heat map blended in),
+#: applied at the observation's own resolution before the upscale (cheap: 96 x 96 for CarRacing).
+FrameFilter = Callable[[np.ndarray, StepView], np.ndarray]
 
 _BG = (18, 19, 23)
 _HUD_BG = (28, 30, 36)
@@ -126,9 +148,10 @@ class Renderer:
         |  HUD                   |                 |
         +------------------------+-----------------+
 
-    Overlays plug in as callables ``drawer(surface, view)``: :attr:`panels` draw on the panel's
-    subsurface (after the HUD), :attr:`frame_overlays` on the scaled frame's subsurface (e.g. a
-    saliency heat map blended over the road). Fonts and the static background (panel, labels,
+    Overlays plug in as callables: :attr:`frame_filters` ``filter(frame, view) -> frame`` change
+    the frame before it is scaled up (the saliency heat map is blended in there),
+    :attr:`frame_overlays` ``drawer(surface, view)`` draw on the scaled frame's subsurface and
+    :attr:`panels` on the panel's subsurface (after the HUD). Fonts and the static background (panel, labels,
     bar outlines) are made once; :meth:`compose` reuses one canvas Surface (copy it to keep it).
 
     Args:
@@ -138,14 +161,15 @@ class Renderer:
         policy_label: first HUD line, e.g. "NAC policy nac.pt" or "expert (privileged state)".
         show_probs: draw action-probability bars (a NAC policy); else a note that there are none.
         panel_width: width of the overlay panel (0 = none).
+        help_text: a line of key help drawn at the bottom of the HUD.
     """
 
-    HUD_HEIGHT = 168
+    HUD_HEIGHT = 200
     MIN_LEFT_WIDTH = 480  # the HUD needs this much even when the frame is small
 
     def __init__(self, frame_size: tuple[int, int] = (96, 96), scale: int = 6,
                  action_names: tuple[str, ...] = DEFAULT_ACTION_NAMES, policy_label: str = "",
-                 show_probs: bool = True, panel_width: int = 420):
+                 show_probs: bool = True, panel_width: int = 420, help_text: str = ""):
         import pygame
 
         if scale < 1:
@@ -155,6 +179,7 @@ class Renderer:
         self.action_names = tuple(action_names)
         self.policy_label = policy_label
         self.show_probs = show_probs
+        self.help_text = help_text
         fw, fh = int(frame_size[0]) * scale, int(frame_size[1]) * scale
         self.frame_size = (int(frame_size[0]), int(frame_size[1]))
         left_w = max(fw, self.MIN_LEFT_WIDTH)
@@ -168,6 +193,7 @@ class Renderer:
 
         self.panels: list[PanelDrawer] = []
         self.frame_overlays: list[PanelDrawer] = []
+        self.frame_filters: list[FrameFilter] = []
 
         self.font = pygame.font.Font(None, 22)
         self.font_small = pygame.font.Font(None, 19)
@@ -216,6 +242,8 @@ class Renderer:
             bg.blit(self.font_small.render("(the expert acts from", True, _DIM), (self._bars_x, header_y + 22))
             bg.blit(self.font_small.render(" privileged state)", True, _DIM), (self._bars_x, header_y + 42))
         bg.blit(self.font_small.render(self.policy_label, True, _DIM), (self._text_x, self.hud_rect.bottom - 24))
+        if self.help_text:
+            bg.blit(self.font_small.render(self.help_text, True, _DIM), (self._text_x, self.hud_rect.bottom - 44))
         return bg
 
     def _text(self, font, s: str, color=_TEXT):
@@ -237,6 +265,8 @@ class Renderer:
         frame = np.ascontiguousarray(view.frame[..., :3], dtype=np.uint8)
         if frame.shape[:2] != (self.frame_size[1], self.frame_size[0]):
             raise ValueError(f"frame of shape {frame.shape} does not fit the renderer's {self.frame_size} (w, h)")
+        for apply in self.frame_filters:
+            frame = apply(frame, view)
         pg.surfarray.blit_array(self._frame_src, frame.swapaxes(0, 1))
         pg.transform.scale(self._frame_src, self.frame_rect.size, self._frame_view)
         for draw in self.frame_overlays:
@@ -263,6 +293,11 @@ class Renderer:
         c.blit(self._text(self.font_small, f"seed {v.seed}  ep {v.episode}/{v.episodes}", _DIM), (x + 120, y + 2))
         y += lh
         c.blit(self._text(self.font, f"FPS     {v.fps:6.1f}"), (x, y))
+        c.blit(self._text(self.font_small, f"step latency {v.latency_ms:5.1f} ms", _DIM), (x + 120, y + 2))
+        if v.paused:
+            c.blit(self._text(self.font_big, "PAUSED", _ACCENT), (x + 150, self._text_y))
+        if v.status:
+            c.blit(self._text(self.font_small, v.status, _DIM), (x, self.hud_rect.bottom - 64))
         if self.show_probs and v.probs is not None:
             bx = self._bars_x + self._bar_label_w
             for i, p in enumerate(np.asarray(v.probs, dtype=np.float64)[: len(self.action_names)]):
@@ -279,36 +314,91 @@ class Renderer:
 
 
 # ---------------------------------------------------------------------------------------- acting
+@dataclass
+class Decision:
+    """One control step's decision and what the overlays need to explain it.
+
+    Attributes:
+        action: what the env is given: a discrete action index (int), or an array for a
+            continuous action space (normalised steering for Udacity).
+        action_class: the class that colours the traces (the action index; for steering
+            0 straight, 1 left, 2 right).
+        probs: (A,) action probabilities, or None.
+        output: the policy's raw output for this frame, (1, A) logits or (1, 1) steering; None
+            for policies without one (the expert).
+        state_before, state: the policy state given to and returned by ``step``.
+        t: (1,) the timestamp given to the policy in seconds, or None.
+        intermediates: the NAC intermediates of this step, or None.
+    """
+
+    action: Any
+    action_class: int = 0
+    probs: np.ndarray | None = None
+    output: Any = None
+    state_before: Any = None
+    state: Any = None
+    t: Any = None
+    intermediates: Any = None
+
+
+STEERING_CLASSES = ("straight", "left", "right")
+STEERING_DEADBAND = 0.05  # |normalised steering| below this counts as straight
+
+
+def steering_class(steering: float) -> int:
+    """0 straight, 1 left (steering < -0.05), 2 right (> 0.05); normalised steering, +1 = full right."""
+    return 1 if steering < -STEERING_DEADBAND else 2 if steering > STEERING_DEADBAND else 0
+
+
 class _Driver:
     """Chooses actions for the runner and exposes what the HUD shows about the decision."""
 
     label = "policy"
     has_probs = False
+    traces_reason = "the policy has no NAC layer (no intermediates to trace)"
 
     def reset(self) -> None: ...
 
-    def act(self, obs: np.ndarray, env) -> tuple[int, np.ndarray | None, Any]:
-        """(action, probabilities or None, policy state or None)."""
+    def act(self, obs: np.ndarray, env, info: dict | None = None) -> Decision:
         raise NotImplementedError
 
 
 class _NACDriver(_Driver):
-    has_probs = True
+    """Any policy with ``step(obs, state, return_intermediates, t)`` and an ``output_kind``."""
 
     def __init__(self, policy, name: str):
         import torch
 
         self.policy, self.state, self.torch = policy, None, torch
+        self.kind = getattr(policy, "output_kind", "discrete")
+        self.has_probs = self.kind == "discrete"
+        self.want_intermediates = False
+        self.traces_reason = None
         self.label = f"NAC policy {name} (window {policy.config.window})"
 
     def reset(self) -> None:
         self.state = None
 
-    def act(self, obs, env):
-        action, self.state = self.policy.predict(obs, self.state, deterministic=True)
-        logits = self.state.last["logits"][0]
-        probs = self.torch.softmax(logits.float(), -1).cpu().numpy()
-        return int(action), probs, self.state
+    def act(self, obs, env, info=None):
+        torch = self.torch
+        x = torch.as_tensor(np.ascontiguousarray(obs), device=self.policy.device)[None]
+        t = None
+        if info is not None and "time_s" in info:
+            t = torch.tensor([float(info["time_s"])], dtype=torch.float64, device=x.device)
+        before = self.state
+        if self.policy.training:
+            self.policy.eval()
+        out, self.state = self.policy.step(x, before, return_intermediates=self.want_intermediates, t=t)
+        inter = self.state.last.get("intermediates") if self.want_intermediates else None
+        if self.want_intermediates and inter is None and self.traces_reason is None:
+            self.traces_reason = f"{type(self.policy).__name__}.step returns no NAC intermediates"
+            self.want_intermediates = False
+        if self.kind == "discrete":
+            probs = torch.softmax(out[0].float(), -1).cpu().numpy()
+            a = int(out[0].argmax())
+            return Decision(a, a, probs, out, before, self.state, t, inter)
+        steer = float(out.reshape(-1)[0].clamp(-1, 1))
+        return Decision(np.array([steer], np.float32), steering_class(steer), None, out, before, self.state, t, inter)
 
 
 class _ActorDriver(_Driver):
@@ -318,23 +408,144 @@ class _ActorDriver(_Driver):
     def reset(self) -> None:
         self.actor.reset()
 
-    def act(self, obs, env):
-        return int(self.actor.act(obs, env)), None, None
+    def act(self, obs, env, info=None):
+        a = int(self.actor.act(obs, env))
+        return Decision(a, a)
 
 
 def _make_driver(policy, name: str) -> _Driver:
     from agent.expert import ExpertPolicy
     from agent.loading import make_actor
-    from agent.policy import NACPolicy
 
-    if isinstance(policy, NACPolicy):
+    if callable(getattr(policy, "step", None)) and hasattr(policy, "config") and not isinstance(policy, ExpertPolicy):
         return _NACDriver(policy, name)
     label = "expert (privileged state)" if isinstance(policy, ExpertPolicy) else f"policy {name}"
     return _ActorDriver(make_actor(policy), label)
 
 
+# ---------------------------------------------------------------------------------------- overlays
+class Overlays:
+    """The live interpretability of one run: Grad-CAM saliency and NAC neuron traces.
+
+    Built once per run. Saliency needs a policy with the CNN saliency hooks; traces need NAC
+    intermediates from the policy's ``step``. When either is impossible it stays off and
+    :attr:`reasons` says why (the runner prints it). Toggles (keys S and T) switch the work off,
+    not just the drawing.
+
+    Args:
+        policy: the loaded policy (any kind).
+        driver: the runner's driver for it.
+        renderer: where the drawers go (None: nothing is shown; traces may still be dumped).
+        saliency, traces: whether to try each.
+        dump: keep every step's traces for ``--dump-traces``.
+        opacity: initial heat-map opacity (0..1).
+        class_names: names of the action classes.
+    """
+
+    def __init__(self, policy, driver: _Driver, renderer: "Renderer | None", *, saliency: bool, traces: bool,
+                 dump: bool = False, opacity: float = 0.5, class_names: tuple[str, ...] = DEFAULT_ACTION_NAMES):
+        self.reasons: dict[str, str] = {}
+        self.saliency = None
+        self.saliency_drawer = None
+        self.history = self.panel = self.recorder = None
+        self.class_names = tuple(class_names)
+        nac_driver = isinstance(driver, _NACDriver)
+        if saliency and renderer is not None:
+            from agent.overlays import SaliencyDrawer
+            from agent.saliency import SaliencyOverlay, saliency_unavailable_reason
+
+            reason = saliency_unavailable_reason(policy) if nac_driver else \
+                f"{driver.label} acts without a CNN on the frame"
+            if reason:
+                self.reasons["saliency"] = reason
+            else:
+                self.saliency = SaliencyOverlay(policy, tuple(getattr(policy.config, "action_names", ())))
+                self.saliency_drawer = SaliencyDrawer(opacity)
+                renderer.frame_filters.append(self.saliency_drawer)
+        if (traces and renderer is not None) or dump:
+            if not nac_driver:
+                self.reasons["traces"] = driver.traces_reason
+            else:
+                from agent.traces import TraceHistory, TraceRecorder
+
+                driver.want_intermediates = True
+                if dump:
+                    self.recorder = TraceRecorder()
+                if traces and renderer is not None and renderer.panel_rect.width:
+                    from agent.overlays import TracePanel
+
+                    size = renderer.panel_rect.size
+                    self.history = TraceHistory(TracePanel.plot_width_for(size[0]))
+                    self.panel = TracePanel(size, self.history, policy.config.num_heads, policy.config.window,
+                                            self.class_names)
+                    renderer.panels.append(self.panel)
+        self.driver = driver
+
+    # ------------------------------------------------------------------ toggles
+    @property
+    def saliency_on(self) -> bool:
+        return self.saliency_drawer is not None and self.saliency_drawer.enabled
+
+    def toggle_saliency(self) -> None:
+        if self.saliency_drawer is not None:
+            self.saliency_drawer.enabled = not self.saliency_drawer.enabled
+
+    def toggle_traces(self) -> None:
+        if self.panel is not None:
+            self.panel.enabled = not self.panel.enabled
+
+    def next_head(self) -> None:
+        if self.panel is not None:
+            self.panel.next_head()
+
+    def adjust_opacity(self, delta: float) -> None:
+        if self.saliency_drawer is not None:
+            self.saliency_drawer.adjust(delta)
+
+    def new_episode(self) -> None:
+        if self.history is not None:
+            self.history.clear()
+
+    # ------------------------------------------------------------------ per step
+    def explain(self, obs: np.ndarray, d: Decision, extras: dict) -> str:
+        """Compute this step's overlays into ``extras``; returns the status line for the HUD."""
+        status = []
+        if self.saliency is not None:
+            if self.saliency_on and d.output is not None:
+                sal = self.saliency.compute(obs, d.state_before, d.output, d.t)
+                extras["saliency"] = sal
+                status.append(f"Grad-CAM: {sal.target}, {1000 * sal.seconds:.1f} ms, opacity "
+                              f"{self.saliency_drawer.opacity:.1f}")
+            else:
+                self.saliency.discard()  # the hooks saw the policy's own step; keep nothing
+                status.append("Grad-CAM off")
+        if d.intermediates is not None:
+            from agent.traces import step_traces
+
+            cache = getattr(d.state, "cache", None)
+            tr = step_traces(d.intermediates, 0, cache.length - 1 if cache is not None else None)
+            extras["traces"] = tr
+            if self.history is not None and self.panel.enabled:
+                self.history.push(tr, d.action_class)
+        if self.panel is not None and self.driver.traces_reason:
+            self.panel.note = f"traces off: {self.driver.traces_reason}"
+        return "   ".join(status)
+
+    def record(self, extras: dict, d: Decision, reward: float, episode: int, step: int, time_s: float) -> None:
+        if self.recorder is not None and "traces" in extras:
+            action = d.action if np.isscalar(d.action) else float(np.asarray(d.action).reshape(-1)[0])
+            self.recorder.add(extras["traces"], action=action, action_class=d.action_class, reward=reward,
+                              episode=episode, step=step, time_s=time_s)
+
+    def close(self) -> None:
+        """Release Grad-CAM's hooks."""
+        if self.saliency is not None:
+            self.saliency.close()
+
+
 # ---------------------------------------------------------------------------------------- window
 _NO_WINDOW_DRIVERS = ("dummy", "offscreen")
+HELP_TEXT = "P pause  N step  S saliency  T traces  H head  [ ] opacity  R restart  Q quit"
 
 
 def _display_unavailable_reason() -> str | None:
@@ -350,7 +561,7 @@ def _display_unavailable_reason() -> str | None:
 class _Window:
     """The pygame window: shows composed Surfaces, handles events through :attr:`keys`.
 
-    ``keys`` maps a pygame key code to a callable; a later change adds pause / single-step keys.
+    ``keys`` maps a pygame key code to a callable (the runner adds its controls).
 
     Raises:
         pygame.error: the display could not be opened (or SDL fell back to a driver without a window).
@@ -373,7 +584,7 @@ class _Window:
         self.clock = pygame.time.Clock()
         self.fps_limit = fps_limit
         self.quit_requested = False
-        self.keys: dict[int, Callable[[], None]] = {pygame.K_ESCAPE: self.request_quit}
+        self.keys: dict[int, Callable[[], None]] = {pygame.K_ESCAPE: self.request_quit, pygame.K_q: self.request_quit}
 
     def request_quit(self) -> None:
         self.quit_requested = True
@@ -436,6 +647,10 @@ def _check_args(args) -> str | None:
         return f"--fps-limit must be >= 0, got {args.fps_limit}"
     if args.record is not None and Path(args.record).suffix.lower() != ".mp4":
         return f"--record writes an mp4 video; give a path ending in .mp4, got {args.record!r}"
+    if not 0.0 <= args.cam_opacity <= 1.0:
+        return f"--cam-opacity must be in 0..1, got {args.cam_opacity}"
+    if args.dump_traces is not None and Path(args.dump_traces).suffix.lower() != ".npz":
+        return f"--dump-traces writes a .npz file; give a path ending in .npz, got {args.dump_traces!r}"
     return None
 
 
@@ -447,8 +662,8 @@ def run_drive(args: argparse.Namespace) -> int:
     """Drive ``args.episodes`` episodes with ``args.policy``; print per-episode and mean returns.
 
     ``args`` holds the options of :func:`add_drive_arguments`. Returns the exit code: 0 (done, or
-    the window was closed / Escape), 2 (bad options or policy file: a message on stderr), 130
-    (Ctrl-C; the video so far is still finalised).
+    the window was closed / Escape / Q), 2 (bad options or policy file: a message on stderr), 130
+    (Ctrl-C; the video and the traces so far are still written).
     """
     problem = _check_args(args)
     if problem:
@@ -474,105 +689,219 @@ def run_drive(args: argparse.Namespace) -> int:
 
         if not pygame.display.get_init():
             os.environ["SDL_VIDEODRIVER"] = "dummy"  # never open a window, even if something inits the display
-
-    from envs.carracing import ACTION_NAMES, EPISODE_STEPS, make_carracing
-
-    driver = _make_driver(policy, path.name)
-    env = make_carracing(max_episode_steps=args.max_steps or EPISODE_STEPS)
-    obs_shape = env.observation_space.shape  # (H, W, C)
-    names = tuple(getattr(getattr(policy, "config", None), "action_names", ACTION_NAMES))
-
-    # One frame at a time: intra-op threads only add synchronisation (with 2 threads on a busy 2-core
-    # machine a NAC step took 40 ms instead of 1.5 ms), so act single-threaded; restored at the end.
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    window = writer = renderer = None
+    session = DriveSession(args, policy, path.name, headless=headless)
     try:
-        draw = not headless or args.record is not None
+        print(f"policy {path} ({session.driver.label}); env {args.env}; tracks {args.seed}..{args.seed + args.episodes - 1}"
+              f"{'; headless' if session.window is None else ''}"
+              f"{f'; recording {args.record}' if session.writer else ''}", flush=True)
+        return session.run()
+    finally:
+        session.close()
+
+
+class DriveSession:
+    """One ``drive`` run: env, policy driver, overlays, renderer, window and video, and the loop.
+
+    Args:
+        args: the ``drive`` options (:func:`add_drive_arguments`).
+        policy: the loaded policy; ``name`` labels it.
+        headless: no window.
+        force_draw: compose every frame even without a window or video (the FPS benchmark).
+
+    Attributes:
+        step_seconds: wall time of each loop step (act + overlays + drawing + env step), seconds.
+        latency_seconds: observation-to-action time of each step (policy + overlays), seconds.
+    """
+
+    def __init__(self, args, policy, name: str, headless: bool, force_draw: bool = False):
+        import torch
+
+        from envs.carracing import ACTION_NAMES, EPISODE_STEPS, make_carracing
+
+        self.args = args
+        self.driver = _make_driver(policy, name)
+        self.env = make_carracing(max_episode_steps=args.max_steps or EPISODE_STEPS)
+        obs_shape = self.env.observation_space.shape  # (H, W, C)
+        names = tuple(getattr(getattr(policy, "config", None), "action_names", ACTION_NAMES))
+        discrete = getattr(policy, "output_kind", "discrete") == "discrete"
+        self.class_names = names if discrete else STEERING_CLASSES
+        # One frame at a time: intra-op threads only add synchronisation (with 2 threads on a busy 2-core
+        # machine a NAC step took 40 ms instead of 1.5 ms), so act single-threaded; restored at close().
+        self._threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        self.window = self.writer = self.renderer = None
+        overlay = not args.no_overlay
+        draw = force_draw or not headless or args.record is not None
         if draw:
-            renderer = Renderer((obs_shape[1], obs_shape[0]), scale=args.scale, action_names=names,
-                                policy_label=driver.label, show_probs=driver.has_probs)
+            self.renderer = Renderer((obs_shape[1], obs_shape[0]), scale=args.scale, action_names=names,
+                                     policy_label=self.driver.label, show_probs=self.driver.has_probs,
+                                     panel_width=420 if overlay else 0,
+                                     help_text=HELP_TEXT if not headless else "")
         if not headless:
             try:
-                window = _Window(renderer.size, f"drive - {driver.label}", args.fps_limit)
+                self.window = _Window(self.renderer.size, f"drive - {self.driver.label}", args.fps_limit)
             except Exception as exc:  # pygame.error, or a broken video driver
                 print(f"drive: note: cannot open a window ({exc}); running headless", file=sys.stderr)
                 os.environ["SDL_VIDEODRIVER"] = "dummy"
-                if args.record is None:
-                    renderer = None  # nothing would show the drawing
+                if args.record is None and not force_draw:
+                    self.renderer = None  # nothing would show the drawing
         if args.record is not None:
-            writer = _VideoWriter(Path(args.record), renderer.size)
-        print(f"policy {path} ({driver.label}); env carracing; tracks {args.seed}..{args.seed + args.episodes - 1}"
-              f"{'; headless' if window is None else ''}{f'; recording {args.record}' if writer else ''}",
-              flush=True)
-        return _drive_loop(args, env, driver, renderer, window, writer)
-    finally:
-        try:
-            if writer is not None:
-                writer.close()  # finalises the mp4, also after Ctrl-C
-                print(f"wrote {writer.path} ({writer.frames} frames, {writer.frames / ENV_FPS:.1f} s at {ENV_FPS} FPS)")
-        finally:
-            if window is not None:
-                window.close()
-            env.close()
-            torch.set_num_threads(threads)
+            self.writer = _VideoWriter(Path(args.record), self.renderer.size)
+        self.overlays = Overlays(policy, self.driver, self.renderer, saliency=overlay and not args.no_saliency,
+                                 traces=overlay and not args.no_traces, dump=args.dump_traces is not None,
+                                 opacity=args.cam_opacity, class_names=self.class_names)
+        for what, why in self.overlays.reasons.items():
+            print(f"drive: note: {what} overlay off: {why}", file=sys.stderr)
+        self.paused = self.single_step = self.restart_requested = False
+        if self.window is not None:
+            pg = self.window.pygame
+            self.window.keys.update({
+                pg.K_p: self.toggle_pause, pg.K_SPACE: self.toggle_pause, pg.K_n: self.request_step,
+                pg.K_PERIOD: self.request_step, pg.K_s: self.overlays.toggle_saliency,
+                pg.K_t: self.overlays.toggle_traces, pg.K_h: self.overlays.next_head,
+                pg.K_LEFTBRACKET: lambda: self.overlays.adjust_opacity(-0.1),
+                pg.K_RIGHTBRACKET: lambda: self.overlays.adjust_opacity(+0.1),
+                pg.K_r: self.request_restart})
+        self.step_seconds: list[float] = []
+        self.latency_seconds: list[float] = []
 
+    # ------------------------------------------------------------------ keys
+    def toggle_pause(self) -> None:
+        self.paused = not self.paused
 
-def _drive_loop(args, env, driver: _Driver, renderer: Renderer | None, window: _Window | None,
-                writer: _VideoWriter | None) -> int:
-    returns: list[float] = []
-    ep = 0
-    ep_return, steps = 0.0, 0
-    code = EXIT_OK
-    try:
-        for ep in range(args.episodes):
-            seed = args.seed + ep
-            obs, _ = env.reset(seed=int(seed))
-            driver.reset()
-            ep_return, steps, done = 0.0, 0, False
-            ticks: deque[float] = deque(maxlen=26)
+    def request_step(self) -> None:
+        """Advance one step; pauses the run first if it was running."""
+        if self.paused:
+            self.single_step = True
+        else:
+            self.paused = True
+
+    def request_restart(self) -> None:
+        self.restart_requested = True
+
+    @property
+    def _quit(self) -> bool:
+        return self.window is not None and self.window.quit_requested
+
+    # ------------------------------------------------------------------ loop
+    def play_episode(self, seed: int, episode: int) -> tuple[str, float, int]:
+        """Drive one episode on track ``seed``; returns (how it ended, return, steps).
+
+        Ends with "done" (terminated or truncated), "quit" (window closed, Escape, Q) or "restart" (R).
+        """
+        env, driver, renderer, window, ov = self.env, self.driver, self.renderer, self.window, self.overlays
+        args = self.args
+        obs, info = env.reset(seed=int(seed))
+        driver.reset()
+        ov.new_episode()
+        ep_return, steps = 0.0, 0
+        ticks: deque[float] = deque(maxlen=26)
+        ticks.append(time.perf_counter())
+        while True:
             t0 = time.perf_counter()
-            ticks.append(t0)
-            while not done:
-                speed = float(getattr(env.unwrapped, "speed", 0.0))
-                action, probs, pstate = driver.act(obs, env)
-                if renderer is not None:
-                    fps = (len(ticks) - 1) / (ticks[-1] - ticks[0]) if len(ticks) > 1 and ticks[-1] > ticks[0] else 0.0
-                    view = StepView(frame=obs, step=steps + 1, action=action, probs=probs, speed=speed,
-                                    episode_return=ep_return, fps=fps, seed=seed, episode=ep + 1,
-                                    episodes=args.episodes, policy_state=pstate)
-                    canvas = renderer.compose(view)
-                    if writer is not None:
-                        writer.append(renderer.to_rgb())
-                    if window is not None:
-                        window.present(canvas)
-                        window.poll()
-                obs, reward, terminated, truncated, _ = env.step(action)
-                ep_return += float(reward)
-                steps += 1
-                ticks.append(time.perf_counter())
-                done = terminated or truncated
-                if window is not None and window.quit_requested:
+            speed = float(getattr(env.unwrapped, "speed", 0.0))
+            d = driver.act(obs, env, info)
+            extras: dict = {}
+            status = ov.explain(obs, d, extras)
+            latency = time.perf_counter() - t0
+            if renderer is not None:
+                fps = (len(ticks) - 1) / (ticks[-1] - ticks[0]) if len(ticks) > 1 and ticks[-1] > ticks[0] else 0.0
+                view = StepView(frame=obs, step=steps + 1, action=d.action if np.isscalar(d.action) else None,
+                                probs=d.probs, speed=speed, episode_return=ep_return, fps=fps, seed=seed,
+                                episode=episode, episodes=args.episodes, policy_state=d.state, extras=extras,
+                                latency_ms=1000 * latency, status=status)
+                canvas = renderer.compose(view)
+                if self.writer is not None:
+                    self.writer.append(renderer.to_rgb())
+                if window is not None:
+                    window.present(canvas)
+                    window.poll()
+                    if self.paused:
+                        self._wait_while_paused(view)
+            obs, reward, terminated, truncated, info = env.step(d.action)
+            steps += 1
+            ov.record(extras, d, float(reward), episode, steps, float(info.get("time_s", steps / ENV_FPS)))
+            ep_return += float(reward)
+            now = time.perf_counter()
+            ticks.append(now)
+            self.step_seconds.append(now - t0)
+            self.latency_seconds.append(latency)
+            if terminated or truncated:
+                return "done", ep_return, steps
+            if self._quit:
+                return "quit", ep_return, steps
+            if self.restart_requested:
+                self.restart_requested = False
+                return "restart", ep_return, steps
+
+    def _wait_while_paused(self, view: StepView) -> None:
+        window, renderer = self.window, self.renderer
+        view.paused = True
+        canvas = renderer.compose(view)
+        while self.paused and not (self.single_step or self._quit or self.restart_requested):
+            window.present(canvas)
+            window.poll()
+            time.sleep(1 / 30)
+        self.single_step = False
+
+    def run(self) -> int:
+        """All episodes; prints each return and the mean. Returns the exit code."""
+        args = self.args
+        returns: list[float] = []
+        ep, code = 0, EXIT_OK
+        ep_return, steps = 0.0, 0
+        try:
+            while ep < args.episodes:
+                seed = args.seed + ep
+                t0 = time.perf_counter()
+                how, ep_return, steps = self.play_episode(seed, ep + 1)
+                dt = time.perf_counter() - t0
+                note = {"quit": "  (stopped)", "restart": "  (restarted)"}.get(how, "")
+                print(f"episode {ep + 1}/{args.episodes}  seed {seed}  return {ep_return:8.1f}  steps {steps:4d}  "
+                      f"mean FPS {steps / max(dt, 1e-9):6.1f}{note}", flush=True)
+                if how == "quit":
                     break
-            dt = time.perf_counter() - t0
-            stopped = window is not None and window.quit_requested and not done
-            print(f"episode {ep + 1}/{args.episodes}  seed {seed}  return {ep_return:8.1f}  steps {steps:4d}  "
-                  f"mean FPS {steps / max(dt, 1e-9):6.1f}{'  (stopped)' if stopped else ''}", flush=True)
-            if stopped:
-                break
-            returns.append(ep_return)
-    except KeyboardInterrupt:
-        print(f"\ninterrupted: episode {ep + 1} stopped after {steps} steps (return so far {ep_return:.1f})",
-              flush=True)
-        code = EXIT_INTERRUPTED
-    if returns:
-        print(f"mean return over {len(returns)} episode{'s' if len(returns) != 1 else ''}: "
-              f"{float(np.mean(returns)):.1f} (std {float(np.std(returns)):.1f})", flush=True)
-    else:
-        print("no episode finished", flush=True)
-    return code
+                if how == "restart":
+                    continue
+                returns.append(ep_return)
+                ep += 1
+        except KeyboardInterrupt:
+            print(f"\ninterrupted: episode {ep + 1} stopped after {steps} steps", flush=True)
+            code = EXIT_INTERRUPTED
+        if returns:
+            print(f"mean return over {len(returns)} episode{'s' if len(returns) != 1 else ''}: "
+                  f"{float(np.mean(returns)):.1f} (std {float(np.std(returns)):.1f})", flush=True)
+        else:
+            print("no episode finished", flush=True)
+        return code
+
+    def close(self) -> None:
+        """Finalise the video and the trace dump, release Grad-CAM's hooks, close the window and env."""
+        import torch
+
+        try:
+            if self.writer is not None:
+                self.writer.close()  # finalises the mp4, also after Ctrl-C
+                print(f"wrote {self.writer.path} ({self.writer.frames} frames, "
+                      f"{self.writer.frames / ENV_FPS:.1f} s at {ENV_FPS} FPS)")
+            rec = self.overlays.recorder
+            if rec is not None:
+                if len(rec):
+                    from agent.traces import save_traces
+
+                    names = tuple(getattr(self.driver.policy.config, "action_names", ()))
+                    out = save_traces(self.args.dump_traces, rec, action_names=names, class_names=self.class_names,
+                                      policy=self.driver.label, env=self.args.env)
+                    print(f"wrote {out} (NAC traces of {len(rec)} steps)")
+                else:
+                    print("drive: note: no NAC traces to dump", file=sys.stderr)
+        finally:
+            self.overlays.close()
+            if self.window is not None:
+                self.window.close()
+            self.env.close()
+            torch.set_num_threads(self._threads)
 
 
-__all__ = ["PanelDrawer", "Renderer", "StepView", "add_drive_arguments", "run_drive"]
+__all__ = ["Decision", "DriveSession", "FrameFilter", "Overlays", "PanelDrawer", "Renderer", "StepView", "add_drive_arguments",
+           "run_drive", "steering_class"]

@@ -59,6 +59,7 @@ def test_defaults_match_the_env():
     a = _parse()
     assert (a.env, a.policy, a.episodes, a.seed, a.max_steps) == ("carracing", "nac.pt", 1, EVAL_SEED_BASE, None)
     assert (a.headless, a.record, a.scale, a.fps_limit) == (False, None, 6, 50.0)
+    assert (a.no_overlay, a.no_saliency, a.no_traces, a.cam_opacity, a.dump_traces) == (False, False, False, 0.5, None)
 
 
 def test_drive_headless_prints_the_return(policy_file, cached_load, capsys):
@@ -105,11 +106,11 @@ def test_ctrl_c_ends_cleanly_and_finishes_the_video(policy_file, cached_load, tm
     act = runner._NACDriver.act
     calls = []
 
-    def interrupting_act(self, obs, env):
+    def interrupting_act(self, obs, env, info=None):
         calls.append(1)
         if len(calls) == 6:
             raise KeyboardInterrupt
-        return act(self, obs, env)
+        return act(self, obs, env, info)
 
     monkeypatch.setattr(runner._NACDriver, "act", interrupting_act)
     out = tmp_path / "cut.mp4"

@@ -1,0 +1,231 @@
+"""Live Grad-CAM saliency on the newest frame: where the CNN looks when the policy decides.
+
+Grad-CAM (Selvaraju et al. 2017, via the ``grad-cam`` package, pytorch-grad-cam) weights the
+activations of the CNN's last convolution by the gradient of a target output. Targets:
+
+- a discrete policy (CarRacing): the logit of the chosen action (``ClassifierOutputTarget``);
+- a steering policy (Udacity): the steering output with both signs, as the library does for
+  regression and binary outputs (``BinaryClassifierOutputTarget(1)`` = "steer more to the right",
+  ``(0)`` = "steer more to the left"); the overlay shows the map for the side the policy steers to.
+
+The model that Grad-CAM sees (:class:`NewestFrameModel`) takes the newest frame as one
+(N, C, H, W) tensor, as the library expects, and returns one tensor, the policy output. The
+window's earlier frames enter through the NAC cache of the state the policy was given for this
+frame, held fixed, so the CAM is the newest frame's. The paper (arXiv 2512.10282, Figures 6)
+shows such maps offline; here they are computed live, once per control step.
+
+The ``GradCAM`` object is built once per run (:class:`SaliencyOverlay`) and its hooks are
+released by :meth:`SaliencyOverlay.close` (also a context manager).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+log = logging.getLogger(__name__)
+
+
+def saliency_unavailable_reason(policy) -> str | None:
+    """Why Grad-CAM cannot run on ``policy``, or None when it can.
+
+    A policy qualifies when it has the saliency hooks of :class:`agent.policy.NACPolicy`
+    (``saliency_layer``, ``saliency_input``, ``saliency_forward``, ``saliency_region``) and its
+    ``saliency_layer()`` is a convolution.
+    """
+    missing = [m for m in ("saliency_layer", "saliency_input", "saliency_forward", "saliency_region")
+               if not callable(getattr(policy, m, None))]
+    if missing:
+        return f"{type(policy).__name__} has no CNN saliency hooks ({', '.join(missing)})"
+    layer = policy.saliency_layer()
+    if not isinstance(layer, (nn.Conv2d, nn.Conv3d)):
+        return f"{type(policy).__name__} has no convolution layer to attribute to (got {type(layer).__name__})"
+    if getattr(policy, "output_kind", None) not in ("discrete", "steering"):
+        return f"{type(policy).__name__} has output_kind {getattr(policy, 'output_kind', None)!r}; " \
+               "Grad-CAM needs 'discrete' or 'steering'"
+    return None
+
+
+def _expand_state(state, n: int):
+    """The state with its NAC cache repeated to batch size ``n`` (Grad-CAM batches the two signs)."""
+    if state is None or n == 1 or getattr(state, "cache", None) is None:
+        return state
+    from agent.nac import NACCache
+    from agent.policy import PolicyState
+
+    c = state.cache
+    cache = NACCache(c.k.expand(n, *c.k.shape[1:]), c.v.expand(n, *c.v.shape[1:]),
+                     c.times.expand(n, *c.times.shape[1:]) if c.times is not None else None)
+    return PolicyState(cache=cache, steps=state.steps, last={})
+
+
+class NewestFrameModel(nn.Module):
+    """What Grad-CAM sees: (N, C, H, W) newest frame -> (N, A) logits or (N, 1) steering.
+
+    Set :attr:`state_before` (and :attr:`t`) to the policy state and timestamp the policy's
+    ``step`` was given for this frame before calling; they are read, never changed.
+    """
+
+    def __init__(self, policy: nn.Module):
+        super().__init__()
+        self.policy = policy
+        self.state_before = None
+        self.t: Tensor | None = None
+
+    def forward(self, x: Tensor) -> Tensor:
+        n = x.shape[0]
+        t = self.t.reshape(-1)[:1].expand(n) if self.t is not None else None
+        return self.policy.saliency_forward(x, _expand_state(self.state_before, n), t)
+
+
+@dataclass
+class SaliencyMap:
+    """One step's saliency, in raw-frame pixels.
+
+    Attributes:
+        cam: (H, W) float32 in [0, 1] over the raw frame (0 outside the region the CNN sees).
+        target: what was attributed, e.g. "logit of 'left'" or "steering to the right".
+        seconds: time Grad-CAM took (forward + backward), in seconds.
+    """
+
+    cam: np.ndarray
+    target: str
+    seconds: float
+
+
+class SaliencyOverlay:
+    """Grad-CAM on a policy's last convolution, built once per run.
+
+    Args:
+        policy: a policy with the saliency hooks (see :func:`saliency_unavailable_reason`).
+        action_names: names of the discrete actions, for the target label.
+
+    Raises:
+        ValueError: the policy cannot be attributed (the message says why).
+    """
+
+    def __init__(self, policy: nn.Module, action_names: tuple[str, ...] = ()):
+        reason = saliency_unavailable_reason(policy)
+        if reason:
+            raise ValueError(reason)
+        from agent._torchvision_compat import ensure_torchvision
+
+        ensure_torchvision()  # grad-cam imports torchvision; see that module
+        from pytorch_grad_cam import GradCAM
+
+        self.policy = policy
+        self.kind = policy.output_kind
+        self.action_names = tuple(action_names)
+        self.model = NewestFrameModel(policy)
+        # Only d(target)/d(activations) is needed, never weight gradients: freeze the weights for the
+        # run (restored by close()) and let the gradient flow from the input instead, which skips
+        # the weight-gradient half of every backward pass.
+        self._requires_grad = {n: p.requires_grad for n, p in policy.named_parameters()}
+        policy.requires_grad_(False)
+        self.cam = GradCAM(model=self.model, target_layers=[policy.saliency_layer()])
+        self.cam.compute_input_gradient = True  # BaseCAM's switch (GradCAM's constructor does not pass it on)
+        self.closed = False
+
+    @property
+    def hooks(self) -> list:
+        """The hook handles Grad-CAM holds on the target layer (empty once closed)."""
+        return self.cam.activations_and_grads.handles
+
+    def discard(self) -> None:
+        """Drop activations the hooks caught outside :meth:`compute` (the policy's own steps).
+
+        The hooks fire on every forward through the target layer; the runner calls this on steps
+        where the saliency is switched off, so nothing accumulates.
+        """
+        self.cam.activations_and_grads.clear()
+
+    def compute(self, frame: np.ndarray, state_before, output: Tensor, t: Tensor | None = None) -> SaliencyMap:
+        """Grad-CAM of the newest ``frame`` (H, W, C) uint8.
+
+        Args:
+            frame: the raw observation the policy acted on.
+            state_before: the policy state given to ``step`` for this frame.
+            output: what ``step`` returned for it: (1, A) logits or (1, 1) steering; picks the target.
+            t: (1,) the frame's timestamp in seconds, if the policy was given one.
+        """
+        import time
+
+        from pytorch_grad_cam.utils.model_targets import BinaryClassifierOutputTarget, ClassifierOutputTarget
+
+        if self.closed:
+            raise RuntimeError("this SaliencyOverlay is closed")
+        t0 = time.perf_counter()
+        x = self.policy.saliency_input(frame)  # (1, C, h, w)
+        self.model.state_before, self.model.t = state_before, t
+        if self.kind == "discrete":
+            a = int(output.reshape(-1).argmax())
+            name = self.action_names[a] if a < len(self.action_names) else str(a)
+            cams = self.cam(input_tensor=x, targets=[ClassifierOutputTarget(a)])  # (1, h, w)
+            cam, target = cams[0], f"logit of '{name}'"
+        else:  # steering: both signs in one batch of two
+            right = float(output.reshape(-1)[0]) >= 0
+            cams = self.cam(input_tensor=x.expand(2, *x.shape[1:]),
+                            targets=[BinaryClassifierOutputTarget(1), BinaryClassifierOutputTarget(0)])
+            cam = cams[0] if right else cams[1]
+            target = f"steering to the {'right' if right else 'left'}"
+        self.discard()
+        self.model.state_before = self.model.t = None
+        full = np.zeros(frame.shape[:2], np.float32)
+        top, bottom, left, right_px = self.policy.saliency_region(frame.shape[:2])
+        h, w = bottom - top, right_px - left
+        cam = np.nan_to_num(np.asarray(cam, np.float32))
+        if cam.shape != (h, w):
+            import cv2
+
+            cam = cv2.resize(cam, (w, h), interpolation=cv2.INTER_LINEAR)
+        full[top:bottom, left:right_px] = np.clip(cam, 0.0, 1.0)
+        return SaliencyMap(full, target, time.perf_counter() - t0)
+
+    def close(self) -> None:
+        """Release Grad-CAM's hooks on the policy (idempotent)."""
+        if not self.closed:
+            self.cam.activations_and_grads.release()
+            for n, p in self.policy.named_parameters():
+                p.requires_grad_(self._requires_grad.get(n, True))
+            self.closed = True
+
+    def __enter__(self) -> "SaliencyOverlay":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def blend_heatmap(frame: np.ndarray, cam: np.ndarray, opacity: float) -> np.ndarray:
+    """The frame with a saliency map blended in.
+
+    Colours follow the JET map of ``pytorch_grad_cam.utils.image.show_cam_on_image``; the weight
+    of the heat colour at a pixel is ``opacity * cam`` there, so the road stays visible where the
+    CNN does not look (the library blends one weight everywhere).
+
+    Args:
+        frame: (H, W, 3) uint8 RGB.
+        cam: (H, W) float in [0, 1] (resized if its size differs).
+        opacity: 0 (the frame unchanged) .. 1.
+
+    Returns:
+        (H, W, 3) uint8, a new array.
+    """
+    import cv2
+
+    h, w = frame.shape[:2]
+    cam = np.asarray(cam, np.float32)
+    if cam.shape != (h, w):
+        cam = cv2.resize(cam, (w, h), interpolation=cv2.INTER_LINEAR)
+    c8 = np.clip(cam * 255.0, 0, 255).astype(np.uint8)
+    heat = cv2.cvtColor(cv2.applyColorMap(c8, cv2.COLORMAP_JET), cv2.COLOR_BGR2RGB).astype(np.float32)
+    a = (np.clip(cam, 0.0, 1.0) * float(np.clip(opacity, 0.0, 1.0)))[..., None]
+    out = frame[..., :3].astype(np.float32) * (1.0 - a) + heat * a
+    return np.clip(out + 0.5, 0, 255).astype(np.uint8)
+
+
+__all__ = ["NewestFrameModel", "SaliencyMap", "SaliencyOverlay", "blend_heatmap", "saliency_unavailable_reason"]

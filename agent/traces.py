@@ -1,0 +1,366 @@
+"""NAC neuron traces: what the layer computed for the newest query, step after step.
+
+Per control step the runner asks the policy for the NAC intermediates
+(:class:`agent.nac.NACIntermediates`, returned by the layer on request, never read out of its
+submodules) and keeps, for the newest query of every head h and kept key k:
+
+- phi (content-target gate, (0, 1)), omega (time-constant gate, > 0), the logit a = ODE solution
+  of da/dt = -omega a + phi (DESIGN.md section 3, items 5-6; paper Eqs. for NAC-Steady/Exact) and
+  the attention weight (softmax over the kept keys), each also as the mean over the kept keys;
+- the activity of the NCP neuron groups: sensory (the q, k, v gates, 3 * d_model neurons) and,
+  per head and averaged over the kept keys, inter, command and motor neurons.
+
+:class:`TraceHistory` holds the last few hundred steps for the live panel; :class:`TraceRecorder`
+keeps every step of a run and writes them with :func:`save_traces` (``--dump-traces``; a plain
+``.npz``, read back with :func:`load_traces` without pickle); :func:`plot_traces` draws the
+paper's Figure 4 view (omega and the logits against the action taken) with matplotlib, offline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+#: The pair quantities kept per (head, kept key), in plotting order.
+PAIR_QUANTITIES = ("phi", "omega", "logits", "weights")
+#: The NCP neuron groups, in wiring order.
+NEURON_GROUPS = ("sensory", "inter", "command", "motor")
+TRACE_FORMAT = "nac-drive-traces"
+TRACE_FORMAT_VERSION = 1
+
+
+def masked_mean(x: np.ndarray, valid: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Mean of ``x`` over ``axis`` counting only entries where ``valid``; NaN where none is valid."""
+    v = valid.astype(np.float64)
+    n = v.sum(axis=axis)
+    s = np.where(valid, x, 0.0).sum(axis=axis)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, s / np.maximum(n, 1), np.nan)
+
+
+@dataclass(frozen=True)
+class StepTraces:
+    """The NAC's newest query in one step (one rollout: batch element ``b``).
+
+    Attributes:
+        phi, omega, logits, weights, t_gate: (H, K) float32 per head and kept key (rank order of
+            the top-k selection); undefined where ``valid`` is False.
+        indices: (H, K) int64 key positions in the window (0 = oldest cached frame).
+        valid: (H, K) bool, the kept key exists (fewer than K frames early in an episode).
+        ages: (H, K) int64 frames between the key and the query (0 = the newest frame itself).
+        neurons: ``sensory`` (3 * d_model,) and ``inter``/``command``/``motor`` (H, N_group),
+            the latter averaged over the kept keys.
+
+    Raises:
+        ValueError: inconsistent shapes.
+    """
+
+    phi: np.ndarray
+    omega: np.ndarray
+    logits: np.ndarray
+    weights: np.ndarray
+    t_gate: np.ndarray
+    indices: np.ndarray
+    valid: np.ndarray
+    ages: np.ndarray
+    neurons: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        shape = self.phi.shape
+        if len(shape) != 2:
+            raise ValueError(f"pair traces must be (H, K), got phi {shape}")
+        for name in ("omega", "logits", "weights", "t_gate", "indices", "valid", "ages"):
+            if getattr(self, name).shape != shape:
+                raise ValueError(f"{name} has shape {getattr(self, name).shape}, phi has {shape}")
+
+    @property
+    def num_heads(self) -> int:
+        return self.phi.shape[0]
+
+    def mean(self, name: str) -> np.ndarray:
+        """(H,) mean of ``name`` (phi, omega, logits, weights, t_gate) over each head's kept keys."""
+        return masked_mean(getattr(self, name).astype(np.float64), self.valid)
+
+
+def step_traces(inter, b: int = 0, query_pos: int | None = None) -> StepTraces:
+    """Pull the newest query's traces out of :class:`agent.nac.NACIntermediates` (batch element ``b``).
+
+    Args:
+        inter: intermediates of ``NAC.step`` (T = 1) or ``NAC.forward`` (the last position is used);
+            pair tensors (B, H, T, K), ``neurons["sensory"]`` (B, T, 3 d_model), the other groups
+            (B, H, T, K, N_group).
+        b: the batch element.
+        query_pos: the newest query's position among the keys (the cache length - 1 after
+            ``NAC.step``, T - 1 after ``forward``); None: the newest kept key's position.
+    """
+    def last(x):
+        return x[b, :, -1].detach().cpu().numpy()
+
+    valid = last(inter.valid).astype(bool)
+    idx = last(inter.indices).astype(np.int64)
+    # the query is the newest position; its position in the window is the largest valid index
+    if query_pos is None:
+        query_pos = int(inter.indices[b, :, -1].masked_fill(~inter.valid[b, :, -1], -1).max().item())
+    qpos = int(query_pos)
+    n = inter.neurons
+    neurons = {}
+    if "sensory" in n:
+        neurons["sensory"] = n["sensory"][b, -1].detach().cpu().numpy().astype(np.float32)
+    for g in ("inter", "command", "motor"):
+        if g in n:
+            x = n[g][b, :, -1].detach().cpu().numpy().astype(np.float64)  # (H, K, N)
+            v = valid[..., None]
+            cnt = np.maximum(v.sum(1), 1)
+            neurons[g] = (np.where(v, x, 0.0).sum(1) / cnt).astype(np.float32)  # (H, N)
+    return StepTraces(
+        phi=last(inter.phi).astype(np.float32), omega=last(inter.omega).astype(np.float32),
+        logits=last(inter.logits).astype(np.float32), weights=last(inter.weights).astype(np.float32),
+        t_gate=last(inter.t_gate).astype(np.float32), indices=idx, valid=valid,
+        ages=np.where(valid, qpos - idx, -1).astype(np.int64), neurons=neurons)
+
+
+class TraceHistory:
+    """Ring buffer of the last ``length`` steps of traces, for the live panel.
+
+    Arrays are laid out oldest first when read with :meth:`view`. Per step it stores every head,
+    so cycling the shown head redraws from history at once.
+
+    Args:
+        length: steps kept (the panel draws one pixel column per step).
+    """
+
+    def __init__(self, length: int = 360):
+        if length < 2:
+            raise ValueError(f"length must be >= 2, got {length}")
+        self.length = int(length)
+        self._data: dict[str, np.ndarray] | None = None
+        self._n = 0  # steps pushed since clear()
+        self._head = 0  # next write slot
+
+    def clear(self) -> None:
+        """Forget every step (a new episode starts)."""
+        self._n, self._head = 0, 0
+
+    def __len__(self) -> int:
+        return min(self._n, self.length)
+
+    @property
+    def pushed(self) -> int:
+        """Steps pushed since the last :meth:`clear` (keeps counting past ``length``)."""
+        return self._n
+
+    def _alloc(self, tr: StepTraces) -> None:
+        L = self.length
+        H, K = tr.phi.shape
+        d = {name: np.full((L, H, K), np.nan, np.float32) for name in PAIR_QUANTITIES}
+        d["ages"] = np.full((L, H, K), -1, np.int64)
+        d["action_class"] = np.zeros(L, np.int64)
+        for g, x in tr.neurons.items():
+            d["neuron_" + g] = np.zeros((L, *x.shape), np.float32)
+        self._data = d
+
+    def push(self, tr: StepTraces, action_class: int) -> None:
+        """Append one step's traces and the class of the action taken (colours the plots)."""
+        if self._data is None or self._data["phi"].shape[1:] != tr.phi.shape:
+            self._alloc(tr)
+        d, i = self._data, self._head
+        for name in PAIR_QUANTITIES:
+            d[name][i] = np.where(tr.valid, getattr(tr, name), np.nan)
+        d["ages"][i] = tr.ages
+        d["action_class"][i] = int(action_class)
+        for g, x in tr.neurons.items():
+            key = "neuron_" + g
+            if key in d and d[key].shape[1:] == x.shape:
+                d[key][i] = x
+        self._head = (i + 1) % self.length
+        self._n += 1
+
+    def view(self, name: str) -> np.ndarray:
+        """The stored steps of ``name`` (a pair quantity, "ages", "action_class" or "neuron_<group>"),
+        oldest first: (n, ...) with n = len(self)."""
+        if self._data is None or name not in self._data:
+            raise KeyError(f"no trace {name!r} recorded")
+        n = len(self)
+        a = self._data[name]
+        if self._n <= self.length:
+            return a[:n]
+        return np.concatenate([a[self._head:], a[:self._head]])
+
+    def by_age(self, name: str, head: int, max_age: int) -> np.ndarray:
+        """(n, max_age) values of pair quantity ``name`` for ``head``, column j = the key j frames old."""
+        vals, ages = self.view(name)[:, head], self.view("ages")[:, head]  # (n, K)
+        out = np.full((vals.shape[0], max_age), np.nan, np.float32)
+        rows, cols = np.nonzero((ages >= 0) & (ages < max_age))
+        out[rows, ages[rows, cols]] = vals[rows, cols]
+        return out
+
+    def mean(self, name: str, head: int) -> np.ndarray:
+        """(n,) mean of ``name`` over the kept keys of ``head`` at each stored step."""
+        v = self.view(name)[:, head]
+        return masked_mean(np.nan_to_num(v), np.isfinite(v))
+
+
+class TraceRecorder:
+    """Every step of a run, for ``--dump-traces``: written by :func:`save_traces` at the end.
+
+    Steps with no NAC intermediates (another policy) are not recorded.
+    """
+
+    def __init__(self):
+        self.rows: list[dict] = []
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def add(self, tr: StepTraces, *, action: float, action_class: int, reward: float, episode: int, step: int,
+            time_s: float) -> None:
+        """Record one step: its traces, the action taken (an action index or normalised steering),
+        the reward that followed, the 1-based episode and step, and the frame time in seconds."""
+        row = {name: getattr(tr, name) for name in (*PAIR_QUANTITIES, "t_gate", "indices", "valid", "ages")}
+        row.update({"neuron_" + g: x for g, x in tr.neurons.items()})
+        row.update(action=float(action), action_class=int(action_class), reward=float(reward), episode=int(episode),
+                   step=int(step), time_s=float(time_s))
+        self.rows.append(row)
+
+
+def save_traces(path: str | Path, recorder: TraceRecorder, *, action_names: tuple[str, ...], class_names: tuple[str, ...],
+                policy: str = "", env: str = "") -> Path:
+    """Write the recorded steps to ``path`` (.npz, written to a temporary name and renamed).
+
+    Arrays (S steps, H heads, K kept keys): ``phi``, ``omega``, ``logits``, ``weights``, ``t_gate``
+    (S, H, K) float32; ``indices``, ``ages`` (S, H, K) int64; ``valid`` (S, H, K) bool;
+    ``neuron_sensory`` (S, 3 d_model), ``neuron_inter``/``command``/``motor`` (S, H, N);
+    ``action`` (S,) float (an action index or normalised steering), ``action_class`` (S,) int,
+    ``reward`` (S,), ``episode`` and ``step`` (S,) int (1-based), ``time_s`` (S,) seconds; and the
+    strings ``action_names``, ``class_names``, ``policy``, ``env``, ``format``.
+
+    Raises:
+        ValueError: nothing was recorded.
+    """
+    if not len(recorder):
+        raise ValueError("no NAC traces were recorded (the policy exposes no NAC intermediates, or no step ran)")
+    path = Path(path)
+    if path.suffix != ".npz":
+        path = path.with_name(path.name + ".npz")
+    rows = recorder.rows
+    arrays = {k: np.stack([r[k] for r in rows]) for k in rows[0] if isinstance(rows[0][k], np.ndarray)}
+    for k in ("action", "reward", "time_s"):
+        arrays[k] = np.array([r[k] for r in rows], np.float64)
+    for k in ("action_class", "episode", "step"):
+        arrays[k] = np.array([r[k] for r in rows], np.int64)
+    arrays.update(action_names=np.array(action_names, dtype=str), class_names=np.array(class_names, dtype=str),
+                  policy=np.array(policy), env=np.array(env), format=np.array(TRACE_FORMAT),
+                  format_version=np.array(TRACE_FORMAT_VERSION))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez_compressed(tmp, **arrays)
+    tmp.replace(path)
+    return path
+
+
+def load_traces(path: str | Path) -> dict[str, np.ndarray]:
+    """Read a file written by :func:`save_traces` (no pickle).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: not a trace file of this project, or arrays missing or of mismatched lengths.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"trace file {path} does not exist (write one with drive --dump-traces)")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            data = {k: z[k] for k in z.files}
+    except Exception as exc:
+        raise ValueError(f"{path} is not a readable .npz trace file: {type(exc).__name__}: {exc}") from exc
+    if str(data.get("format", "")) != TRACE_FORMAT:
+        raise ValueError(f"{path} is not a NAC trace file of this project (written by drive --dump-traces)")
+    need = (*PAIR_QUANTITIES, "valid", "action", "action_class", "reward", "step", "episode")
+    missing = [k for k in need if k not in data]
+    if missing:
+        raise ValueError(f"{path} lacks the arrays {', '.join(missing)}")
+    S = data["phi"].shape[0]
+    bad = [k for k in need if data[k].shape[0] != S]
+    if bad:
+        raise ValueError(f"{path}: arrays {', '.join(bad)} do not have {S} steps like phi")
+    return data
+
+
+#: Colours of the action classes (matplotlib and the live panel share them), RGB 0..255.
+CLASS_COLORS = ((150, 150, 160), (70, 140, 255), (255, 90, 80), (90, 210, 110), (250, 190, 60), (200, 110, 240))
+
+
+def plot_traces(path: str | Path, out: str | Path, head: int | None = None, size: tuple[int, int] = (1600, 1000),
+                dpi: int = 100) -> Path:
+    """Figure-4-style PNG of a trace file: omega, logits, phi and weights over the run, by action.
+
+    Left column: the mean over kept keys (of ``head``, or over all heads) against the step, one
+    dot per step coloured by the action taken. Right column: the distribution of each quantity
+    per action class (box plots), the way the paper's Figure 4 reads omega and the logits against
+    left, straight and right.
+
+    Args:
+        path: a trace file (``drive --dump-traces``).
+        out: the PNG to write; exactly ``size`` pixels (width, height).
+        head: the head to plot (0-based), or None for the mean over heads.
+
+    Raises:
+        FileNotFoundError, ValueError: see :func:`load_traces`; ``head`` out of range.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = load_traces(path)
+    H = data["phi"].shape[1]
+    if head is not None and not 0 <= head < H:
+        raise ValueError(f"--head must be in 0..{H - 1} (the policy has {H} heads), got {head}")
+    valid = data["valid"]
+    classes = data["action_class"]
+    class_names = [str(c) for c in data.get("class_names", np.array([]))] or [str(c) for c in np.unique(classes)]
+    x = np.arange(len(classes))
+    fig, axes = plt.subplots(4, 2, figsize=(size[0] / dpi, size[1] / dpi), dpi=dpi,
+                             gridspec_kw={"width_ratios": [3, 1]}, sharex="col")
+    labels = {"omega": "omega (time-constant gate)", "logits": "logit a (ODE solution)",
+              "phi": "phi (content gate)", "weights": "attention weight"}
+    for row, name in enumerate(("omega", "logits", "phi", "weights")):
+        per_head = masked_mean(data[name].astype(np.float64), valid)  # (S, H)
+        y = per_head[:, head] if head is not None else np.nanmean(per_head, axis=1)
+        ax, bx = axes[row]
+        for c in np.unique(classes):
+            sel = classes == c
+            color = np.array(CLASS_COLORS[int(c) % len(CLASS_COLORS)]) / 255
+            label = class_names[int(c)] if int(c) < len(class_names) else str(c)
+            ax.scatter(x[sel], y[sel], s=4, color=color, label=label)
+        ax.set_ylabel(labels[name], fontsize=9)
+        ax.grid(alpha=0.3)
+        present = [int(c) for c in np.unique(classes)]
+        groups = [y[(classes == c) & np.isfinite(y)] for c in present]
+        bp = bx.boxplot(groups, showfliers=False, patch_artist=True)
+        bx.set_xticks(range(1, len(present) + 1),
+                      [class_names[c] if c < len(class_names) else str(c) for c in present], fontsize=8)
+        for patch, c in zip(bp["boxes"], present):
+            patch.set_facecolor(np.array(CLASS_COLORS[c % len(CLASS_COLORS)]) / 255)
+        bx.grid(alpha=0.3)
+    for e in np.unique(data["episode"])[1:]:  # episode boundaries
+        for ax in axes[:, 0]:
+            ax.axvline(int(np.argmax(data["episode"] == e)), color="k", lw=0.6, ls="--")
+    axes[-1, 0].set_xlabel("step")
+    axes[0, 0].legend(loc="upper right", markerscale=3, fontsize=8, ncol=len(np.unique(classes)))
+    what = f"head {head}" if head is not None else f"mean over {H} heads"
+    env = str(data.get("env", ""))
+    fig.suptitle(f"NAC traces ({what}, mean over kept keys) - {str(data.get('policy', ''))} {env}, "
+                 f"{len(classes)} steps", fontsize=11)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=dpi)  # no bbox_inches="tight": the size stays exactly `size`
+    plt.close(fig)
+    return out
+
+
+__all__ = ["CLASS_COLORS", "NEURON_GROUPS", "PAIR_QUANTITIES", "StepTraces", "TraceHistory", "TraceRecorder",
+           "load_traces", "masked_mean", "plot_traces", "save_traces", "step_traces"]
