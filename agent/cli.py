@@ -6,8 +6,11 @@ The workflow, one direction (DESIGN.md section 2):
   agent collect        the expert (or you, --keyboard) drives; frames -> recordings/NAME (Minari)
   agent train          behaviour cloning (+ DAgger) of CNN + NAC       -> policies/nac.pt
   agent evaluate       closed-loop returns on unseen tracks            -> JSON
-  drive                watch a policy drive (window, or --headless with --record out.mp4)
+  drive                watch a policy drive, with Grad-CAM and NAC neuron traces live
+  agent plot-traces    Figure-4-style plots of the traces from drive --dump-traces
+  agent wiring         a picture of the policy's NCP wiring
   agent bench nac      NAC layer speed and memory against the authors' torch-nac
+  agent bench drive    runner FPS and latency with and without the overlays
 """
 
 from __future__ import annotations
@@ -112,17 +115,29 @@ def _add_train(sub) -> None:
                                    "expert's actions, train/validation split by episode; keeps the checkpoint "
                                    "with the best held-out accuracy. With --dagger-rounds R and --expert, the "
                                    "student then drives, the expert relabels the frames it visits, the data is "
-                                   "aggregated and the student retrained, R times.")
-    p.add_argument("--env", default="carracing", choices=["carracing"], help="simulator")
-    p.add_argument("--data", required=True, nargs="+", help="recording folder(s) made by `agent collect`")
-    p.add_argument("--out", default="policies/nac.pt", help="policy file to write")
+                                   "aggregated and the student retrained, R times. With --env udacity: the "
+                                   "PilotNet + NAC steering policy on Udacity simulator recordings (driving_log.csv "
+                                   "+ IMG/), MSE on steering, augmented windows, the last --val-fraction of each "
+                                   "recording's rows held out; keeps the checkpoint with the lowest held-out MSE.")
+    p.add_argument("--env", default="carracing", choices=["carracing", "udacity"], help="simulator")
+    p.add_argument("--data", required=True, nargs="+",
+                   help="recording folder(s): made by `agent collect` (carracing), or the Udacity simulator's "
+                        "training-mode folders holding driving_log.csv and IMG/ (udacity)")
+    p.add_argument("--out", default=argparse.SUPPRESS,
+                   help="policy file to write (default: policies/nac.pt; udacity: policies/udacity-nac.pt)")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
-    p.add_argument("--window", type=int, default=16, help="T: frames the NAC sees")
-    p.add_argument("--mode", default="steady", choices=["steady", "exact", "euler"], help="NAC mode")
-    p.add_argument("--epochs", type=int, default=8, help="behaviour-cloning epochs")
+    p.add_argument("--window", type=int, default=argparse.SUPPRESS,
+                   help="T: frames the NAC sees (default: 16; udacity: 8)")
+    p.add_argument("--mode", choices=["steady", "exact", "euler"], default=argparse.SUPPRESS,
+                   help="NAC mode (default: steady; udacity: exact)")
+    p.add_argument("--epochs", type=int, default=argparse.SUPPRESS,
+                   help="behaviour-cloning epochs (default: 8; udacity: 40)")
     p.add_argument("--batch-frames", type=int, default=256, help="frames per batch (windows per batch = this // window)")
-    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (one-cycle)")
-    p.add_argument("--val-fraction", type=float, default=0.1, help="fraction of episodes held out")
+    p.add_argument("--lr", type=float, default=1e-3,
+                   help="peak learning rate (one-cycle; udacity: Adam, cosine decay to lr/20)")
+    p.add_argument("--val-fraction", type=float, default=argparse.SUPPRESS,
+                   help="fraction of episodes held out (default: 0.1); udacity: the last fraction of each "
+                        "recording's rows, one contiguous block (default: 0.15)")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights, split and batches")
     p.add_argument("--expert", default=None, help="PPO expert .zip for DAgger relabelling")
     p.add_argument("--dagger-rounds", type=int, default=0, help="DAgger rounds after BC")
@@ -134,11 +149,29 @@ def _add_train(sub) -> None:
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--tensorboard", default="runs/train", help="TensorBoard log folder ('' for none)")
     p.add_argument("--report", default=None, help="also write the training report as JSON here")
+    p.add_argument("--on-bad-row", default="skip", choices=["skip", "error"],
+                   help="udacity: skip unusable CSV rows with a warning, or stop with an error listing them")
+    p.add_argument("--time-limit", type=float, default=None,
+                   help="udacity: stop after the epoch that crosses this many minutes")
+    p.add_argument("--augment-prob", type=float, default=0.6,
+                   help="udacity: probability that a training window is augmented (0: no augmentation)")
+
+
+#: per-simulator defaults of the `agent train` options that differ between simulators
+TRAIN_DEFAULTS = {
+    "carracing": dict(out="policies/nac.pt", window=16, mode="steady", epochs=8, val_fraction=0.1),
+    "udacity": dict(out="policies/udacity-nac.pt", window=8, mode="exact", epochs=40, val_fraction=0.15),
+}
 
 
 def _cmd_train(args) -> int:
     import torch
 
+    for name, value in TRAIN_DEFAULTS[args.env].items():
+        if not hasattr(args, name):
+            setattr(args, name, value)
+    if args.env == "udacity":
+        return _train_udacity(args)
     from agent.policy import PolicyConfig
     from agent.recording import load_demonstrations
     from agent.training import TrainConfig, train
@@ -180,14 +213,71 @@ def _cmd_train(args) -> int:
     return 0
 
 
+def _train_udacity(args) -> int:
+    """`agent train --env udacity`: PilotNet + NAC steering policy from simulator recordings."""
+    import dataclasses
+
+    import torch
+
+    from agent.udacity_policy import UdacityPolicyConfig
+    from agent.udacity_recording import AugmentConfig
+    from agent.udacity_training import UdacityTrainConfig, train_udacity
+
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        raise CLIError(f"{out} already exists; choose another --out or pass --overwrite")
+    if args.dagger_rounds or args.expert:
+        raise CLIError("--expert / --dagger-rounds are for --env carracing (no expert drives the Udacity simulator)")
+    if args.window < 1 or args.epochs < 1 or args.batch_frames < 1:
+        raise CLIError("--window, --epochs and --batch-frames must be >= 1")
+    if not 0.0 <= args.augment_prob <= 1.0:
+        raise CLIError(f"--augment-prob must be in [0, 1], got {args.augment_prob}")
+    for d in args.data:
+        if not (Path(d) / "driving_log.csv").is_file() and not (Path(d).is_file() and Path(d).suffix == ".csv"):
+            raise CLIError(f"{d} is not a Udacity recording (no driving_log.csv in it)")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cfg = UdacityTrainConfig(epochs=args.epochs, batch_frames=args.batch_frames, lr=args.lr,
+                             val_fraction=args.val_fraction, seed=args.seed, device=args.device,
+                             augment=AugmentConfig(p_augment=args.augment_prob),
+                             time_limit_s=args.time_limit * 60 if args.time_limit else None)
+    pcfg = UdacityPolicyConfig(window=args.window, mode=args.mode, seed=22222 + args.seed)
+    tb = Path(args.tensorboard) / out.stem if args.tensorboard else None
+    policy, report = train_udacity(args.data, cfg, pcfg, tensorboard_dir=tb, on_bad_row=args.on_bad_row)
+    meta = {"command": "agent train " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["train"] else "agent train",
+            "data": [str(d) for d in args.data],
+            "split": f"last {args.val_fraction:.0%} of each recording's rows held out (contiguous)",
+            "best_val_mse": report.best_val_mse, "best_val_mae": report.best_val_mae,
+            "best_epoch": report.best_epoch, "epochs_run": len(report.epochs),
+            "train_mean_steering": report.train_mean_steering, "val_zero_mse": report.val_zero_mse,
+            "val_mean_mse": report.val_mean_mse, "n_train_frames": report.n_train_frames,
+            "n_val_frames": report.n_val_frames, "train_config": dataclasses.asdict(cfg),
+            "seconds": report.seconds}
+    policy.save(out, metadata=json.loads(json.dumps(meta)))
+    print(f"held-out MSE {report.best_val_mse:.4f} (MAE {report.best_val_mae:.4f}) at epoch {report.best_epoch}; "
+          f"baselines: predict 0 {report.val_zero_mse:.4f}, predict train mean {report.val_mean_mse:.4f}")
+    print(f"training took {report.seconds['total']:.0f} s -> {out}")
+    if args.report:
+        Path(args.report).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.report).write_text(json.dumps(report.as_dict(), indent=2, default=str) + "\n")
+    return 0
+
+
 # ----------------------------------------------------------------------------------- evaluate
 def _add_evaluate(sub) -> None:
     p = sub.add_parser("evaluate", help="closed-loop episode returns on unseen tracks", formatter_class=FMT,
                        description="Run a policy (a NAC .pt or the expert .zip) for --episodes episodes on tracks "
                                    f"--seed, --seed+1, ... (tracks >= {EVAL_SEED_BASE} are never used for "
-                                   "training) and print the mean ± std episode return.")
-    p.add_argument("--env", default="carracing", choices=["carracing"], help="simulator")
+                                   "training) and print the mean ± std episode return. With --env udacity: "
+                                   "offline steering MSE and MAE of a Udacity steering policy on a recording "
+                                   "(--data; center camera, no augmentation, frames streamed in order with their "
+                                   "timestamps, the window restarting at session breaks).")
+    p.add_argument("--env", default="carracing", choices=["carracing", "udacity"], help="simulator")
     p.add_argument("--policy", required=True, help="policy file (a bare name is looked up in policies/)")
+    p.add_argument("--data", default=None,
+                   help="udacity: the recording folder (driving_log.csv + IMG/) to score the policy on")
+    p.add_argument("--on-bad-row", default="skip", choices=["skip", "error"],
+                   help="udacity: skip unusable CSV rows with a warning, or stop with an error listing them")
     p.add_argument("--episodes", type=int, default=50, help="episodes (one track each)")
     p.add_argument("--seed", type=int, default=EVAL_SEED_BASE, help="track seed of the first episode")
     p.add_argument("--max-steps", type=int, default=None, help="cap on episode length (default: the env's 1000)")
@@ -196,6 +286,8 @@ def _add_evaluate(sub) -> None:
 
 
 def _cmd_evaluate(args) -> int:
+    if args.env == "udacity":
+        return _evaluate_udacity(args)
     from agent.evaluation import evaluate
 
     res = evaluate(args.policy, args.episodes, args.seed, env=args.env, max_steps=args.max_steps,
@@ -204,6 +296,33 @@ def _cmd_evaluate(args) -> int:
           f"tracks (seeds {res.seeds[0]}..{res.seeds[-1]}), {res.steps_per_second:.0f} env steps/s")
     if args.json:
         res.to_json(args.json)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _evaluate_udacity(args) -> int:
+    """`agent evaluate --env udacity`: offline steering MSE / MAE on a recording, printed and as JSON."""
+    from agent.loading import load_policy, resolve_policy_path
+    from agent.policy import file_digest
+    from agent.udacity_training import evaluate_udacity
+
+    if not args.data:
+        raise CLIError("--env udacity needs --data: a recording folder holding driving_log.csv and IMG/")
+    if not (Path(args.data) / "driving_log.csv").is_file() and not Path(args.data).is_file():
+        raise CLIError(f"{args.data} is not a Udacity recording (no driving_log.csv in it)")
+    path = resolve_policy_path(args.policy)
+    policy = load_policy(path)
+    if getattr(policy, "output_kind", None) != "steering" or getattr(policy.config, "env", None) != "udacity":
+        raise CLIError(f"{path} is not a Udacity steering policy (make one with `agent train --env udacity`)")
+    res = {"policy": str(path), "policy_sha256": file_digest(path), "env": "udacity",
+           **evaluate_udacity(policy, args.data, on_bad_row=args.on_bad_row)}
+    print(f"{path.name} on {args.data}: steering MSE {res['mse']:.4f}, MAE {res['mae']:.4f} over "
+          f"{res['n_frames']} frames ({res['rmse_degrees']:.1f} degrees RMS); predict-0 baseline MSE "
+          f"{res['zero_mse']:.4f}" + (f", predict-train-mean MSE {res['train_mean_mse']:.4f}"
+                                      if "train_mean_mse" in res else ""))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(res, indent=2) + "\n")
         print(f"wrote {args.json}")
     return 0
 
@@ -237,14 +356,82 @@ def _add_bench(sub) -> None:
     n.add_argument("--block-sizes", type=int, nargs="+", default=[4096, 16384], help="extra T for our blocks selector")
     n.add_argument("--repeats", type=int, default=3, help="timed forwards per size (median)")
     n.add_argument("--no-peer", action="store_true", help="skip torch-nac")
+    d = bsub.add_parser("drive", help="runner FPS and step latency with and without the overlays",
+                        formatter_class=FMT,
+                        description="Headless runner speed in four configurations (policy only, + NAC traces, "
+                                    "+ Grad-CAM, all on), every frame composed as the window shows it: FPS and "
+                                    "p50/p99 of the loop step and of the observation-to-action latency. The target "
+                                    "is CarRacing's own 50 FPS with everything on.")
+    d.add_argument("--policy", default="nac.pt", help="policy file (a bare name is looked up in policies/)")
+    d.add_argument("--steps", type=int, default=500, help="timed steps per configuration and round")
+    d.add_argument("--rounds", type=int, default=1, help="interleaved repetitions of all configurations (pooled)")
+    d.add_argument("--json", default=None, help="also write the rows as JSON here")
 
 
 def _cmd_bench(args) -> int:
+    if args.bench_command == "drive":
+        from agent.bench_drive import bench_drive, print_drive_table
+
+        if args.steps < 10 or args.rounds < 1:
+            raise CLIError("--steps must be >= 10 and --rounds >= 1")
+        rows = bench_drive(args.policy, args.steps, rounds=args.rounds)
+        print_drive_table(rows)
+        if args.json:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
+        return 0
     from agent import bench
 
     rows = bench.bench_nac(sizes=tuple(args.sizes), block_sizes=tuple(args.block_sizes), repeats=args.repeats,
                            peer=not args.no_peer)
     bench.print_table(rows)
+    return 0
+
+
+# ----------------------------------------------------------------------------------- plot-traces
+def _add_plot_traces(sub) -> None:
+    p = sub.add_parser("plot-traces", help="plot NAC traces dumped by drive --dump-traces (the paper's Figure 4)",
+                       formatter_class=FMT,
+                       description="Read a trace file written by `drive --dump-traces` and draw omega, the logits, "
+                                   "phi and the attention weights (mean over the kept keys) over the run, each step "
+                                   "coloured by the action taken, with their distribution per action beside them, "
+                                   "as in the paper's Figure 4 (arXiv 2512.10282).")
+    p.add_argument("traces", help="the .npz written by drive --dump-traces")
+    p.add_argument("--out", required=True, help="the PNG to write")
+    p.add_argument("--head", type=int, default=None, help="plot this head (0-based) instead of the mean over heads")
+    p.add_argument("--size", type=int, nargs=2, default=[1600, 1000], metavar=("W", "H"), help="PNG size in pixels")
+
+
+def _cmd_plot_traces(args) -> int:
+    from agent.traces import plot_traces
+
+    if min(args.size) < 200:
+        raise CLIError(f"--size must be at least 200 x 200 pixels, got {args.size[0]} x {args.size[1]}")
+    out = plot_traces(args.traces, args.out, head=args.head, size=tuple(args.size))
+    print(f"wrote {out}")
+    return 0
+
+
+# ----------------------------------------------------------------------------------- wiring
+def _add_wiring(sub) -> None:
+    p = sub.add_parser("wiring", help="draw a policy's NCP wiring (the NAC backbone) as a PNG", formatter_class=FMT,
+                       description="Draw the AutoNCP wiring of the policy's NAC backbone with ncps (networkx + "
+                                   "matplotlib): the pair-input sensory neurons, inter, command and motor neurons, "
+                                   "excitatory (green) and inhibitory (red) synapses.")
+    p.add_argument("--policy", default="nac.pt", help="policy file (a bare name is looked up in policies/)")
+    p.add_argument("--out", required=True, help="the PNG to write")
+    p.add_argument("--layout", default="shell", choices=["shell", "circular", "kamada", "spring", "spectral", "spiral"],
+                   help="networkx layout")
+
+
+def _cmd_wiring(args) -> int:
+    from agent.loading import load_policy
+    from agent.wiring import draw_wiring, wiring_summary
+
+    policy = load_policy(args.policy)
+    out = draw_wiring(policy, args.out, layout=args.layout)
+    counts = wiring_summary(policy.nac.wiring)
+    print(f"wrote {out}: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
     return 0
 
 
@@ -256,6 +443,8 @@ COMMANDS = {
     "evaluate": (_add_evaluate, _cmd_evaluate),
     "drive": (_add_drive, _cmd_drive),
     "bench": (_add_bench, _cmd_bench),
+    "plot-traces": (_add_plot_traces, _cmd_plot_traces),
+    "wiring": (_add_wiring, _cmd_wiring),
 }
 
 

@@ -136,12 +136,19 @@ class TracePanel:
             self.strip_rects.append(pg.Rect(m, y + self.LABEL_H - 2, self.plot_w, self.STRIP_H))
             y += self.LABEL_H - 2 + self.STRIP_H + 4
         self.legend_y = y + 4
+        # a short panel (a small --scale) shows what fits, top down
+        H = self.size[1]
+        self.plots = [pl for pl, r in zip(self.PLOTS, self.plot_rects) if r.bottom <= H]
+        self.plot_rects = self.plot_rects[:len(self.plots)]
+        self.groups = [g for g, r in zip(self.GROUPS, self.strip_rects) if r.bottom <= H]
+        self.strip_rects = self.strip_rects[:len(self.groups)]
+        self.show_legend = self.legend_y + 30 <= H
 
     def _make_background(self):
         pg = self.pg
         bg = pg.Surface(self.size)
         bg.fill(_BG)
-        for (name, label, _), r in zip(self.PLOTS, self.plot_rects):
+        for (name, label, _), r in zip(self.plots, self.plot_rects):
             bg.blit(self.font.render(label, True, _DIM), (r.x, r.y - self.LABEL_H + 2))
             pg.draw.rect(bg, _PLOT_BG, r)
             for f in (0.25, 0.5, 0.75):
@@ -149,9 +156,11 @@ class TracePanel:
                 pg.draw.line(bg, _GRID, (r.x, yy), (r.right - 1, yy))
         labels = {"sensory": "sensory neurons (q, k, v)", "inter": "inter neurons", "command": "command neurons",
                   "motor": "motor neurons"}
-        for g, r in zip(self.GROUPS, self.strip_rects):
+        for g, r in zip(self.groups, self.strip_rects):
             bg.blit(self.font_small.render(labels[g], True, _DIM), (r.x, r.y - self.LABEL_H + 4))
             pg.draw.rect(bg, _PLOT_BG, r)
+        if not self.show_legend:
+            return bg
         x = self.MARGIN
         bg.blit(self.font_small.render("action:", True, _DIM), (x, self.legend_y))
         x += 48
@@ -192,13 +201,13 @@ class TracePanel:
         hist = self.history
         classes = np.clip(hist.view("action_class"), 0, len(self._class_rgb) - 1)
         drawn = {"step": view.step, "head": h, "mean": {}, "keys": {}, "neurons": {}}
-        for (name, _, fixed), r in zip(self.PLOTS, self.plot_rects):
+        for (name, _, fixed), r in zip(self.plots, self.plot_rects):
             keys = hist.by_age(name, h, self.window)  # (n, T)
             mean = hist.mean(name, h)  # (n,)
             drawn["keys"][name] = keys[-1].copy()
             drawn["mean"][name] = float(mean[-1])
             self._plot(surf, r, keys, mean, classes, fixed)
-        for g, r in zip(self.GROUPS, self.strip_rects):
+        for g, r in zip(self.groups, self.strip_rects):
             key = "neuron_" + g
             try:
                 a = hist.view(key)

@@ -449,6 +449,7 @@ class Overlays:
         self.saliency_drawer = None
         self.history = self.panel = self.recorder = None
         self.class_names = tuple(class_names)
+        self.topk = getattr(getattr(policy, "nac", None), "topk", None)
         nac_driver = isinstance(driver, _NACDriver)
         if saliency and renderer is not None:
             from agent.overlays import SaliencyDrawer
@@ -523,7 +524,7 @@ class Overlays:
             from agent.traces import step_traces
 
             cache = getattr(d.state, "cache", None)
-            tr = step_traces(d.intermediates, 0, cache.length - 1 if cache is not None else None)
+            tr = step_traces(d.intermediates, 0, cache.length - 1 if cache is not None else None, self.topk)
             extras["traces"] = tr
             if self.history is not None and self.panel.enabled:
                 self.history.push(tr, d.action_class)
@@ -894,7 +895,8 @@ class DriveSession:
                                       policy=self.driver.label, env=self.args.env)
                     print(f"wrote {out} (NAC traces of {len(rec)} steps)")
                 else:
-                    print("drive: note: no NAC traces to dump", file=sys.stderr)
+                    why = getattr(self.driver, "traces_reason", None) or "no step ran"
+                    print(f"drive: note: no NAC traces to dump ({why})", file=sys.stderr)
         finally:
             self.overlays.close()
             if self.window is not None:

@@ -84,7 +84,7 @@ class StepTraces:
         return masked_mean(getattr(self, name).astype(np.float64), self.valid)
 
 
-def step_traces(inter, b: int = 0, query_pos: int | None = None) -> StepTraces:
+def step_traces(inter, b: int = 0, query_pos: int | None = None, k: int | None = None) -> StepTraces:
     """Pull the newest query's traces out of :class:`agent.nac.NACIntermediates` (batch element ``b``).
 
     Args:
@@ -94,6 +94,8 @@ def step_traces(inter, b: int = 0, query_pos: int | None = None) -> StepTraces:
         b: the batch element.
         query_pos: the newest query's position among the keys (the cache length - 1 after
             ``NAC.step``, T - 1 after ``forward``); None: the newest kept key's position.
+        k: pad the key axis to this many (the layer's top-k): early in an episode the layer keeps
+            fewer keys than K, and padded entries are invalid. None: as returned.
     """
     def last(x):
         return x[b, :, -1].detach().cpu().numpy()
@@ -114,11 +116,15 @@ def step_traces(inter, b: int = 0, query_pos: int | None = None) -> StepTraces:
             v = valid[..., None]
             cnt = np.maximum(v.sum(1), 1)
             neurons[g] = (np.where(v, x, 0.0).sum(1) / cnt).astype(np.float32)  # (H, N)
-    return StepTraces(
-        phi=last(inter.phi).astype(np.float32), omega=last(inter.omega).astype(np.float32),
-        logits=last(inter.logits).astype(np.float32), weights=last(inter.weights).astype(np.float32),
-        t_gate=last(inter.t_gate).astype(np.float32), indices=idx, valid=valid,
-        ages=np.where(valid, qpos - idx, -1).astype(np.int64), neurons=neurons)
+    pair = {name: last(getattr(inter, name)).astype(np.float32) for name in (*PAIR_QUANTITIES, "t_gate")}
+    pair["indices"], pair["valid"] = idx, valid
+    pair["ages"] = np.where(valid, qpos - idx, -1).astype(np.int64)
+    kk = valid.shape[-1]
+    if k is not None and kk < k:
+        fill = {"indices": 0, "valid": False, "ages": -1}
+        pair = {name: np.concatenate([a, np.full((a.shape[0], k - kk), fill.get(name, np.nan), a.dtype)], 1)
+                for name, a in pair.items()}
+    return StepTraces(**pair, neurons=neurons)
 
 
 class TraceHistory:
@@ -294,10 +300,11 @@ CLASS_COLORS = ((150, 150, 160), (70, 140, 255), (255, 90, 80), (90, 210, 110), 
 
 def plot_traces(path: str | Path, out: str | Path, head: int | None = None, size: tuple[int, int] = (1600, 1000),
                 dpi: int = 100) -> Path:
-    """Figure-4-style PNG of a trace file: omega, logits, phi and weights over the run, by action.
+    """Figure-4-style PNG of a trace file: omega, logits, phi and attention over the run, by action.
 
     Left column: the mean over kept keys (of ``head``, or over all heads) against the step, one
-    dot per step coloured by the action taken. Right column: the distribution of each quantity
+    dot per step coloured by the action taken; for the attention weights (whose mean over the
+    kept keys is 1/K by construction) the weight on the newest frame. Right column: the distribution of each quantity
     per action class (box plots), the way the paper's Figure 4 reads omega and the logits against
     left, straight and right.
 
@@ -325,9 +332,13 @@ def plot_traces(path: str | Path, out: str | Path, head: int | None = None, size
     fig, axes = plt.subplots(4, 2, figsize=(size[0] / dpi, size[1] / dpi), dpi=dpi,
                              gridspec_kw={"width_ratios": [3, 1]}, sharex="col")
     labels = {"omega": "omega (time-constant gate)", "logits": "logit a (ODE solution)",
-              "phi": "phi (content gate)", "weights": "attention weight"}
+              "phi": "phi (content gate)", "weights": "weight on the newest frame"}
     for row, name in enumerate(("omega", "logits", "phi", "weights")):
-        per_head = masked_mean(data[name].astype(np.float64), valid)  # (S, H)
+        if name == "weights":  # the mean weight over kept keys is 1/K by construction: show the newest key's
+            newest = valid & (data["ages"] == 0) if "ages" in data else valid
+            per_head = np.where(newest, data[name], 0.0).sum(-1)  # (S, H)
+        else:
+            per_head = masked_mean(data[name].astype(np.float64), valid)  # (S, H)
         y = per_head[:, head] if head is not None else np.nanmean(per_head, axis=1)
         ax, bx = axes[row]
         for c in np.unique(classes):

@@ -1,0 +1,470 @@
+"""Live interpretability: Grad-CAM saliency, NAC trace panel, runner keys, --dump-traces, plot-traces, wiring."""
+
+from __future__ import annotations
+
+import os
+
+os.environ["SDL_VIDEODRIVER"] = "dummy"
+os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+
+import argparse
+import gc
+import struct
+
+import numpy as np
+import pytest
+import torch
+
+from agent.runner import Renderer, StepView, add_drive_arguments, run_drive
+
+
+def _parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="drive")
+    add_drive_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+@pytest.fixture(scope="module")
+def policy():
+    from agent.policy import NACPolicy, PolicyConfig
+
+    torch.manual_seed(0)
+    return NACPolicy(PolicyConfig(window=8)).eval()
+
+
+@pytest.fixture(scope="module")
+def policy_file(policy, tmp_path_factory):
+    return policy.save(tmp_path_factory.mktemp("pol") / "tiny.pt")
+
+
+@pytest.fixture
+def same_policy(monkeypatch, policy, policy_file):
+    """drive loads our module-scoped policy, whatever --policy says (ncps wirings take ~2.5 s to rebuild)."""
+    import agent.loading
+
+    monkeypatch.setattr(agent.loading, "load_policy", lambda name, device="cpu": policy)
+    monkeypatch.setattr(agent.loading, "resolve_policy_path", lambda name: policy_file)
+    return policy
+
+
+def _frames(n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    f = rng.integers(0, 255, (n, 96, 96, 3), dtype=np.uint8)
+    f[:, 30:60, 40:56] = (100, 100, 100)  # a "road" every frame shares
+    return f
+
+
+def _play(policy, frames, intermediates=True):
+    """Step the policy through frames; returns per step (obs, state_before, output, state)."""
+    out, st = [], None
+    for f in frames:
+        before = st
+        y, st = policy.step(torch.as_tensor(f)[None], before, return_intermediates=intermediates)
+        out.append((f, before, y, st))
+    return out
+
+
+# ----------------------------------------------------------------------------- saliency
+def test_saliency_forward_equals_step(policy):
+    steps = _play(policy, _frames(10))
+    for f, before, y, _ in steps:
+        with torch.no_grad():
+            z = policy.saliency_forward(policy.saliency_input(f), before)
+        torch.testing.assert_close(z, y, rtol=1e-5, atol=1e-5)
+
+
+def test_cam_is_for_the_newest_frame(policy):
+    """Changing only the newest frame changes the CAM; the window's older frames enter via the fixed cache."""
+    from agent.saliency import SaliencyOverlay
+
+    steps = _play(policy, _frames(6))
+    f, before, y, _ = steps[-1]
+    with SaliencyOverlay(policy, policy.config.action_names) as ov:
+        a = ov.compute(f, before, y).cam
+        g = f.copy()
+        g[:48] = 255 - g[:48]
+        yg, _ = policy.step(torch.as_tensor(g)[None], before)
+        b = ov.compute(g, before, yg).cam
+    assert a.shape == (96, 96) and a.max() > 0
+    assert not np.allclose(a, b)
+
+
+def test_overlay_frame_differs_where_the_cam_is_high(policy):
+    from agent.overlays import SaliencyDrawer
+    from agent.saliency import SaliencyOverlay
+
+    import pygame
+
+    steps = _play(policy, _frames(5))
+    f, before, y, _ = steps[-1]
+    with SaliencyOverlay(policy, policy.config.action_names) as ov:
+        sal = ov.compute(f, before, y)
+    assert sal.cam.max() == pytest.approx(1.0, abs=1e-4)
+    r = Renderer(scale=4, panel_width=0)
+    r.frame_filters.append(SaliencyDrawer(opacity=0.8))
+    plain = pygame.surfarray.array3d(r.compose(StepView(frame=f, step=1)).subsurface(r.frame_rect)).copy()
+    over = pygame.surfarray.array3d(r.compose(StepView(frame=f, step=1, extras={"saliency": sal}))
+                                    .subsurface(r.frame_rect)).copy()
+    # surfarray is (x, y); the CAM is (row, col) at frame resolution, scaled by 4
+    diff = np.abs(over.astype(int) - plain.astype(int)).sum(-1).T  # (y, x)
+    cam_big = np.kron(sal.cam, np.ones((4, 4)))
+    assert diff[cam_big > 0.8].mean() > 30  # clearly changed where the CNN looks
+    assert diff[cam_big < 0.01].max() <= 3 if (cam_big < 0.01).any() else True  # unchanged where it does not
+    assert diff[cam_big > 0.8].mean() > 5 * diff[cam_big < 0.2].mean()
+
+
+def test_steering_policy_gets_both_signs(policy):
+    """A regression output: Grad-CAM for the sign the policy steers to (BinaryClassifierOutputTarget)."""
+    from torch import nn
+
+    from agent.saliency import SaliencyOverlay
+
+    class Steering(nn.Module):  # the Udacity policy's saliency API on the CarRacing CNN
+        output_kind = "steering"
+
+        def __init__(self, base):
+            super().__init__()
+            self.base = base
+
+        def saliency_layer(self):
+            return self.base.saliency_layer()
+
+        def saliency_input(self, frame):
+            return self.base.saliency_input(frame)
+
+        def saliency_forward(self, x, state_before=None, t=None):
+            logits = self.base.saliency_forward(x, state_before, t)
+            return torch.tanh(logits[:, 2:3] - logits[:, 1:2])  # right minus left
+
+        def saliency_region(self, hw):
+            return 10, hw[0] - 10, 0, hw[1]
+
+    s = Steering(policy)
+    f, before, _, _ = _play(policy, _frames(3))[-1]
+    with SaliencyOverlay(s) as ov:
+        right = ov.compute(f, before, torch.tensor([[0.3]]))
+        left = ov.compute(f, before, torch.tensor([[-0.3]]))
+    assert right.target == "steering to the right" and left.target == "steering to the left"
+    assert not np.allclose(right.cam, left.cam)
+    assert right.cam[:10].max() == 0 and right.cam[-10:].max() == 0  # outside the region the CNN sees
+
+
+def test_hooks_are_released_and_weights_unfrozen(policy):
+    from agent.saliency import SaliencyOverlay
+
+    layer = policy.saliency_layer()
+    before = len(layer._forward_hooks)
+    ov = SaliencyOverlay(policy, policy.config.action_names)
+    assert len(layer._forward_hooks) == before + 2 and len(ov.hooks) == 2
+    assert not any(p.requires_grad for p in policy.parameters())
+    ov.close()
+    assert len(layer._forward_hooks) == before and not ov.hooks
+    assert all(p.requires_grad for p in policy.parameters())
+    ov.close()  # idempotent
+
+
+def test_drive_releases_hooks(same_policy, capsys):
+    from agent.runner import DriveSession
+
+    layer = same_policy.saliency_layer()
+
+    s = DriveSession(_parse("--headless", "--max-steps", "5"), same_policy, "tiny.pt", headless=True, force_draw=True)
+    try:
+        assert len(layer._forward_hooks) == 2
+        s.play_episode(1_000_000, 1)
+    finally:
+        s.close()
+    assert len(layer._forward_hooks) == 0
+
+
+def test_memory_stays_flat_over_1000_steps(policy):
+    """Grad-CAM every step (toggled off and on every 50 steps): no growth of Python or process memory."""
+    from agent.runner import Overlays, _NACDriver
+
+    r = Renderer(scale=1)
+    driver = _NACDriver(policy, "tiny.pt")
+    ov = Overlays(policy, driver, r, saliency=True, traces=True, class_names=policy.config.action_names)
+    frames = _frames(16)
+
+    def rss_mb():
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the runner does: one frame at a time gains nothing from intra-op threads
+    try:
+        for i in range(1000):
+            if i % 50 == 0:
+                ov.toggle_saliency()
+            d = driver.act(frames[i % 16], None)
+            extras: dict = {}
+            ov.explain(frames[i % 16], d, extras)
+            r.compose(StepView(frame=frames[i % 16], step=i + 1, extras=extras))
+            assert not ov.saliency.cam.activations_and_grads.activations  # nothing kept between steps
+            if i == 199:
+                gc.collect()
+                objects0, rss0 = len(gc.get_objects()), rss_mb()
+        gc.collect()
+        objects1, rss1 = len(gc.get_objects()), rss_mb()
+    finally:
+        ov.close()
+        torch.set_num_threads(threads)
+    assert objects1 - objects0 < 500, f"{objects1 - objects0} more live Python objects after 800 more steps"
+    assert rss1 - rss0 < 16, f"process memory grew by {rss1 - rss0:.1f} MB over 800 steps"
+
+
+# ----------------------------------------------------------------------------- traces
+def test_trace_values_drawn_equal_the_layer_intermediates(policy):
+    """What the panel draws for the newest step equals NAC.forward's intermediates on the same window."""
+    from agent.overlays import TracePanel
+    from agent.traces import TraceHistory, step_traces
+
+    frames = _frames(11)
+    steps = _play(policy, frames)
+    hist = TraceHistory(TracePanel.plot_width_for(420))
+    panel = TracePanel((420, 744), hist, policy.config.num_heads, policy.config.window, policy.config.action_names)
+    import pygame
+
+    surf = pygame.Surface((420, 744))
+    for i, (_, _, y, st) in enumerate(steps):
+        hist.push(step_traces(st.last["intermediates"], 0, st.cache.length - 1, policy.nac.topk), int(y.argmax()))
+    panel.head = 3
+    panel(surf, StepView(frame=frames[-1], step=len(frames)))
+    drawn = panel.last_drawn
+
+    # the same input through the sequence model: the last T frames of the window, last position
+    T = policy.config.window
+    window = torch.as_tensor(frames[-T:])[None]  # (1, T, H, W, C)
+    with torch.no_grad():
+        feats = policy.features(window.reshape(T, 96, 96, 3)).view(1, T, -1)
+        t = (torch.arange(len(frames) - T, len(frames), dtype=feats.dtype) * policy.config.frame_dt)[None]
+        _, inter = policy.nac(feats, t=t, return_intermediates=True)
+    h = 3
+    valid = inter.valid[0, h, -1]
+    ages = (T - 1) - inter.indices[0, h, -1]
+    for name in ("phi", "omega", "logits", "weights"):
+        vals = getattr(inter, name)[0, h, -1]
+        assert drawn["mean"][name] == pytest.approx(float(vals[valid].mean()), rel=1e-4, abs=1e-5), name
+        by_age = np.full(T, np.nan)
+        by_age[ages[valid].numpy()] = vals[valid].numpy()
+        np.testing.assert_allclose(drawn["keys"][name], by_age, rtol=1e-4, atol=1e-5)
+    motor = inter.neurons["motor"][0, h, -1][valid].mean(0).numpy()
+    np.testing.assert_allclose(drawn["neurons"]["motor"], motor, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(drawn["neurons"]["sensory"], inter.neurons["sensory"][0, -1].numpy(), rtol=1e-4,
+                               atol=1e-5)
+    assert drawn["head"] == 3
+
+
+def test_trace_history_wraps_and_keeps_order():
+    from agent.traces import StepTraces, TraceHistory
+
+    hist = TraceHistory(4)
+    for i in range(7):
+        z = np.full((2, 3), float(i), np.float32)
+        tr = StepTraces(phi=z, omega=z + 1, logits=z, weights=z, t_gate=z, indices=np.zeros((2, 3), np.int64),
+                        valid=np.ones((2, 3), bool), ages=np.tile(np.arange(3), (2, 1)))
+        hist.push(tr, action_class=i % 3)
+    assert len(hist) == 4 and hist.pushed == 7
+    np.testing.assert_array_equal(hist.mean("phi", 0), [3, 4, 5, 6])
+    np.testing.assert_array_equal(hist.view("action_class"), [0, 1, 2, 0])
+    assert hist.by_age("omega", 1, 3).shape == (4, 3)
+
+
+def test_dump_traces_round_trips(same_policy, tmp_path, capsys):
+    from agent.traces import load_traces
+
+    out = tmp_path / "traces.npz"
+    code = run_drive(_parse("--policy", "tiny.pt", "--headless", "--max-steps", "12", "--episodes", "2",
+                            "--dump-traces", str(out)))
+    printed = capsys.readouterr().out
+    assert code == 0 and f"wrote {out}" in printed
+    d = load_traces(out)
+    H, K = same_policy.config.num_heads, same_policy.nac.topk
+    assert d["phi"].shape == (24, H, K) and d["valid"].dtype == bool
+    assert d["neuron_sensory"].shape == (24, 3 * same_policy.config.d_model)
+    np.testing.assert_array_equal(d["episode"], [1] * 12 + [2] * 12)
+    np.testing.assert_array_equal(d["step"], list(range(1, 13)) * 2)
+    assert list(d["action_names"]) == list(same_policy.config.action_names)
+    # the first step of an episode sees one frame: one valid key with weight 1
+    assert d["valid"][0].sum(-1).tolist() == [1] * H and d["valid"][12].sum(-1).tolist() == [1] * H
+    np.testing.assert_allclose(d["weights"][0][d["valid"][0]], 1.0, rtol=1e-5)
+    # rewards: the printed episode returns
+    for ep in (1, 2):
+        ret = float(d["reward"][d["episode"] == ep].sum())
+        assert f"return {ret:8.1f}" in printed
+    # the recorded phi equals a replay of the same first frame through the policy
+    phi = d["phi"][0][d["valid"][0]]
+    assert np.all((phi > 0) & (phi < 1))
+
+
+def test_load_traces_rejects_other_files(tmp_path):
+    from agent.traces import load_traces
+
+    bad = tmp_path / "x.npz"
+    np.savez(bad, a=np.zeros(3))
+    with pytest.raises(ValueError, match="not a NAC trace file"):
+        load_traces(bad)
+    (tmp_path / "y.npz").write_bytes(b"garbage")
+    with pytest.raises(ValueError, match="readable"):
+        load_traces(tmp_path / "y.npz")
+    with pytest.raises(FileNotFoundError):
+        load_traces(tmp_path / "missing.npz")
+
+
+def _png_size(path) -> tuple[int, int]:
+    with open(path, "rb") as fh:
+        head = fh.read(24)
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", head[16:24])
+
+
+def test_plot_traces_writes_a_png_of_the_expected_size(same_policy, tmp_path, capsys):
+    from agent.cli import main
+
+    traces = tmp_path / "t.npz"
+    assert run_drive(_parse("--headless", "--max-steps", "15", "--dump-traces", str(traces))) == 0
+    png = tmp_path / "fig.png"
+    assert main(["plot-traces", str(traces), "--out", str(png), "--size", "900", "600"]) == 0
+    assert _png_size(png) == (900, 600)
+    assert main(["plot-traces", str(traces), "--out", str(tmp_path / "h.png"), "--head", "2"]) == 0
+    assert _png_size(tmp_path / "h.png") == (1600, 1000)
+    assert main(["plot-traces", str(traces), "--out", str(tmp_path / "z.png"), "--head", "99"]) == 2
+    assert "--head" in capsys.readouterr().err
+
+
+def test_wiring_picture(policy_file, tmp_path, capsys):
+    from agent.cli import main
+
+    png = tmp_path / "wiring.png"
+    assert main(["wiring", "--policy", str(policy_file), "--out", str(png)]) == 0
+    assert _png_size(png) == (1200, 900)
+    assert "motor" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- degraded policies
+def test_policy_without_conv_or_intermediates_runs_with_overlays_off(policy, monkeypatch, tmp_path, capsys):
+    import agent.loading
+    from agent.policy import NACPolicy
+
+    class Plain(NACPolicy):
+        """A NAC policy whose 'last layer' is not a convolution and whose step gives no intermediates."""
+
+        def saliency_layer(self):
+            return self.head[0]
+
+        def step(self, obs, state=None, return_intermediates=False, t=None):
+            return super().step(obs, state, False, t)
+
+    plain = Plain.__new__(Plain)
+    plain.__dict__.update(policy.__dict__)
+    monkeypatch.setattr(agent.loading, "load_policy", lambda name, device="cpu": plain)
+    monkeypatch.setattr(agent.loading, "resolve_policy_path", lambda name: tmp_path / "plain.pt")
+    code = run_drive(_parse("--policy", "plain.pt", "--headless", "--max-steps", "6", "--dump-traces",
+                            str(tmp_path / "never.npz"), "--record", str(tmp_path / "v.mp4")))
+    err = capsys.readouterr().err
+    assert code == 0 and (tmp_path / "v.mp4").stat().st_size > 0
+    assert "saliency overlay off" in err and "no convolution layer" in err
+    assert "no NAC traces to dump" in err and "returns no NAC intermediates" in err
+    assert not (tmp_path / "never.npz").exists()
+
+
+def test_expert_runs_with_overlays_off_and_says_why(tiny_expert, capsys):
+    from agent.loading import load_policy
+    from agent.runner import DriveSession
+
+    s = DriveSession(_parse("--headless", "--max-steps", "5"), load_policy(tiny_expert), "expert.zip",
+                     headless=True, force_draw=True)
+    try:
+        how, _, steps = s.play_episode(1_000_000, 1)
+    finally:
+        s.close()
+    err = capsys.readouterr().err
+    assert how == "done" and steps == 5
+    assert "saliency overlay off" in err and "traces overlay off" in err
+    assert s.overlays.saliency is None and s.overlays.panel is None
+
+
+# ----------------------------------------------------------------------------- keys
+def test_window_keys_pause_step_toggle_restart_quit(same_policy, monkeypatch, capsys):
+    """Scripted key presses on SDL's dummy driver: P pauses, N steps once, S and T toggle, H cycles
+    heads, ] raises the opacity, R restarts the episode, Q quits."""
+    import pygame
+
+    from agent import runner
+
+    monkeypatch.setattr(runner, "_display_unavailable_reason", lambda: None)
+    monkeypatch.setattr(runner, "_NO_WINDOW_DRIVERS", ())
+    script = iter([[pygame.K_s, pygame.K_t, pygame.K_h, pygame.K_RIGHTBRACKET], [pygame.K_p], [], [pygame.K_n],
+                   [pygame.K_p], [pygame.K_r], [], [pygame.K_q]])
+    seen = []
+    present = runner._Window.present
+
+    def scripted_present(self, canvas):
+        present(self, canvas)
+        keys = next(script, [pygame.K_q])
+        seen.append(keys)
+        for k in keys:
+            pygame.event.post(pygame.event.Event(pygame.KEYDOWN, key=k))
+
+    sessions = []
+    init = runner.DriveSession.__init__
+
+    def keep(self, *a, **kw):
+        init(self, *a, **kw)
+        sessions.append(self)
+
+    monkeypatch.setattr(runner._Window, "present", scripted_present)
+    monkeypatch.setattr(runner.DriveSession, "__init__", keep)
+    code = run_drive(_parse("--policy", "tiny.pt", "--max-steps", "50", "--fps-limit", "0"))
+    out = capsys.readouterr().out
+    s = sessions[0]
+    assert code == 0
+    assert not s.overlays.saliency_on and not s.overlays.panel.enabled
+    assert s.overlays.panel.head == 1
+    assert s.overlays.saliency_drawer.opacity == pytest.approx(0.6)
+    assert "(restarted)" in out and "(stopped)" in out
+    # steps: 1 (S T H ]), 2 (P: paused; N in the pause advances one step), 3 (P: resume), 4 (R) -> restart
+    assert "steps    4" in out
+    assert "P pause" in runner.HELP_TEXT
+
+
+def test_no_overlay_has_no_panel(same_policy, tmp_path):
+    from agent.runner import DriveSession
+
+    s = DriveSession(_parse("--headless", "--no-overlay", "--max-steps", "3"), same_policy, "tiny.pt", headless=True,
+                     force_draw=True)
+    try:
+        s.play_episode(1_000_000, 1)
+        assert s.renderer.panel_rect.width == 0 and not s.renderer.panels and not s.renderer.frame_filters
+        assert s.overlays.saliency is None and s.driver.want_intermediates is False
+    finally:
+        s.close()
+
+
+def test_record_contains_the_overlays(same_policy, tmp_path):
+    """Headless --record: the video shows the panel with traces (not the empty panel background)."""
+    import imageio.v2 as imageio
+
+    out = tmp_path / "o.mp4"
+    assert run_drive(_parse("--headless", "--max-steps", "20", "--record", str(out))) == 0
+    plain = tmp_path / "p.mp4"
+    assert run_drive(_parse("--headless", "--max-steps", "20", "--record", str(plain), "--no-traces",
+                            "--no-saliency")) == 0
+    last = [f for f in imageio.get_reader(str(out), format="FFMPEG")][-1]
+    last_plain = [f for f in imageio.get_reader(str(plain), format="FFMPEG")][-1]
+    r = Renderer()
+    panel = (slice(r.panel_rect.top + 60, r.panel_rect.bottom - 200), slice(r.panel_rect.left + 20, r.panel_rect.right - 80))
+    assert np.abs(last[panel].astype(int) - last_plain[panel].astype(int)).mean() > 2
+    frame = (slice(0, r.frame_rect.height), slice(r.frame_rect.left, r.frame_rect.right))
+    assert np.abs(last[frame].astype(int) - last_plain[frame].astype(int)).mean() > 1  # the heat map
+
+
+def test_bench_drive_prints_four_configurations(policy_file, same_policy, capsys):
+    from agent.bench_drive import CONFIGS, bench_drive, print_drive_table
+
+    rows = bench_drive(str(policy_file), steps=10, warmup=2)
+    print_drive_table(rows)
+    out = capsys.readouterr().out
+    assert [r["config"] for r in rows] == [c[0] for c in CONFIGS]
+    assert all(r["fps"] > 0 and r["steps"] == 10 and r["step_p99_ms"] >= r["step_p50_ms"] for r in rows)
+    assert "| all on |" in out and "FPS target" in out
