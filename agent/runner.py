@@ -39,13 +39,25 @@ ENV_FPS = 50
 DEFAULT_ACTION_NAMES = ("nothing", "left", "right", "gas", "brake")
 
 EXIT_OK, EXIT_ERROR, EXIT_INTERRUPTED = 0, 2, 130
+ENVS = ("carracing", "udacity")
+#: Frame upscale per simulator: CarRacing's 96x96 and Udacity's 320x160 camera.
+DEFAULT_SCALE = {"carracing": 6, "udacity": 2}
+STEERING_CLASSES = ("straight", "left", "right")
+STEERING_DEADBAND = 0.05  # |normalised steering| below this counts as straight
+
+
+def steering_class(steering: float) -> int:
+    """0 straight, 1 left (steering < -0.05), 2 right (> 0.05); normalised steering, +1 = full right."""
+    return 1 if steering < -STEERING_DEADBAND else 2 if steering > STEERING_DEADBAND else 0
 
 
 # ---------------------------------------------------------------------------------------- CLI
 def add_drive_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``drive`` options to ``parser`` (run them with :func:`run_drive`)."""
-    parser.add_argument("--env", default="carracing", choices=["carracing"],
-                        help="simulator (default: %(default)s)")
+    parser.add_argument("--env", default="carracing", choices=list(ENVS),
+                        help="simulator: carracing (gymnasium, built in) or udacity (the Udacity self-driving-car "
+                             "simulator, started by you in Autonomous mode; it connects to --host:--port) "
+                             "(default: %(default)s)")
     parser.add_argument("--policy", default="nac.pt",
                         help="policy file: a NAC policy (.pt) or the PPO expert (.zip); a name that is not an "
                              "existing path is looked up in the repository's policies/ folder (default: %(default)s)")
@@ -60,11 +72,22 @@ def add_drive_arguments(parser: argparse.ArgumentParser) -> None:
                              "runs as fast as possible")
     parser.add_argument("--record", default=None, metavar="PATH",
                         help="write the composed view (frame + HUD) to this .mp4 (H.264, 50 FPS)")
-    parser.add_argument("--scale", type=int, default=6,
-                        help="upscale factor of the 96x96 frame, nearest neighbour (default: %(default)s)")
+    parser.add_argument("--scale", type=int, default=None,
+                        help="upscale factor of the frame, nearest neighbour (default: 6 for CarRacing's 96x96, "
+                             "2 for Udacity's 320x160)")
     parser.add_argument("--fps-limit", type=float, default=float(ENV_FPS),
                         help="frame-rate cap of the window, 50 = CarRacing's own rate; 0 = as fast as possible. "
                              "Headless runs are never limited (default: %(default)g)")
+    ud = parser.add_argument_group("udacity", "the bridge the Udacity simulator connects to (socket.io)")
+    ud.add_argument("--host", default="127.0.0.1",
+                    help="interface to listen on; the loopback default means nobody on the network can steer "
+                         "the car (default: %(default)s)")
+    ud.add_argument("--port", type=int, default=4567,
+                    help="TCP port; the simulator always connects to 4567 (default: %(default)s)")
+    ud.add_argument("--target-speed", type=float, default=15.0, metavar="MPH",
+                    help="cruise speed of the throttle controller, mph (default: %(default)s)")
+    ud.add_argument("--connect-timeout", type=float, default=300.0, metavar="S",
+                    help="seconds to wait for the simulator to connect (default: %(default)s)")
     ov = parser.add_argument_group("overlays", "live interpretability: Grad-CAM saliency over the frame and the "
                                     "NAC neuron traces (phi, omega, logits, weights, NCP neuron groups) in the "
                                     "right panel. Keys in the window: P/space pause, N/. single step, S saliency, "
@@ -100,6 +123,8 @@ class StepView:
         latency_ms: milliseconds from the observation to the action, overlays included.
         status: one line about the overlays (e.g. what the saliency map attributes).
         paused: the run is paused (the HUD says so).
+        steering: the normalised steering chosen (a steering policy), +1 = 25 degrees right.
+        throttle: the throttle sent with it (-1..1; negative brakes), if known.
     """
 
     frame: np.ndarray
@@ -117,6 +142,8 @@ class StepView:
     latency_ms: float = 0.0
     status: str = ""
     paused: bool = False
+    steering: float | None = None
+    throttle: float | None = None
 
 
 #: An overlay: draws onto its region (a subsurface of the composed Surface) for one step.
@@ -162,14 +189,19 @@ class Renderer:
         show_probs: draw action-probability bars (a NAC policy); else a note that there are none.
         panel_width: width of the overlay panel (0 = none).
         help_text: a line of key help drawn at the bottom of the HUD.
+        steering: a steering policy: draw a steering gauge (view.steering, normalised, and
+            view.throttle) instead of action probabilities.
+        speed_unit: shown after the speed (e.g. "mph").
     """
 
     HUD_HEIGHT = 200
     MIN_LEFT_WIDTH = 480  # the HUD needs this much even when the frame is small
+    MIN_PANEL_HEIGHT = 744  # the trace panel's plots and strips fit (the HUD grows to match)
 
     def __init__(self, frame_size: tuple[int, int] = (96, 96), scale: int = 6,
                  action_names: tuple[str, ...] = DEFAULT_ACTION_NAMES, policy_label: str = "",
-                 show_probs: bool = True, panel_width: int = 420, help_text: str = ""):
+                 show_probs: bool = True, panel_width: int = 420, help_text: str = "", steering: bool = False,
+                 speed_unit: str = ""):
         import pygame
 
         if scale < 1:
@@ -178,13 +210,15 @@ class Renderer:
         self.pygame = pygame
         self.action_names = tuple(action_names)
         self.policy_label = policy_label
-        self.show_probs = show_probs
+        self.show_probs = show_probs and not steering
+        self.steering = steering
+        self.speed_unit = speed_unit
         self.help_text = help_text
         fw, fh = int(frame_size[0]) * scale, int(frame_size[1]) * scale
         self.frame_size = (int(frame_size[0]), int(frame_size[1]))
         left_w = max(fw, self.MIN_LEFT_WIDTH)
         width = left_w + max(int(panel_width), 0)
-        height = fh + self.HUD_HEIGHT
+        height = max(fh + self.HUD_HEIGHT, self.MIN_PANEL_HEIGHT if panel_width > 0 else 0)
         width, height = width + width % 2, height + height % 2
         self.size = (width, height)
         self.frame_rect = pygame.Rect((left_w - fw) // 2, 0, fw, fh)
@@ -220,6 +254,7 @@ class Renderer:
         self._bar_h = 14
         self._bar_pitch = 24
         self._bars_y = hud.y + 34
+        self._gauge_w = hud.right - 20 - self._bars_x
 
     def _make_background(self):
         pg = self.pygame
@@ -231,7 +266,17 @@ class Renderer:
             pg.draw.rect(bg, _PANEL_BG, self.panel_rect)
             pg.draw.line(bg, _EDGE, self.panel_rect.topleft, (self.panel_rect.left, self.panel_rect.bottom - 1), 2)
         header_y = self.hud_rect.y + 10
-        if self.show_probs:
+        if self.steering:
+            bg.blit(self.font_small.render("steering (normalised, 1 = 25 deg)", True, _DIM), (self._bars_x, header_y))
+            pg.draw.rect(bg, _BAR_BG, (self._bars_x, self._bars_y + 8, self._gauge_w, self._bar_h))
+            cx = self._bars_x + self._gauge_w // 2
+            pg.draw.line(bg, _EDGE, (cx, self._bars_y + 2), (cx, self._bars_y + 8 + self._bar_h + 6), 2)
+            bg.blit(self.font_small.render("left", True, _DIM), (self._bars_x, self._bars_y + 30))
+            t = self.font_small.render("right", True, _DIM)
+            bg.blit(t, (self._bars_x + self._gauge_w - t.get_width(), self._bars_y + 30))
+            bg.blit(self.font_small.render("throttle", True, _DIM), (self._bars_x, self._bars_y + 62))
+            pg.draw.rect(bg, _BAR_BG, (self._bars_x, self._bars_y + 80, self._gauge_w, self._bar_h))
+        elif self.show_probs:
             bg.blit(self.font_small.render("action probabilities", True, _DIM), (self._bars_x, header_y))
             for i, name in enumerate(self.action_names):
                 y = self._bars_y + i * self._bar_pitch
@@ -281,11 +326,14 @@ class Renderer:
         pg = self.pygame
         c = self.canvas
         x, y, lh = self._text_x, self._text_y, self.line_h
-        name = self.action_names[v.action] if v.action is not None and 0 <= v.action < len(self.action_names) \
-            else "-"
+        if self.steering:
+            name = STEERING_CLASSES[steering_class(v.steering)] if v.steering is not None else "-"
+        else:
+            name = self.action_names[v.action] if v.action is not None and 0 <= v.action < len(self.action_names) \
+                else "-"
         c.blit(self._text(self.font_big, name.upper(), _ACCENT), (x, y))
         y += self.font_big.get_linesize() + 4
-        c.blit(self._text(self.font, f"speed   {v.speed:6.1f}"), (x, y))
+        c.blit(self._text(self.font, f"speed   {v.speed:6.1f} {self.speed_unit}".rstrip()), (x, y))
         y += lh
         c.blit(self._text(self.font, f"return  {v.episode_return:7.1f}"), (x, y))
         y += lh
@@ -298,6 +346,19 @@ class Renderer:
             c.blit(self._text(self.font_big, "PAUSED", _ACCENT), (x + 150, self._text_y))
         if v.status:
             c.blit(self._text(self.font_small, v.status, _DIM), (x, self.hud_rect.bottom - 64))
+        if self.steering and v.steering is not None:
+            w, cx = self._gauge_w, self._bars_x + self._gauge_w // 2
+            s = float(np.clip(v.steering, -1.0, 1.0))
+            px = int(round(s * w / 2))
+            pg.draw.rect(c, _BAR_TAKEN, (min(cx, cx + px), self._bars_y + 8, max(abs(px), 2), self._bar_h))
+            label = self._text(self.font_small, f"{s:+.3f}  ({25 * s:+.1f} deg)")
+            c.blit(label, (cx - label.get_width() // 2, self._bars_y + 30))
+            if v.throttle is not None:
+                th = float(np.clip(v.throttle, -1.0, 1.0))
+                tw = int(round(abs(th) * w))
+                if tw:
+                    pg.draw.rect(c, _BAR if th >= 0 else (235, 90, 80), (self._bars_x, self._bars_y + 80, tw, self._bar_h))
+                c.blit(self._text(self.font_small, f"{th:+.2f}"), (self._bars_x + 64, self._bars_y + 62))
         if self.show_probs and v.probs is not None:
             bx = self._bars_x + self._bar_label_w
             for i, p in enumerate(np.asarray(v.probs, dtype=np.float64)[: len(self.action_names)]):
@@ -341,15 +402,6 @@ class Decision:
     intermediates: Any = None
 
 
-STEERING_CLASSES = ("straight", "left", "right")
-STEERING_DEADBAND = 0.05  # |normalised steering| below this counts as straight
-
-
-def steering_class(steering: float) -> int:
-    """0 straight, 1 left (steering < -0.05), 2 right (> 0.05); normalised steering, +1 = full right."""
-    return 1 if steering < -STEERING_DEADBAND else 2 if steering > STEERING_DEADBAND else 0
-
-
 class _Driver:
     """Chooses actions for the runner and exposes what the HUD shows about the decision."""
 
@@ -381,7 +433,7 @@ class _NACDriver(_Driver):
 
     def act(self, obs, env, info=None):
         torch = self.torch
-        x = torch.as_tensor(np.ascontiguousarray(obs), device=self.policy.device)[None]
+        x = torch.from_numpy(np.array(obs, dtype=np.uint8)).to(self.policy.device)[None]  # a writable copy
         t = None
         if info is not None and "time_s" in info:
             t = torch.tensor([float(info["time_s"])], dtype=torch.float64, device=x.device)
@@ -636,14 +688,18 @@ class _VideoWriter:
 
 # ---------------------------------------------------------------------------------------- run
 def _check_args(args) -> str | None:
-    if args.env != "carracing":
-        return f"--env {args.env!r} is not supported (choices: carracing)"
+    if args.env not in ENVS:
+        return f"--env {args.env!r} is not supported (choices: {', '.join(ENVS)})"
     if args.episodes < 1:
         return f"--episodes must be >= 1, got {args.episodes}"
     if args.max_steps is not None and args.max_steps < 1:
         return f"--max-steps must be >= 1, got {args.max_steps}"
-    if args.scale < 1:
+    if args.scale is not None and args.scale < 1:
         return f"--scale must be >= 1, got {args.scale}"
+    if args.env == "udacity" and not (0 <= args.port < 65536):
+        return f"--port must be in 0..65535, got {args.port}"
+    if args.env == "udacity" and (args.target_speed <= 0 or args.connect_timeout <= 0):
+        return "--target-speed and --connect-timeout must be > 0"
     if args.fps_limit < 0:
         return f"--fps-limit must be >= 0, got {args.fps_limit}"
     if args.record is not None and Path(args.record).suffix.lower() != ".mp4":
@@ -690,12 +746,21 @@ def run_drive(args: argparse.Namespace) -> int:
 
         if not pygame.display.get_init():
             os.environ["SDL_VIDEODRIVER"] = "dummy"  # never open a window, even if something inits the display
-    session = DriveSession(args, policy, path.name, headless=headless)
     try:
-        print(f"policy {path} ({session.driver.label}); env {args.env}; tracks {args.seed}..{args.seed + args.episodes - 1}"
+        session = DriveSession(args, policy, path.name, headless=headless)
+    except (ValueError, OSError) as exc:  # a policy for another simulator; the port is taken
+        _err(str(exc))
+        return EXIT_ERROR
+    try:
+        where = (f"tracks {args.seed}..{args.seed + args.episodes - 1}" if args.env == "carracing" else
+                 f"serving {session.env.unwrapped.url}: start the simulator and choose Autonomous mode")
+        print(f"policy {path} ({session.driver.label}); env {args.env}; {where}"
               f"{'; headless' if session.window is None else ''}"
               f"{f'; recording {args.record}' if session.writer else ''}", flush=True)
         return session.run()
+    except TimeoutError as exc:  # no simulator connected
+        _err(str(exc))
+        return EXIT_ERROR
     finally:
         session.close()
 
@@ -717,15 +782,21 @@ class DriveSession:
     def __init__(self, args, policy, name: str, headless: bool, force_draw: bool = False):
         import torch
 
-        from envs.carracing import ACTION_NAMES, EPISODE_STEPS, make_carracing
+        from envs.carracing import ACTION_NAMES
 
         self.args = args
+        policy_env = getattr(getattr(policy, "config", None), "env", "carracing")
+        if policy_env != args.env:
+            raise ValueError(f"{name} is a {policy_env} policy; drive it with --env {policy_env} "
+                             f"(or choose a {args.env} policy)")
         self.driver = _make_driver(policy, name)
-        self.env = make_carracing(max_episode_steps=args.max_steps or EPISODE_STEPS)
+        self.env = self._make_env(args)
+        self.env_fps = int(self.env.metadata.get("render_fps", ENV_FPS))
         obs_shape = self.env.observation_space.shape  # (H, W, C)
         names = tuple(getattr(getattr(policy, "config", None), "action_names", ACTION_NAMES))
         discrete = getattr(policy, "output_kind", "discrete") == "discrete"
         self.class_names = names if discrete else STEERING_CLASSES
+        scale = args.scale or DEFAULT_SCALE[args.env]
         # One frame at a time: intra-op threads only add synchronisation (with 2 threads on a busy 2-core
         # machine a NAC step took 40 ms instead of 1.5 ms), so act single-threaded; restored at close().
         self._threads = torch.get_num_threads()
@@ -734,10 +805,11 @@ class DriveSession:
         overlay = not args.no_overlay
         draw = force_draw or not headless or args.record is not None
         if draw:
-            self.renderer = Renderer((obs_shape[1], obs_shape[0]), scale=args.scale, action_names=names,
+            self.renderer = Renderer((obs_shape[1], obs_shape[0]), scale=scale, action_names=names,
                                      policy_label=self.driver.label, show_probs=self.driver.has_probs,
                                      panel_width=420 if overlay else 0,
-                                     help_text=HELP_TEXT if not headless else "")
+                                     help_text=HELP_TEXT if not headless else "", steering=not discrete,
+                                     speed_unit="mph" if args.env == "udacity" else "")
         if not headless:
             try:
                 self.window = _Window(self.renderer.size, f"drive - {self.driver.label}", args.fps_limit)
@@ -747,7 +819,7 @@ class DriveSession:
                 if args.record is None and not force_draw:
                     self.renderer = None  # nothing would show the drawing
         if args.record is not None:
-            self.writer = _VideoWriter(Path(args.record), self.renderer.size)
+            self.writer = _VideoWriter(Path(args.record), self.renderer.size, fps=self.env_fps)
         self.overlays = Overlays(policy, self.driver, self.renderer, saliency=overlay and not args.no_saliency,
                                  traces=overlay and not args.no_traces, dump=args.dump_traces is not None,
                                  opacity=args.cam_opacity, class_names=self.class_names)
@@ -765,6 +837,23 @@ class DriveSession:
                 pg.K_r: self.request_restart})
         self.step_seconds: list[float] = []
         self.latency_seconds: list[float] = []
+
+    @staticmethod
+    def _make_env(args):
+        """CarRacing (one episode per track seed) or the Udacity bridge (started at once, so its
+        address is known; an episode lasts until the simulator disconnects or --max-steps)."""
+        if args.env == "udacity":
+            from gymnasium.wrappers import TimeLimit
+
+            from envs.udacity import UdacityEnv
+
+            env = UdacityEnv(host=args.host, port=args.port, target_speed=args.target_speed,
+                             connect_timeout=args.connect_timeout)
+            env.start()
+            return TimeLimit(env, args.max_steps) if args.max_steps else env
+        from envs.carracing import EPISODE_STEPS, make_carracing
+
+        return make_carracing(max_episode_steps=args.max_steps or EPISODE_STEPS)
 
     # ------------------------------------------------------------------ keys
     def toggle_pause(self) -> None:
@@ -800,7 +889,7 @@ class DriveSession:
         ticks.append(time.perf_counter())
         while True:
             t0 = time.perf_counter()
-            speed = float(getattr(env.unwrapped, "speed", 0.0))
+            speed = float(info["speed_mph"]) if "speed_mph" in info else float(getattr(env.unwrapped, "speed", 0.0))
             d = driver.act(obs, env, info)
             extras: dict = {}
             status = ov.explain(obs, d, extras)
@@ -810,7 +899,9 @@ class DriveSession:
                 view = StepView(frame=obs, step=steps + 1, action=d.action if np.isscalar(d.action) else None,
                                 probs=d.probs, speed=speed, episode_return=ep_return, fps=fps, seed=seed,
                                 episode=episode, episodes=args.episodes, policy_state=d.state, extras=extras,
-                                latency_ms=1000 * latency, status=status)
+                                latency_ms=1000 * latency, status=status,
+                                steering=None if np.isscalar(d.action) else float(np.asarray(d.action).reshape(-1)[0]),
+                                throttle=info.get("throttle_command", info.get("throttle")))
                 canvas = renderer.compose(view)
                 if self.writer is not None:
                     self.writer.append(renderer.to_rgb())
@@ -821,7 +912,7 @@ class DriveSession:
                         self._wait_while_paused(view)
             obs, reward, terminated, truncated, info = env.step(d.action)
             steps += 1
-            ov.record(extras, d, float(reward), episode, steps, float(info.get("time_s", steps / ENV_FPS)))
+            ov.record(extras, d, float(reward), episode, steps, float(info.get("time_s", steps / self.env_fps)))
             ep_return += float(reward)
             now = time.perf_counter()
             ticks.append(now)
@@ -884,7 +975,7 @@ class DriveSession:
             if self.writer is not None:
                 self.writer.close()  # finalises the mp4, also after Ctrl-C
                 print(f"wrote {self.writer.path} ({self.writer.frames} frames, "
-                      f"{self.writer.frames / ENV_FPS:.1f} s at {ENV_FPS} FPS)")
+                      f"{self.writer.frames / self.env_fps:.1f} s at {self.env_fps} FPS)")
             rec = self.overlays.recorder
             if rec is not None:
                 if len(rec):
