@@ -58,7 +58,7 @@ def test_defaults_match_the_env():
     assert DEFAULT_ACTION_NAMES == ACTION_NAMES
     a = _parse()
     assert (a.env, a.policy, a.episodes, a.seed, a.max_steps) == ("carracing", "nac.pt", 1, EVAL_SEED_BASE, None)
-    assert (a.headless, a.record, a.scale, a.fps_limit) == (False, None, 6, 50.0)
+    assert (a.headless, a.record, a.scale, a.fps_limit) == (False, None, None, 50.0)  # scale: 6 for CarRacing
     assert (a.no_overlay, a.no_saliency, a.no_traces, a.cam_opacity, a.dump_traces) == (False, False, False, 0.5, None)
 
 
