@@ -26,8 +26,26 @@ def resolve_policy_path(name: str | Path) -> Path:
                             f"shipped policies: {', '.join(shipped) or 'none'}")
 
 
+def policy_file_kind(path: str | Path) -> str | None:
+    """The ``kind`` stored in a ``.pt`` policy file (read with ``weights_only=True``), or None if
+    the file is not a readable dict with a kind."""
+    import torch
+
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:
+        return None
+    kind = payload.get("kind") if isinstance(payload, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
 def load_policy(name: str | Path, device: str = "cpu"):
-    """Load a policy file: ``.zip`` -> :class:`agent.expert.ExpertPolicy`, else :class:`agent.policy.NACPolicy`.
+    """Load a policy file, dispatching on what it is.
+
+    ``.zip`` -> :class:`agent.expert.ExpertPolicy`; a ``.pt`` of kind ``"nac-udacity-policy"`` ->
+    :class:`agent.udacity_policy.UdacityNACPolicy`; any other file ->
+    :class:`agent.policy.NACPolicy` (the CarRacing policy, whose loader explains what is wrong
+    with a file that is neither).
 
     Raises:
         FileNotFoundError, ValueError: see :func:`resolve_policy_path` and the loaders.
@@ -37,6 +55,12 @@ def load_policy(name: str | Path, device: str = "cpu"):
         from agent.expert import ExpertPolicy
 
         return ExpertPolicy.load(path, device=device)
+    from agent.udacity_policy import FILE_KIND as UDACITY_KIND
+
+    if policy_file_kind(path) == UDACITY_KIND:
+        from agent.udacity_policy import UdacityNACPolicy
+
+        return UdacityNACPolicy.load(path, device=device)
     from agent.policy import NACPolicy
 
     return NACPolicy.load(path, device=device)
