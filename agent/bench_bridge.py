@@ -117,8 +117,65 @@ def _frame_mean_policy(frame: np.ndarray, info: dict) -> float:
     return float(frame.mean() / 255.0 - 0.5)
 
 
+def runner_policy_fn(policy, overlays: bool) -> Callable[[np.ndarray, dict], float]:
+    """What ``drive --env udacity`` does per frame, as a ``policy_fn``: the policy's streaming step
+    (with the frame's arrival time as the NAC time), and with ``overlays`` also Grad-CAM on the
+    newest frame, the NAC traces and the composition of the whole view (frame, HUD, panel)."""
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    from agent.runner import Overlays, Renderer, StepView, _NACDriver
+
+    driver = _NACDriver(policy, "policy")
+    renderer = ov = None
+    if overlays:
+        renderer = Renderer((320, 160), scale=2, policy_label="bench", steering=True, speed_unit="mph")
+        ov = Overlays(policy, driver, renderer, saliency=True, traces=True, class_names=("straight", "left", "right"))
+
+    def step(frame: np.ndarray, info: dict) -> float:
+        d = driver.act(frame, None, info)
+        steer = float(np.asarray(d.action).reshape(-1)[0])
+        if ov is not None:
+            extras: dict = {}
+            status = ov.explain(frame, d, extras)
+            renderer.compose(StepView(frame=frame, extras=extras, status=status, steering=steer))
+        return steer
+
+    step.__name__ = "policy + overlays" if overlays else "policy"
+    step.close = ov.close if ov is not None else (lambda: None)  # type: ignore[attr-defined]
+    return step
+
+
+def bench_bridge_policy(policy_path: str | None, n: int, warmup: int) -> list[dict]:
+    """Rows: bridge only; the Udacity policy; the policy with every overlay (one torch thread).
+
+    ``policy_path`` None (or a missing shipped file) times a freshly initialised policy of the
+    shipped architecture: the cost does not depend on the weights.
+    """
+    import torch
+
+    from agent.loading import load_policy
+    from agent.udacity_policy import UdacityNACPolicy
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        try:
+            policy = load_policy(policy_path) if policy_path else UdacityNACPolicy().eval()
+        except FileNotFoundError:
+            policy = UdacityNACPolicy().eval()
+        rows = [bench_bridge(n, None, warmup)]
+        for overlays in (False, True):
+            fn = runner_policy_fn(policy, overlays)
+            try:
+                rows.append(bench_bridge(n, fn, warmup, label=fn.__name__))
+            finally:
+                fn.close()
+        return rows
+    finally:
+        torch.set_num_threads(threads)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m agent.bench_bridge [--n 2000] [--warmup 100] [--json rows.json]``"""
+    """``python -m agent.bench_bridge [--n 2000] [--warmup 100] [--policy udacity-nac.pt] [--json rows.json]``"""
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m agent.bench_bridge", description=__doc__.splitlines()[0],
@@ -126,9 +183,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=2000, help="timed round trips per row")
     ap.add_argument("--warmup", type=int, default=100, help="untimed round trips first")
     ap.add_argument("--json", default="", help="also write the rows to this JSON file")
+    ap.add_argument("--policy", default="udacity-nac.pt",
+                    help="the Udacity policy to time with and without overlays ('' for the stand-in only)")
     a = ap.parse_args(argv)
-    rows = [bench_bridge(a.n, None, a.warmup),
-            bench_bridge(a.n, _frame_mean_policy, a.warmup, label="frame.mean() stand-in")]
+    if a.policy:
+        rows = bench_bridge_policy(a.policy, a.n, a.warmup)
+    else:
+        rows = [bench_bridge(a.n, None, a.warmup),
+                bench_bridge(a.n, _frame_mean_policy, a.warmup, label="frame.mean() stand-in")]
     print_bridge_table(rows)
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))

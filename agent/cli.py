@@ -11,6 +11,7 @@ The workflow, one direction (DESIGN.md section 2):
   agent wiring         a picture of the policy's NCP wiring
   agent bench nac      NAC layer speed and memory against the authors' torch-nac
   agent bench drive    runner FPS and latency with and without the overlays
+  agent bench bridge   Udacity bridge round trip, with and without the policy and overlays
 """
 
 from __future__ import annotations
@@ -366,9 +367,26 @@ def _add_bench(sub) -> None:
     d.add_argument("--steps", type=int, default=500, help="timed steps per configuration and round")
     d.add_argument("--rounds", type=int, default=1, help="interleaved repetitions of all configurations (pooled)")
     d.add_argument("--json", default=None, help="also write the rows as JSON here")
+    b = bsub.add_parser("bridge", help="Udacity bridge round trip (telemetry in -> steer out), with and without "
+                                       "the policy and overlays", formatter_class=FMT,
+                        description="A wire-level fake simulator sends telemetry over loopback and times the steer "
+                                    "reply: the bridge alone, with the Udacity policy's step, and with the policy "
+                                    "plus Grad-CAM, NAC traces and the composed view. p50/p90/p99/max in ms.")
+    b.add_argument("--policy", default="udacity-nac.pt", help="Udacity policy ('' to time the bridge only)")
+    b.add_argument("--n", type=int, default=1000, help="timed round trips per row")
+    b.add_argument("--warmup", type=int, default=50, help="untimed round trips first")
 
 
 def _cmd_bench(args) -> int:
+    if args.bench_command == "bridge":
+        from agent.bench_bridge import bench_bridge, bench_bridge_policy, print_bridge_table
+
+        if args.n < 10 or args.warmup < 0:
+            raise CLIError("--n must be >= 10 and --warmup >= 0")
+        rows = bench_bridge_policy(args.policy, args.n, args.warmup) if args.policy else \
+            [bench_bridge(args.n, None, args.warmup)]
+        print_bridge_table(rows)
+        return 0
     if args.bench_command == "drive":
         from agent.bench_drive import bench_drive, print_drive_table
 

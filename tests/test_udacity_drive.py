@@ -117,3 +117,14 @@ def test_drive_udacity_without_simulator_times_out_clearly(same_policy, capsys):
 def test_policy_for_the_other_simulator_is_refused(same_policy, capsys):
     code = run_drive(_parse("--env", "carracing", "--headless", "--max-steps", "2"))
     assert code == 2 and "--env udacity" in capsys.readouterr().err
+
+
+def test_bench_bridge_rows_with_policy_and_overlays(same_policy, capsys):
+    from agent.cli import main
+
+    assert main(["bench", "bridge", "--policy", "tiny.pt", "--n", "12", "--warmup", "2"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if "|" in line and "ms" not in line]
+    labels = [line.split("|")[0].strip() for line in rows]
+    assert labels == ["bridge only", "policy", "policy + overlays"]
+    assert not same_policy.saliency_layer()._forward_hooks  # the overlays' Grad-CAM hooks were released
