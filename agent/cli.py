@@ -133,9 +133,11 @@ def _add_train(sub) -> None:
                    help="NAC mode (default: steady; udacity: exact)")
     p.add_argument("--epochs", type=int, default=argparse.SUPPRESS,
                    help="behaviour-cloning epochs (default: 8; udacity: 40)")
-    p.add_argument("--batch-frames", type=int, default=256, help="frames per batch (windows per batch = this // window)")
-    p.add_argument("--lr", type=float, default=1e-3,
-                   help="peak learning rate (one-cycle; udacity: Adam, cosine decay to lr/20)")
+    p.add_argument("--batch-frames", type=int, default=argparse.SUPPRESS,
+                   help="frames per batch (windows per batch = this // window) (default: 256; udacity: 64)")
+    p.add_argument("--lr", type=float, default=argparse.SUPPRESS,
+                   help="peak learning rate, one-cycle (default: 1e-3); udacity: Adam, cosine decay to lr/20 "
+                        "(default: 3e-4)")
     p.add_argument("--val-fraction", type=float, default=argparse.SUPPRESS,
                    help="fraction of episodes held out (default: 0.1); udacity: the last fraction of each "
                         "recording's rows, one contiguous block (default: 0.15)")
@@ -156,12 +158,17 @@ def _add_train(sub) -> None:
                    help="udacity: stop after the epoch that crosses this many minutes")
     p.add_argument("--augment-prob", type=float, default=0.6,
                    help="udacity: probability that a training window is augmented (0: no augmentation)")
+    p.add_argument("--smooth-labels", type=int, default=1,
+                   help="udacity: train on a centered moving average of the steering over this many frames "
+                        "(odd; 1: the raw labels). Evaluation always uses the raw labels")
 
 
 #: per-simulator defaults of the `agent train` options that differ between simulators
 TRAIN_DEFAULTS = {
-    "carracing": dict(out="policies/nac.pt", window=16, mode="steady", epochs=8, val_fraction=0.1),
-    "udacity": dict(out="policies/udacity-nac.pt", window=8, mode="exact", epochs=40, val_fraction=0.15),
+    "carracing": dict(out="policies/nac.pt", window=16, mode="steady", epochs=8, val_fraction=0.1, batch_frames=256,
+                      lr=1e-3),
+    "udacity": dict(out="policies/udacity-nac.pt", window=8, mode="exact", epochs=40, val_fraction=0.15,
+                    batch_frames=64, lr=3e-4),
 }
 
 
@@ -233,6 +240,8 @@ def _train_udacity(args) -> int:
         raise CLIError("--window, --epochs and --batch-frames must be >= 1")
     if not 0.0 <= args.augment_prob <= 1.0:
         raise CLIError(f"--augment-prob must be in [0, 1], got {args.augment_prob}")
+    if args.smooth_labels < 1 or args.smooth_labels % 2 == 0:
+        raise CLIError(f"--smooth-labels must be an odd number of frames >= 1, got {args.smooth_labels}")
     for d in args.data:
         if not (Path(d) / "driving_log.csv").is_file() and not (Path(d).is_file() and Path(d).suffix == ".csv"):
             raise CLIError(f"{d} is not a Udacity recording (no driving_log.csv in it)")
@@ -240,7 +249,7 @@ def _train_udacity(args) -> int:
         torch.set_num_threads(args.threads)
     cfg = UdacityTrainConfig(epochs=args.epochs, batch_frames=args.batch_frames, lr=args.lr,
                              val_fraction=args.val_fraction, seed=args.seed, device=args.device,
-                             augment=AugmentConfig(p_augment=args.augment_prob),
+                             augment=AugmentConfig(p_augment=args.augment_prob), smooth_labels=args.smooth_labels,
                              time_limit_s=args.time_limit * 60 if args.time_limit else None)
     pcfg = UdacityPolicyConfig(window=args.window, mode=args.mode, seed=22222 + args.seed)
     tb = Path(args.tensorboard) / out.stem if args.tensorboard else None
@@ -290,7 +299,12 @@ def _cmd_evaluate(args) -> int:
     if args.env == "udacity":
         return _evaluate_udacity(args)
     from agent.evaluation import evaluate
+    from agent.loading import policy_file_kind, resolve_policy_path
+    from agent.udacity_policy import FILE_KIND as UDACITY_KIND
 
+    path = resolve_policy_path(args.policy)
+    if path.suffix != ".zip" and policy_file_kind(path) == UDACITY_KIND:
+        raise CLIError(f"{path} is a Udacity steering policy; score it with --env udacity --data RECORDING")
     res = evaluate(args.policy, args.episodes, args.seed, env=args.env, max_steps=args.max_steps,
                    workers=args.workers)
     print(f"{res.policy}: mean return {res.mean_return:.1f} ± {res.std_return:.1f} over {len(res.returns)} "
@@ -321,6 +335,9 @@ def _evaluate_udacity(args) -> int:
           f"{res['n_frames']} frames ({res['rmse_degrees']:.1f} degrees RMS); predict-0 baseline MSE "
           f"{res['zero_mse']:.4f}" + (f", predict-train-mean MSE {res['train_mean_mse']:.4f}"
                                       if "train_mean_mse" in res else ""))
+    if res["n_moving"]:
+        print(f"  while moving (>= {res['min_speed_mph']:g} mph, {res['n_moving']} frames): MSE {res['moving_mse']:.4f}, "
+              f"MAE {res['moving_mae']:.4f}; predict-0 MSE {res['moving_zero_mse']:.4f}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(res, indent=2) + "\n")

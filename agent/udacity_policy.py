@@ -71,7 +71,7 @@ class PilotNetFeatures(nn.Module):
 class UdacityPolicyConfig:
     """Everything needed to rebuild a :class:`UdacityNACPolicy` (saved in the policy file)."""
 
-    window: int = 8  # T: frames the NAC sees (the newest included)
+    window: int = 8  # T: frames the NAC sees (the newest included); T <= topk keeps every frame attended
     frame_dt: float = 0.07  # seconds between frames when no timestamps are given (drive-2018's median gap)
     d_model: int = 100
     num_heads: int = 20

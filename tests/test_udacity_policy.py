@@ -9,7 +9,7 @@ from agent.policy import PolicyState
 from agent.udacity_policy import FILE_KIND, UdacityNACPolicy, UdacityPolicyConfig
 from agent.udacity_recording import load_recording, preprocess
 from agent.udacity_training import (evaluate_udacity, make_batch, predict_recording, segment_windows,
-                                    split_contiguous)
+                                    smooth_steering, split_contiguous)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def test_streaming_equals_forward_with_timestamps(policy):
         last = policy(frames[None, 3:7], rel[:, 3:7] - rel[:, 3:4]).clamp(-1, 1)[:, -1]  # sliding window of 4
     assert torch.allclose(torch.cat(outs[:4], 1), full[..., 0], atol=1e-5)
     assert torch.allclose(outs[-1], last, atol=1e-5)
-    assert state.cache.length == 4 and state.steps == 7
+    assert isinstance(state, PolicyState) and state.cache.length == 4 and state.steps == 7
     # different frame times give a different output (the NAC reads them)
     st2 = None
     for i in range(7):
@@ -186,6 +186,16 @@ def test_windows_split_and_batches(tmp_path):
         np.stack([train.steering[2:4], train.steering[4:6]])))
 
 
+def test_label_smoothing_stays_inside_segments(tmp_path):
+    root, _ = write_recording(tmp_path / "rec", n=6, gaps_ms=[70, 70, 4000, 70, 70], steering=[0, 0.3, 0, 0.6, 0, 0])
+    rec = load_recording(root, progress=False)
+    sm = smooth_steering(rec, 3)
+    assert np.allclose(sm.steering, [0.15, 0.1, 0.15, 0.3, 0.2, 0.0])  # ends average over fewer frames
+    assert smooth_steering(rec, 1) is rec and np.allclose(rec.steering, [0, 0.3, 0, 0.6, 0, 0])  # input untouched
+    with pytest.raises(ValueError, match="odd"):
+        smooth_steering(rec, 4)
+
+
 def test_predict_recording_restarts_at_breaks(policy, tmp_path):
     root, _ = write_recording(tmp_path / "rec", n=6, gaps_ms=[70, 70, 4000, 70, 70])
     rec = load_recording(root, progress=False)
@@ -197,6 +207,9 @@ def test_predict_recording_restarts_at_breaks(policy, tmp_path):
     res = evaluate_udacity(policy, rec, progress=False, train_mean=0.0)
     assert res["n_frames"] == 6 and res["n_segments"] == 2
     assert np.isclose(res["mse"], np.mean((pred - rec.steering) ** 2)) and res["train_mean_mse"] == res["zero_mse"]
+    assert res["n_moving"] == 6 and np.isclose(res["moving_mse"], res["mse"])  # the fixture drives at 30 mph
+    still = evaluate_udacity(policy, rec, progress=False, min_speed=40)
+    assert still["n_moving"] == 0 and still["moving_mse"] is None
 
 
 def test_cli_train_and_evaluate_smoke(tmp_path, capsys):
@@ -229,3 +242,5 @@ def test_cli_train_and_evaluate_smoke(tmp_path, capsys):
                "--on-bad-row", "error", "--tensorboard", ""])
     assert rc == 2 and "row 1: missing image" in capsys.readouterr().err
     assert main(["evaluate", "--env", "udacity", "--policy", str(out), "--data", str(tmp_path)]) == 2
+    assert main(["evaluate", "--env", "carracing", "--policy", str(out), "--episodes", "1"]) == 2
+    assert "is a Udacity steering policy" in capsys.readouterr().err
