@@ -30,6 +30,12 @@ class CLIError(Exception):
     """A user error: printed as one line, exit code 2."""
 
 
+def _write_json(path: str | Path, obj) -> None:
+    """``obj`` as indented JSON at ``path`` (its folder is created)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(obj, indent=2, default=str) + "\n")
+
+
 # ----------------------------------------------------------------------------------- expert
 def _add_expert(sub) -> None:
     p = sub.add_parser("expert", help="train the PPO expert (privileged state)",
@@ -216,8 +222,7 @@ def _cmd_train(args) -> int:
     print(f"held-out accuracy (full-context positions): {report.best_val_accuracy:.3f}")
     print(f"training took {report.seconds['total']:.0f} s -> {out}")
     if args.report:
-        Path(args.report).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.report).write_text(json.dumps(report.as_dict(), indent=2, default=str) + "\n")
+        _write_json(args.report, report.as_dict())
     return 0
 
 
@@ -268,8 +273,7 @@ def _train_udacity(args) -> int:
           f"baselines: predict 0 {report.val_zero_mse:.4f}, predict train mean {report.val_mean_mse:.4f}")
     print(f"training took {report.seconds['total']:.0f} s -> {out}")
     if args.report:
-        Path(args.report).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.report).write_text(json.dumps(report.as_dict(), indent=2, default=str) + "\n")
+        _write_json(args.report, report.as_dict())
     return 0
 
 
@@ -339,8 +343,7 @@ def _evaluate_udacity(args) -> int:
         print(f"  while moving (>= {res['min_speed_mph']:g} mph, {res['n_moving']} frames): MSE {res['moving_mse']:.4f}, "
               f"MAE {res['moving_mae']:.4f}; predict-0 MSE {res['moving_zero_mse']:.4f}")
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(res, indent=2) + "\n")
+        _write_json(args.json, res)
         print(f"wrote {args.json}")
     return 0
 
@@ -412,8 +415,7 @@ def _cmd_bench(args) -> int:
         rows = bench_drive(args.policy, args.steps, rounds=args.rounds)
         print_drive_table(rows)
         if args.json:
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
+            _write_json(args.json, rows)
         return 0
     from agent import bench
 

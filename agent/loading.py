@@ -29,11 +29,11 @@ def resolve_policy_path(name: str | Path) -> Path:
 def policy_file_kind(path: str | Path) -> str | None:
     """The ``kind`` stored in a ``.pt`` policy file (read with ``weights_only=True``), or None if
     the file is not a readable dict with a kind."""
-    import torch
+    from agent.policy import read_policy_file
 
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:
+        payload = read_policy_file(path)
+    except (FileNotFoundError, ValueError):
         return None
     kind = payload.get("kind") if isinstance(payload, dict) else None
     return kind if isinstance(kind, str) else None
@@ -45,7 +45,7 @@ def load_policy(name: str | Path, device: str = "cpu"):
     ``.zip`` -> :class:`agent.expert.ExpertPolicy`; a ``.pt`` of kind ``"nac-udacity-policy"`` ->
     :class:`agent.udacity_policy.UdacityNACPolicy`; any other file ->
     :class:`agent.policy.NACPolicy` (the CarRacing policy, whose loader explains what is wrong
-    with a file that is neither).
+    with a file that is neither). The file is read once.
 
     Raises:
         FileNotFoundError, ValueError: see :func:`resolve_policy_path` and the loaders.
@@ -55,15 +55,13 @@ def load_policy(name: str | Path, device: str = "cpu"):
         from agent.expert import ExpertPolicy
 
         return ExpertPolicy.load(path, device=device)
-    from agent.udacity_policy import FILE_KIND as UDACITY_KIND
+    from agent.policy import NACPolicy, read_policy_file
+    from agent.udacity_policy import FILE_KIND as UDACITY_KIND, UdacityNACPolicy
 
-    if policy_file_kind(path) == UDACITY_KIND:
-        from agent.udacity_policy import UdacityNACPolicy
-
-        return UdacityNACPolicy.load(path, device=device)
-    from agent.policy import NACPolicy
-
-    return NACPolicy.load(path, device=device)
+    payload = read_policy_file(path)
+    kind = payload.get("kind") if isinstance(payload, dict) else None
+    cls = UdacityNACPolicy if kind == UDACITY_KIND else NACPolicy
+    return cls.from_payload(payload, path, device)
 
 
 def make_actor(policy, deterministic: bool = True) -> Actor:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from agent.saliency import blend_heatmap
 from agent.traces import CLASS_COLORS, TraceHistory
 
 _BG = (12, 13, 16)
@@ -49,8 +50,6 @@ class SaliencyDrawer:
         self.opacity = float(np.clip(self.opacity + delta, 0.0, 1.0))
 
     def __call__(self, frame: np.ndarray, view) -> np.ndarray:
-        from agent.saliency import blend_heatmap
-
         sal = view.extras.get("saliency")
         if not self.enabled or sal is None or self.opacity <= 0:
             return frame

@@ -262,25 +262,9 @@ class NACPolicy(nn.Module):
 
     # ------------------------------------------------------------------ files
     def save(self, path: str | Path, metadata: dict | None = None) -> Path:
-        """Write one file holding the format version, the config, the state dict and metadata.
-
-        The file is written to a temporary name and renamed, so a crash never leaves half a file.
-        """
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        payload = {
-            "kind": FILE_KIND,
-            "format_version": FORMAT_VERSION,
-            "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self.config).items()},
-            "state_dict": {k: v.detach().cpu() for k, v in self.state_dict().items()},
-            "metadata": metadata or {},
-        }
-        buf = io.BytesIO()
-        torch.save(payload, buf)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(buf.getvalue())
-        tmp.replace(path)
-        return path
+        """Write one file holding the format version, the config, the state dict and metadata
+        (atomically: see :func:`write_policy_file`)."""
+        return write_policy_file(path, FILE_KIND, FORMAT_VERSION, self.config, self.state_dict(), metadata)
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu") -> "NACPolicy":
@@ -291,27 +275,75 @@ class NACPolicy(nn.Module):
             ValueError: not a policy file of this project, an unsupported format version, or a
                 state dict that does not fit the stored config. Nothing is half-loaded.
         """
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"policy file {path} does not exist")
-        try:
-            payload = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:
-            raise ValueError(f"{path} is not a readable policy file (corrupt or not made by `agent train`): "
-                             f"{type(exc).__name__}: {exc}") from exc
-        if not isinstance(payload, dict) or payload.get("kind") != FILE_KIND:
-            raise ValueError(f"{path} is not a NAC policy file of this project (expected kind {FILE_KIND!r})")
-        version = payload.get("format_version")
-        if version != FORMAT_VERSION:
-            raise ValueError(f"{path} has policy format version {version}; this version of the project reads "
-                             f"version {FORMAT_VERSION}")
-        try:
-            policy = cls(PolicyConfig(**payload["config"]))
-            policy.load_state_dict(payload["state_dict"], strict=True)
-        except (TypeError, KeyError, RuntimeError, ValueError) as exc:
-            raise ValueError(f"{path}: the stored weights do not fit the stored config: {exc}") from exc
-        policy.metadata = payload.get("metadata", {})
-        return policy.to(device).eval()
+        return cls.from_payload(read_policy_file(path), path, device)
+
+    @classmethod
+    def from_payload(cls, payload: dict, path: str | Path, device: str | torch.device = "cpu") -> "NACPolicy":
+        """Rebuild from the contents of a policy file (:func:`read_policy_file`); errors as :meth:`load`."""
+        return rebuild_policy(cls, PolicyConfig, payload, path, FILE_KIND, FORMAT_VERSION, "NAC policy", device)
+
+
+def write_policy_file(path: str | Path, kind: str, version: int, config, state_dict: dict,
+                      metadata: dict | None = None) -> Path:
+    """One policy file: kind, format version, the config dataclass, the state dict and metadata.
+
+    The file is written to a temporary name and renamed, so a crash never leaves half a file.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "kind": kind,
+        "format_version": version,
+        "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(config).items()},
+        "state_dict": {k: v.detach().cpu() for k, v in state_dict.items()},
+        "metadata": metadata or {},
+    }
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(buf.getvalue())
+    tmp.replace(path)
+    return path
+
+
+def read_policy_file(path: str | Path) -> dict:
+    """The contents of a policy file (``torch.load(weights_only=True)``, no pickle).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: the file is not readable as a policy file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"policy file {path} does not exist")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise ValueError(f"{path} is not a readable policy file (corrupt or not made by `agent train`): "
+                         f"{type(exc).__name__}: {exc}") from exc
+
+
+def rebuild_policy(cls, config_cls, payload, path: str | Path, kind: str, version: int, what: str,
+                   device: str | torch.device = "cpu"):
+    """Check a policy file's kind and format version and rebuild ``cls(config_cls(**config))``.
+
+    Raises:
+        ValueError: another kind of file, another format version, or weights that do not fit the
+            stored config. Nothing is half-loaded.
+    """
+    if not isinstance(payload, dict) or payload.get("kind") != kind:
+        raise ValueError(f"{path} is not a {what} file of this project (expected kind {kind!r})")
+    found = payload.get("format_version")
+    if found != version:
+        raise ValueError(f"{path} has {what} format version {found}; this version of the project reads "
+                         f"version {version}")
+    try:
+        policy = cls(config_cls(**payload["config"]))
+        policy.load_state_dict(payload["state_dict"], strict=True)
+    except (TypeError, KeyError, RuntimeError, ValueError) as exc:
+        raise ValueError(f"{path}: the stored weights do not fit the stored config: {exc}") from exc
+    policy.metadata = payload.get("metadata", {})
+    return policy.to(device).eval()
 
 
 def file_digest(path: str | Path) -> str:
@@ -319,4 +351,5 @@ def file_digest(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
 
 
-__all__ = ["CNNFeatures", "NACPolicy", "NACIntermediates", "PolicyConfig", "PolicyState", "file_digest"]
+__all__ = ["CNNFeatures", "NACPolicy", "NACIntermediates", "PolicyConfig", "PolicyState", "file_digest",
+           "read_policy_file", "rebuild_policy", "write_policy_file"]

@@ -29,6 +29,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from agent.traces import step_traces
+
 os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")  # no pygame banner on stdout
 
 #: The first track never used for training (``envs.carracing.EVAL_SEED_BASE``; kept literal here so
@@ -573,8 +575,6 @@ class Overlays:
                 self.saliency.discard()  # the hooks saw the policy's own step; keep nothing
                 status.append("Grad-CAM off")
         if d.intermediates is not None:
-            from agent.traces import step_traces
-
             cache = getattr(d.state, "cache", None)
             tr = step_traces(d.intermediates, 0, cache.length - 1 if cache is not None else None, self.topk)
             extras["traces"] = tr

@@ -21,6 +21,7 @@ released by :meth:`SaliencyOverlay.close` (also a context manager).
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -116,6 +117,7 @@ class SaliencyOverlay:
 
         ensure_torchvision()  # grad-cam imports torchvision; see that module
         from pytorch_grad_cam import GradCAM
+        from pytorch_grad_cam.utils import model_targets
 
         self.policy = policy
         self.kind = policy.output_kind
@@ -128,6 +130,8 @@ class SaliencyOverlay:
         policy.requires_grad_(False)
         self.cam = GradCAM(model=self.model, target_layers=[policy.saliency_layer()])
         self.cam.compute_input_gradient = True  # BaseCAM's switch (GradCAM's constructor does not pass it on)
+        self._targets = model_targets
+        self._both_signs = [model_targets.BinaryClassifierOutputTarget(1), model_targets.BinaryClassifierOutputTarget(0)]
         self.closed = False
 
     @property
@@ -152,10 +156,6 @@ class SaliencyOverlay:
             output: what ``step`` returned for it: (1, A) logits or (1, 1) steering; picks the target.
             t: (1,) the frame's timestamp in seconds, if the policy was given one.
         """
-        import time
-
-        from pytorch_grad_cam.utils.model_targets import BinaryClassifierOutputTarget, ClassifierOutputTarget
-
         if self.closed:
             raise RuntimeError("this SaliencyOverlay is closed")
         t0 = time.perf_counter()
@@ -164,12 +164,12 @@ class SaliencyOverlay:
         if self.kind == "discrete":
             a = int(output.reshape(-1).argmax())
             name = self.action_names[a] if a < len(self.action_names) else str(a)
-            cams = self.cam(input_tensor=x, targets=[ClassifierOutputTarget(a)])  # (1, h, w)
+            cams = self.cam(input_tensor=x, targets=[self._targets.ClassifierOutputTarget(a)])  # (1, h, w)
             cam, target = cams[0], f"logit of '{name}'"
         else:  # steering: both signs in one batch of two
             right = float(output.reshape(-1)[0]) >= 0
             cams = self.cam(input_tensor=x.expand(2, *x.shape[1:]),
-                            targets=[BinaryClassifierOutputTarget(1), BinaryClassifierOutputTarget(0)])
+                            targets=self._both_signs)
             cam = cams[0] if right else cams[1]
             target = f"steering to the {'right' if right else 'left'}"
         self.discard()

@@ -22,8 +22,7 @@ Grad-CAM hooks ``saliency_layer``, ``saliency_input``, ``saliency_forward``, ``s
 
 from __future__ import annotations
 
-import io
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from agent.nac import NAC, NACIntermediates
-from agent.policy import PolicyState
+from agent.policy import PolicyState, read_policy_file, rebuild_policy, write_policy_file
 from agent.udacity_recording import CROP_ROWS, FRAME_SHAPE, INPUT_SHAPE, preprocess
 
 FORMAT_VERSION = 1
@@ -272,25 +271,9 @@ class UdacityNACPolicy(nn.Module):
 
     # ------------------------------------------------------------------ files
     def save(self, path: str | Path, metadata: dict | None = None) -> Path:
-        """Write one file holding the kind, format version, config, state dict and metadata.
-
-        The file is written to a temporary name and renamed, so a crash never leaves half a file.
-        """
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        payload = {
-            "kind": FILE_KIND,
-            "format_version": FORMAT_VERSION,
-            "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self.config).items()},
-            "state_dict": {k: v.detach().cpu() for k, v in self.state_dict().items()},
-            "metadata": metadata or {},
-        }
-        buf = io.BytesIO()
-        torch.save(payload, buf)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(buf.getvalue())
-        tmp.replace(path)
-        return path
+        """Write one file holding the kind, format version, config, state dict and metadata
+        (atomically: see :func:`agent.policy.write_policy_file`)."""
+        return write_policy_file(path, FILE_KIND, FORMAT_VERSION, self.config, self.state_dict(), metadata)
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu") -> "UdacityNACPolicy":
@@ -301,27 +284,13 @@ class UdacityNACPolicy(nn.Module):
             ValueError: not a Udacity policy file of this project, an unsupported format version,
                 or a state dict that does not fit the stored config. Nothing is half-loaded.
         """
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"policy file {path} does not exist")
-        try:
-            payload = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:
-            raise ValueError(f"{path} is not a readable policy file (corrupt or not made by `agent train`): "
-                             f"{type(exc).__name__}: {exc}") from exc
-        if not isinstance(payload, dict) or payload.get("kind") != FILE_KIND:
-            raise ValueError(f"{path} is not a Udacity NAC policy file of this project (expected kind {FILE_KIND!r})")
-        version = payload.get("format_version")
-        if version != FORMAT_VERSION:
-            raise ValueError(f"{path} has Udacity policy format version {version}; this version of the project "
-                             f"reads version {FORMAT_VERSION}")
-        try:
-            policy = cls(UdacityPolicyConfig(**payload["config"]))
-            policy.load_state_dict(payload["state_dict"], strict=True)
-        except (TypeError, KeyError, RuntimeError, ValueError) as exc:
-            raise ValueError(f"{path}: the stored weights do not fit the stored config: {exc}") from exc
-        policy.metadata = payload.get("metadata", {})
-        return policy.to(device).eval()
+        return cls.from_payload(read_policy_file(path), path, device)
+
+    @classmethod
+    def from_payload(cls, payload: dict, path: str | Path, device: str | torch.device = "cpu") -> "UdacityNACPolicy":
+        """Rebuild from the contents of a policy file (:func:`agent.policy.read_policy_file`)."""
+        return rebuild_policy(cls, UdacityPolicyConfig, payload, path, FILE_KIND, FORMAT_VERSION,
+                              "Udacity NAC policy", device)
 
 
 __all__ = ["FILE_KIND", "NACIntermediates", "PilotNetFeatures", "UdacityNACPolicy", "UdacityPolicyConfig"]
