@@ -61,7 +61,7 @@ def _add_expert(sub) -> None:
 def _cmd_expert(args) -> int:
     import torch
 
-    from agent.expert import ExpertConfig, train_expert
+    from agent.train.expert import ExpertConfig, train_expert
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -91,7 +91,7 @@ def _add_collect(sub) -> None:
 
 
 def _cmd_collect(args) -> int:
-    from agent.recording import KeyboardActor, collect
+    from agent.data.recordings import KeyboardActor, collect
     from envs.carracing import make_carracing
 
     if args.episodes < 1:
@@ -186,9 +186,9 @@ def _cmd_train(args) -> int:
             setattr(args, name, value)
     if args.env == "udacity":
         return _train_udacity(args)
-    from agent.policy import PolicyConfig
-    from agent.recording import load_demonstrations
-    from agent.training import TrainConfig, train
+    from agent.nn.policy import PolicyConfig
+    from agent.data.recordings import load_demonstrations
+    from agent.train.bc import TrainConfig, train
 
     out = Path(args.out)
     if out.exists() and not args.overwrite:
@@ -232,9 +232,9 @@ def _train_udacity(args) -> int:
 
     import torch
 
-    from agent.udacity_policy import UdacityPolicyConfig
-    from agent.udacity_recording import AugmentConfig
-    from agent.udacity_training import UdacityTrainConfig, train_udacity
+    from agent.nn.udacity_policy import UdacityPolicyConfig
+    from agent.data.udacity import AugmentConfig
+    from agent.train.udacity_bc import UdacityTrainConfig, train_udacity
 
     out = Path(args.out)
     if out.exists() and not args.overwrite:
@@ -302,9 +302,9 @@ def _add_evaluate(sub) -> None:
 def _cmd_evaluate(args) -> int:
     if args.env == "udacity":
         return _evaluate_udacity(args)
-    from agent.evaluation import evaluate
+    from agent.eval.closed_loop import evaluate
     from agent.loading import policy_file_kind, resolve_policy_path
-    from agent.udacity_policy import FILE_KIND as UDACITY_KIND
+    from agent.nn.udacity_policy import FILE_KIND as UDACITY_KIND
 
     path = resolve_policy_path(args.policy)
     if path.suffix != ".zip" and policy_file_kind(path) == UDACITY_KIND:
@@ -322,8 +322,8 @@ def _cmd_evaluate(args) -> int:
 def _evaluate_udacity(args) -> int:
     """`agent evaluate --env udacity`: offline steering MSE / MAE on a recording, printed and as JSON."""
     from agent.loading import load_policy, resolve_policy_path
-    from agent.policy import file_digest
-    from agent.udacity_training import evaluate_udacity
+    from agent.nn.policy import file_digest
+    from agent.train.udacity_bc import evaluate_udacity
 
     if not args.data:
         raise CLIError("--env udacity needs --data: a recording folder holding driving_log.csv and IMG/")
@@ -350,7 +350,7 @@ def _evaluate_udacity(args) -> int:
 
 # ----------------------------------------------------------------------------------- drive
 def _add_drive(sub) -> None:
-    from agent.runner import add_drive_arguments
+    from agent.drive.session import add_drive_arguments
 
     p = sub.add_parser("drive", help="watch a policy drive (also the `drive` command)", formatter_class=FMT,
                        description="Run a policy in the simulator with a live window (frame, action, speed, "
@@ -360,7 +360,7 @@ def _add_drive(sub) -> None:
 
 
 def _cmd_drive(args) -> int:
-    from agent.runner import run_drive
+    from agent.drive.session import run_drive
 
     return run_drive(args)
 
@@ -399,7 +399,7 @@ def _add_bench(sub) -> None:
 
 def _cmd_bench(args) -> int:
     if args.bench_command == "bridge":
-        from agent.bench_bridge import bench_bridge, bench_bridge_policy, print_bridge_table
+        from agent.bench.bridge import bench_bridge, bench_bridge_policy, print_bridge_table
 
         if args.n < 10 or args.warmup < 0:
             raise CLIError("--n must be >= 10 and --warmup >= 0")
@@ -408,7 +408,7 @@ def _cmd_bench(args) -> int:
         print_bridge_table(rows)
         return 0
     if args.bench_command == "drive":
-        from agent.bench_drive import bench_drive, print_drive_table
+        from agent.bench.drive import bench_drive, print_drive_table
 
         if args.steps < 10 or args.rounds < 1:
             raise CLIError("--steps must be >= 10 and --rounds >= 1")
@@ -417,7 +417,7 @@ def _cmd_bench(args) -> int:
         if args.json:
             _write_json(args.json, rows)
         return 0
-    from agent import bench
+    from agent.bench import nac as bench
 
     rows = bench.bench_nac(sizes=tuple(args.sizes), block_sizes=tuple(args.block_sizes), repeats=args.repeats,
                            peer=not args.no_peer)
@@ -440,7 +440,7 @@ def _add_plot_traces(sub) -> None:
 
 
 def _cmd_plot_traces(args) -> int:
-    from agent.traces import plot_traces
+    from agent.drive.traces import plot_traces
 
     if min(args.size) < 200:
         raise CLIError(f"--size must be at least 200 x 200 pixels, got {args.size[0]} x {args.size[1]}")
@@ -463,7 +463,7 @@ def _add_wiring(sub) -> None:
 
 def _cmd_wiring(args) -> int:
     from agent.loading import load_policy
-    from agent.wiring import draw_wiring, wiring_summary
+    from agent.drive.wiring import draw_wiring, wiring_summary
 
     policy = load_policy(args.policy)
     out = draw_wiring(policy, args.out, layout=args.layout)

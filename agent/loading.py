@@ -29,7 +29,7 @@ def resolve_policy_path(name: str | Path) -> Path:
 def policy_file_kind(path: str | Path) -> str | None:
     """The ``kind`` stored in a ``.pt`` policy file (read with ``weights_only=True``), or None if
     the file is not a readable dict with a kind."""
-    from agent.policy import read_policy_file
+    from agent.nn.policy import read_policy_file
 
     try:
         payload = read_policy_file(path)
@@ -42,9 +42,9 @@ def policy_file_kind(path: str | Path) -> str | None:
 def load_policy(name: str | Path, device: str = "cpu"):
     """Load a policy file, dispatching on what it is.
 
-    ``.zip`` -> :class:`agent.expert.ExpertPolicy`; a ``.pt`` of kind ``"nac-udacity-policy"`` ->
-    :class:`agent.udacity_policy.UdacityNACPolicy`; any other file ->
-    :class:`agent.policy.NACPolicy` (the CarRacing policy, whose loader explains what is wrong
+    ``.zip`` -> :class:`agent.train.expert.ExpertPolicy`; a ``.pt`` of kind ``"nac-udacity-policy"`` ->
+    :class:`agent.nn.udacity_policy.UdacityNACPolicy`; any other file ->
+    :class:`agent.nn.policy.NACPolicy` (the CarRacing policy, whose loader explains what is wrong
     with a file that is neither). The file is read once.
 
     Raises:
@@ -52,11 +52,11 @@ def load_policy(name: str | Path, device: str = "cpu"):
     """
     path = resolve_policy_path(name)
     if path.suffix == ".zip":
-        from agent.expert import ExpertPolicy
+        from agent.train.expert import ExpertPolicy
 
         return ExpertPolicy.load(path, device=device)
-    from agent.policy import NACPolicy, read_policy_file
-    from agent.udacity_policy import FILE_KIND as UDACITY_KIND, UdacityNACPolicy
+    from agent.nn.policy import NACPolicy, read_policy_file
+    from agent.nn.udacity_policy import FILE_KIND as UDACITY_KIND, UdacityNACPolicy
 
     payload = read_policy_file(path)
     kind = payload.get("kind") if isinstance(payload, dict) else None
@@ -66,7 +66,7 @@ def load_policy(name: str | Path, device: str = "cpu"):
 
 def make_actor(policy, deterministic: bool = True) -> Actor:
     """The rollout actor for a loaded policy (the expert acts from privileged state)."""
-    from agent.expert import ExpertPolicy
+    from agent.train.expert import ExpertPolicy
 
     if isinstance(policy, ExpertPolicy):
         return ExpertActor(policy)

@@ -23,7 +23,7 @@ class Actor(Protocol):
 
 
 class ExpertActor:
-    """The PPO expert, acting from the env's privileged state (see :mod:`agent.expert`)."""
+    """The PPO expert, acting from the env's privileged state (see :mod:`agent.train.expert`)."""
 
     def __init__(self, expert):
         self.expert = expert

@@ -1,7 +1,7 @@
 """Simulator integrations, each a ``gymnasium.Env``.
 
 - :mod:`envs.carracing`: gymnasium CarRacing-v3 (discrete), seeded tracks, privileged-state view.
-- :mod:`envs.udacity`: the Udacity self-driving-car simulator over socket.io (``agent/Udacity-v0``);
+- :mod:`envs.udacity.bridge`: the Udacity self-driving-car simulator over socket.io (``agent/Udacity-v0``);
   imported on first use (it loads python-socketio and aiohttp), e.g. ``envs.UdacityEnv``.
 """
 
@@ -18,9 +18,9 @@ from envs.carracing import (
 
 UDACITY_ENV_ID = "agent/Udacity-v0"  # = envs.udacity.ENV_ID
 if UDACITY_ENV_ID not in gym.registry:
-    gym.register(id=UDACITY_ENV_ID, entry_point="envs.udacity:UdacityEnv")
+    gym.register(id=UDACITY_ENV_ID, entry_point="envs.udacity.bridge:UdacityEnv")
 
-_LAZY = {"UdacityEnv": "envs.udacity", "ThrottleController": "envs.udacity"}
+_LAZY = {"UdacityEnv": "envs.udacity.bridge", "ThrottleController": "envs.udacity.bridge"}
 
 
 def __getattr__(name):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from agent.bench import ROW_KEYS, bench_nac, print_table
+from agent.bench.nac import ROW_KEYS, bench_nac, print_table
 
 
 def test_bench_nac_tiny_rows_and_table():

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from agent.nac import (NAC, NACCache, NACIntermediates, select_topk_blocks, select_topk_exact)
+from agent.nn.nac import (NAC, NACCache, NACIntermediates, select_topk_blocks, select_topk_exact)
 
 MODES = ("steady", "exact", "euler")
 SELECTORS = ("exact", "blocks")

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from agent.runner import Renderer, StepView, add_drive_arguments, run_drive
+from agent.drive.session import Renderer, StepView, add_drive_arguments, run_drive
 
 
 def _parse(*argv: str) -> argparse.Namespace:
@@ -26,7 +26,7 @@ def _parse(*argv: str) -> argparse.Namespace:
 
 @pytest.fixture(scope="module")
 def policy():
-    from agent.policy import NACPolicy, PolicyConfig
+    from agent.nn.policy import NACPolicy, PolicyConfig
 
     torch.manual_seed(0)
     return NACPolicy(PolicyConfig(window=8)).eval()
@@ -75,7 +75,7 @@ def test_saliency_forward_equals_step(policy):
 
 def test_cam_is_for_the_newest_frame(policy):
     """Changing only the newest frame changes the CAM; the window's older frames enter via the fixed cache."""
-    from agent.saliency import SaliencyOverlay
+    from agent.drive.saliency import SaliencyOverlay
 
     steps = _play(policy, _frames(6))
     f, before, y, _ = steps[-1]
@@ -90,8 +90,8 @@ def test_cam_is_for_the_newest_frame(policy):
 
 
 def test_overlay_frame_differs_where_the_cam_is_high(policy):
-    from agent.overlays import SaliencyDrawer
-    from agent.saliency import SaliencyOverlay
+    from agent.drive.overlays import SaliencyDrawer
+    from agent.drive.saliency import SaliencyOverlay
 
     import pygame
 
@@ -117,7 +117,7 @@ def test_steering_policy_gets_both_signs(policy):
     """A regression output: Grad-CAM for the sign the policy steers to (BinaryClassifierOutputTarget)."""
     from torch import nn
 
-    from agent.saliency import SaliencyOverlay
+    from agent.drive.saliency import SaliencyOverlay
 
     class Steering(nn.Module):  # the Udacity policy's saliency API on the CarRacing CNN
         output_kind = "steering"
@@ -150,7 +150,7 @@ def test_steering_policy_gets_both_signs(policy):
 
 
 def test_hooks_are_released_and_weights_unfrozen(policy):
-    from agent.saliency import SaliencyOverlay
+    from agent.drive.saliency import SaliencyOverlay
 
     layer = policy.saliency_layer()
     before = len(layer._forward_hooks)
@@ -164,7 +164,7 @@ def test_hooks_are_released_and_weights_unfrozen(policy):
 
 
 def test_drive_releases_hooks(same_policy, capsys):
-    from agent.runner import DriveSession
+    from agent.drive.session import DriveSession
 
     layer = same_policy.saliency_layer()
 
@@ -179,7 +179,7 @@ def test_drive_releases_hooks(same_policy, capsys):
 
 def test_memory_stays_flat_over_1000_steps(policy):
     """Grad-CAM every step (toggled off and on every 50 steps): no growth of Python or process memory."""
-    from agent.runner import Overlays, _NACDriver
+    from agent.drive.session import Overlays, _NACDriver
 
     r = Renderer(scale=1)
     driver = _NACDriver(policy, "tiny.pt")
@@ -216,8 +216,8 @@ def test_memory_stays_flat_over_1000_steps(policy):
 # ----------------------------------------------------------------------------- traces
 def test_trace_values_drawn_equal_the_layer_intermediates(policy):
     """What the panel draws for the newest step equals NAC.forward's intermediates on the same window."""
-    from agent.overlays import TracePanel
-    from agent.traces import TraceHistory, step_traces
+    from agent.drive.overlays import TracePanel
+    from agent.drive.traces import TraceHistory, step_traces
 
     frames = _frames(11)
     steps = _play(policy, frames)
@@ -256,7 +256,7 @@ def test_trace_values_drawn_equal_the_layer_intermediates(policy):
 
 
 def test_trace_history_wraps_and_keeps_order():
-    from agent.traces import StepTraces, TraceHistory
+    from agent.drive.traces import StepTraces, TraceHistory
 
     hist = TraceHistory(4)
     for i in range(7):
@@ -271,7 +271,7 @@ def test_trace_history_wraps_and_keeps_order():
 
 
 def test_dump_traces_round_trips(same_policy, tmp_path, capsys):
-    from agent.traces import load_traces
+    from agent.drive.traces import load_traces
 
     out = tmp_path / "traces.npz"
     code = run_drive(_parse("--policy", "tiny.pt", "--headless", "--max-steps", "12", "--episodes", "2",
@@ -298,7 +298,7 @@ def test_dump_traces_round_trips(same_policy, tmp_path, capsys):
 
 
 def test_load_traces_rejects_other_files(tmp_path):
-    from agent.traces import load_traces
+    from agent.drive.traces import load_traces
 
     bad = tmp_path / "x.npz"
     np.savez(bad, a=np.zeros(3))
@@ -344,7 +344,7 @@ def test_wiring_picture(policy_file, tmp_path, capsys):
 # ----------------------------------------------------------------------------- degraded policies
 def test_policy_without_conv_or_intermediates_runs_with_overlays_off(policy, monkeypatch, tmp_path, capsys):
     import agent.loading
-    from agent.policy import NACPolicy
+    from agent.nn.policy import NACPolicy
 
     class Plain(NACPolicy):
         """A NAC policy whose 'last layer' is not a convolution and whose step gives no intermediates."""
@@ -370,7 +370,7 @@ def test_policy_without_conv_or_intermediates_runs_with_overlays_off(policy, mon
 
 def test_expert_runs_with_overlays_off_and_says_why(tiny_expert, capsys):
     from agent.loading import load_policy
-    from agent.runner import DriveSession
+    from agent.drive.session import DriveSession
 
     s = DriveSession(_parse("--headless", "--max-steps", "5"), load_policy(tiny_expert), "expert.zip",
                      headless=True, force_draw=True)
@@ -390,7 +390,7 @@ def test_window_keys_pause_step_toggle_restart_quit(same_policy, monkeypatch, ca
     heads, ] raises the opacity, R restarts the episode, Q quits."""
     import pygame
 
-    from agent import runner
+    from agent.drive import session as runner
 
     monkeypatch.setattr(runner, "_display_unavailable_reason", lambda: None)
     monkeypatch.setattr(runner, "_NO_WINDOW_DRIVERS", ())
@@ -429,7 +429,7 @@ def test_window_keys_pause_step_toggle_restart_quit(same_policy, monkeypatch, ca
 
 
 def test_no_overlay_has_no_panel(same_policy, tmp_path):
-    from agent.runner import DriveSession
+    from agent.drive.session import DriveSession
 
     s = DriveSession(_parse("--headless", "--no-overlay", "--max-steps", "3"), same_policy, "tiny.pt", headless=True,
                      force_draw=True)
@@ -460,7 +460,7 @@ def test_record_contains_the_overlays(same_policy, tmp_path):
 
 
 def test_bench_drive_prints_four_configurations(policy_file, same_policy, capsys):
-    from agent.bench_drive import CONFIGS, bench_drive, print_drive_table
+    from agent.bench.drive import CONFIGS, bench_drive, print_drive_table
 
     rows = bench_drive(str(policy_file), steps=10, warmup=2)
     print_drive_table(rows)

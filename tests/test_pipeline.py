@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from agent.cli import main
-from agent.recording import RecordingError, collect, load_demonstrations
+from agent.data.recordings import RecordingError, collect, load_demonstrations
 from agent.rollout import Episode
 from envs import make_carracing
 

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from agent.policy import CNNFeatures, NACPolicy, PolicyConfig
+from agent.nn.policy import CNNFeatures, NACPolicy, PolicyConfig
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import argparse
 import numpy as np
 import pytest
 
-from agent.runner import DEFAULT_ACTION_NAMES, DEFAULT_SEED, ENV_FPS, Renderer, StepView, add_drive_arguments, run_drive
+from agent.drive.session import DEFAULT_ACTION_NAMES, DEFAULT_SEED, ENV_FPS, Renderer, StepView, add_drive_arguments, run_drive
 
 
 def _parse(*argv: str) -> argparse.Namespace:
@@ -23,7 +23,7 @@ def _parse(*argv: str) -> argparse.Namespace:
 
 @pytest.fixture(scope="module")
 def policy_file(tmp_path_factory):
-    from agent.policy import NACPolicy, PolicyConfig
+    from agent.nn.policy import NACPolicy, PolicyConfig
 
     return NACPolicy(PolicyConfig(window=8)).save(tmp_path_factory.mktemp("policy") / "tiny.pt")
 
@@ -101,7 +101,7 @@ def test_drive_records_an_mp4(policy_file, cached_load, tmp_path, capsys):
 def test_ctrl_c_ends_cleanly_and_finishes_the_video(policy_file, cached_load, tmp_path, monkeypatch, capsys):
     import imageio.v2 as imageio
 
-    from agent import runner
+    from agent.drive import session as runner
 
     act = runner._NACDriver.act
     calls = []
@@ -128,7 +128,7 @@ def test_window_escape_quits(policy_file, cached_load, monkeypatch, capsys):
     """Windowed mode on SDL's dummy driver: Escape (through the key dispatch) stops the run, exit 0."""
     import pygame
 
-    from agent import runner
+    from agent.drive import session as runner
 
     monkeypatch.setattr(runner, "_display_unavailable_reason", lambda: None)
     monkeypatch.setattr(runner, "_NO_WINDOW_DRIVERS", ())

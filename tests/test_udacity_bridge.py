@@ -23,7 +23,7 @@ import pytest
 from udacity_fake_sim import FakeSimulator, encode_frame_b64, event_frame, synthetic_road_frame
 
 import envs  # noqa: F401 - registers agent/Udacity-v0
-from envs.udacity import (
+from envs.udacity.bridge import (
     ENV_ID,
     EVENT_CAPACITY,
     LOGGER,
@@ -487,7 +487,7 @@ def test_non_finite_action_is_sent_as_zero(env):
 def test_bench_bridge_row_and_table():
     import io
 
-    from agent.bench_bridge import ROW_KEYS, bench_bridge, print_bridge_table
+    from agent.bench.bridge import ROW_KEYS, bench_bridge, print_bridge_table
 
     calls = []
 

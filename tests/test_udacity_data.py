@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from udacity_fixture import frame, write_jpeg, write_recording
 
-from agent.udacity_recording import (AugmentConfig, AugmentParams, UdacityRecording, augment_frames, augment_steering,
+from agent.data.udacity import (AugmentConfig, AugmentParams, UdacityRecording, augment_frames, augment_steering,
                                      augmented_window, find_segments, load_recording, preprocess, timestamp_of)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from agent.runner import DriveSession, add_drive_arguments, run_drive
+from agent.drive.session import DriveSession, add_drive_arguments, run_drive
 
 
 def _parse(*argv: str) -> argparse.Namespace:
@@ -25,7 +25,7 @@ def _parse(*argv: str) -> argparse.Namespace:
 
 @pytest.fixture(scope="module")
 def policy():
-    from agent.udacity_policy import UdacityNACPolicy, UdacityPolicyConfig
+    from agent.nn.udacity_policy import UdacityNACPolicy, UdacityPolicyConfig
 
     torch.manual_seed(1)
     return UdacityNACPolicy(UdacityPolicyConfig(window=4, d_model=40, num_heads=4)).eval()
@@ -47,7 +47,7 @@ def _free_port() -> int:
 
 
 def test_drive_udacity_steers_the_fake_simulator_with_overlays(same_policy):
-    from envs.udacity_wire import FakeSimulator
+    from envs.udacity.fake import FakeSimulator
 
     s = DriveSession(_parse("--env", "udacity", "--headless", "--port", "0", "--max-steps", "25"), same_policy,
                      "udacity-tiny.pt", headless=True, force_draw=True)
@@ -73,8 +73,8 @@ def test_drive_udacity_steers_the_fake_simulator_with_overlays(same_policy):
 
 
 def test_drive_udacity_records_and_dumps(same_policy, tmp_path, capsys):
-    from agent.traces import load_traces
-    from envs.udacity_wire import FakeSimulator
+    from agent.drive.traces import load_traces
+    from envs.udacity.fake import FakeSimulator
 
     port = _free_port()
     sim = FakeSimulator(port, autoreply=True)

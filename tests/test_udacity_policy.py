@@ -5,10 +5,10 @@ import pytest
 import torch
 from udacity_fixture import write_recording
 
-from agent.policy import PolicyState
-from agent.udacity_policy import FILE_KIND, UdacityNACPolicy, UdacityPolicyConfig
-from agent.udacity_recording import load_recording, preprocess
-from agent.udacity_training import (evaluate_udacity, make_batch, predict_recording, segment_windows,
+from agent.nn.policy import PolicyState
+from agent.nn.udacity_policy import FILE_KIND, UdacityNACPolicy, UdacityPolicyConfig
+from agent.data.udacity import load_recording, preprocess
+from agent.train.udacity_bc import (evaluate_udacity, make_batch, predict_recording, segment_windows,
                                     smooth_steering, split_contiguous)
 
 
@@ -121,7 +121,7 @@ def test_saliency_hooks_match_step(policy):
 
 def test_save_load_roundtrip_and_dispatch(policy, tmp_path):
     from agent.loading import load_policy
-    from agent.policy import NACPolicy, PolicyConfig
+    from agent.nn.policy import NACPolicy, PolicyConfig
 
     path = policy.save(tmp_path / "u.pt", metadata={"note": "x"})
     assert torch.load(path, weights_only=True)["kind"] == FILE_KIND

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 def saliency_unavailable_reason(policy) -> str | None:
     """Why Grad-CAM cannot run on ``policy``, or None when it can.
 
-    A policy qualifies when it has the saliency hooks of :class:`agent.policy.NACPolicy`
+    A policy qualifies when it has the saliency hooks of :class:`agent.nn.policy.NACPolicy`
     (``saliency_layer``, ``saliency_input``, ``saliency_forward``, ``saliency_region``) and its
     ``saliency_layer()`` is a convolution.
     """
@@ -55,8 +55,8 @@ def _expand_state(state, n: int):
     """The state with its NAC cache repeated to batch size ``n`` (Grad-CAM batches the two signs)."""
     if state is None or n == 1 or getattr(state, "cache", None) is None:
         return state
-    from agent.nac import NACCache
-    from agent.policy import PolicyState
+    from agent.nn.nac import NACCache
+    from agent.nn.policy import PolicyState
 
     c = state.cache
     cache = NACCache(c.k.expand(n, *c.k.shape[1:]), c.v.expand(n, *c.v.shape[1:]),

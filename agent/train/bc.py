@@ -27,8 +27,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from agent.policy import NACPolicy, PolicyConfig
-from agent.recording import Demonstrations
+from agent.nn.policy import NACPolicy, PolicyConfig
+from agent.data.recordings import Demonstrations
 
 
 @dataclass

@@ -13,10 +13,10 @@ replaced by NAC:
     dense 64 (ELU), dense 1 -> steering (normalised: 1.0 = 25 degrees, + = right); MSE loss
 
 Shapes: B batch, T window (frames), raw frames 160 x 320 x 3 uint8 RGB (the simulator's
-camera), network input 66 x 200 x 3 YUV (``agent.udacity_recording.preprocess``), F = 1152.
+camera), network input 66 x 200 x 3 YUV (``agent.data.udacity.preprocess``), F = 1152.
 
-Acting follows the same API as the CarRacing :class:`agent.policy.NACPolicy` (``step``,
-``predict``, :class:`agent.policy.PolicyState`), with ``output_kind = "steering"`` and the
+Acting follows the same API as the CarRacing :class:`agent.nn.policy.NACPolicy` (``step``,
+``predict``, :class:`agent.nn.policy.PolicyState`), with ``output_kind = "steering"`` and the
 Grad-CAM hooks ``saliency_layer``, ``saliency_input``, ``saliency_forward``, ``saliency_region``.
 """
 
@@ -29,9 +29,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from agent.nac import NAC, NACIntermediates
-from agent.policy import PolicyState, read_policy_file, rebuild_policy, write_policy_file
-from agent.udacity_recording import CROP_ROWS, FRAME_SHAPE, INPUT_SHAPE, preprocess
+from agent.nn.nac import NAC, NACIntermediates
+from agent.nn.policy import PolicyState, read_policy_file, rebuild_policy, write_policy_file
+from agent.data.udacity import CROP_ROWS, FRAME_SHAPE, INPUT_SHAPE, preprocess
 
 FORMAT_VERSION = 1
 FILE_KIND = "nac-udacity-policy"
@@ -122,7 +122,7 @@ class UdacityNACPolicy(nn.Module):
         Args:
             obs: (N, 160, 320, 3) uint8 raw RGB camera frames (cropped, resized and converted to
                 YUV here), or (N, 66, 200, 3) uint8 frames already through
-                :func:`agent.udacity_recording.preprocess` (YUV); a Tensor or an array.
+                :func:`agent.data.udacity.preprocess` (YUV); a Tensor or an array.
 
         Raises:
             ValueError: any other frame shape.
@@ -272,7 +272,7 @@ class UdacityNACPolicy(nn.Module):
     # ------------------------------------------------------------------ files
     def save(self, path: str | Path, metadata: dict | None = None) -> Path:
         """Write one file holding the kind, format version, config, state dict and metadata
-        (atomically: see :func:`agent.policy.write_policy_file`)."""
+        (atomically: see :func:`agent.nn.policy.write_policy_file`)."""
         return write_policy_file(path, FILE_KIND, FORMAT_VERSION, self.config, self.state_dict(), metadata)
 
     @classmethod
@@ -288,7 +288,7 @@ class UdacityNACPolicy(nn.Module):
 
     @classmethod
     def from_payload(cls, payload: dict, path: str | Path, device: str | torch.device = "cpu") -> "UdacityNACPolicy":
-        """Rebuild from the contents of a policy file (:func:`agent.policy.read_policy_file`)."""
+        """Rebuild from the contents of a policy file (:func:`agent.nn.policy.read_policy_file`)."""
         return rebuild_policy(cls, UdacityPolicyConfig, payload, path, FILE_KIND, FORMAT_VERSION,
                               "Udacity NAC policy", device)
 

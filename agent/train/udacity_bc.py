@@ -4,7 +4,7 @@ Read top to bottom: load the recordings, hold out the last ``val_fraction`` of e
 rows (one contiguous block: consecutive frames are nearly identical, so a random split would
 leak), cut the training rows into windows of T consecutive frames inside session segments,
 augment each window (one draw per window: camera, flip, shift, shadow, brightness, see
-:mod:`agent.udacity_recording`), preprocess, and regress the steering of EVERY position of the
+:mod:`agent.data.udacity`), preprocess, and regress the steering of EVERY position of the
 window with MSE (the NAC is causal, so position i sees frames <= i: T targets per window for
 the price of T CNN forwards, and early positions train the short-context case that starts a
 drive). The NAC's time input is the frames' capture times relative to the window's first frame.
@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agent.udacity_policy import UdacityNACPolicy, UdacityPolicyConfig
-from agent.udacity_recording import (AugmentConfig, AugmentParams, UdacityRecording, augmented_window,
+from agent.nn.udacity_policy import UdacityNACPolicy, UdacityPolicyConfig
+from agent.data.udacity import (AugmentConfig, AugmentParams, UdacityRecording, augmented_window,
                                      load_recording, preprocess)
 
 
@@ -198,7 +198,7 @@ def evaluate_udacity(policy: UdacityNACPolicy, data: str | Path | UdacityRecordi
     Args:
         policy: a Udacity steering policy.
         data: a recording folder (or its ``driving_log.csv``) or a loaded recording.
-        on_bad_row: as :func:`agent.udacity_recording.load_recording`.
+        on_bad_row: as :func:`agent.data.udacity.load_recording`.
         train_mean: the training mean steering, for the predict-the-mean baseline (default: the
             policy file's metadata ``train_mean_steering`` if present).
         min_speed: mph; ``moving_*`` figures count only frames at least this fast (a standing

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from agent.traces import step_traces
+from agent.drive.traces import step_traces
 
 os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")  # no pygame banner on stdout
 
@@ -119,9 +119,9 @@ class StepView:
         episode_return: the return collected before this action.
         fps: recent steps per second of the whole loop (env + policy + drawing).
         seed, episode, episodes: the track seed and the 1-based episode index of the run.
-        policy_state: the NAC :class:`agent.policy.PolicyState` after this step (overlays read
+        policy_state: the NAC :class:`agent.nn.policy.PolicyState` after this step (overlays read
             ``policy_state.last``); None for the expert.
-        extras: overlay data computed per step (``"saliency"``: an :class:`agent.saliency.SaliencyMap`).
+        extras: overlay data computed per step (``"saliency"``: an :class:`agent.drive.saliency.SaliencyMap`).
         latency_ms: milliseconds from the observation to the action, overlays included.
         status: one line about the overlays (e.g. what the saliency map attributes).
         paused: the run is paused (the HUD says so).
@@ -468,7 +468,7 @@ class _ActorDriver(_Driver):
 
 
 def _make_driver(policy, name: str) -> _Driver:
-    from agent.expert import ExpertPolicy
+    from agent.train.expert import ExpertPolicy
     from agent.loading import make_actor
 
     if callable(getattr(policy, "step", None)) and hasattr(policy, "config") and not isinstance(policy, ExpertPolicy):
@@ -506,8 +506,8 @@ class Overlays:
         self.topk = getattr(getattr(policy, "nac", None), "topk", None)
         nac_driver = isinstance(driver, _NACDriver)
         if saliency and renderer is not None:
-            from agent.overlays import SaliencyDrawer
-            from agent.saliency import SaliencyOverlay, saliency_unavailable_reason
+            from agent.drive.overlays import SaliencyDrawer
+            from agent.drive.saliency import SaliencyOverlay, saliency_unavailable_reason
 
             reason = saliency_unavailable_reason(policy) if nac_driver else \
                 f"{driver.label} acts without a CNN on the frame"
@@ -521,13 +521,13 @@ class Overlays:
             if not nac_driver:
                 self.reasons["traces"] = driver.traces_reason
             else:
-                from agent.traces import TraceHistory, TraceRecorder
+                from agent.drive.traces import TraceHistory, TraceRecorder
 
                 driver.want_intermediates = True
                 if dump:
                     self.recorder = TraceRecorder()
                 if traces and renderer is not None and renderer.panel_rect.width:
-                    from agent.overlays import TracePanel
+                    from agent.drive.overlays import TracePanel
 
                     size = renderer.panel_rect.size
                     self.history = TraceHistory(TracePanel.plot_width_for(size[0]))
@@ -845,7 +845,7 @@ class DriveSession:
         if args.env == "udacity":
             from gymnasium.wrappers import TimeLimit
 
-            from envs.udacity import UdacityEnv
+            from envs.udacity.bridge import UdacityEnv
 
             env = UdacityEnv(host=args.host, port=args.port, target_speed=args.target_speed,
                              connect_timeout=args.connect_timeout)
@@ -979,7 +979,7 @@ class DriveSession:
             rec = self.overlays.recorder
             if rec is not None:
                 if len(rec):
-                    from agent.traces import save_traces
+                    from agent.drive.traces import save_traces
 
                     names = tuple(getattr(self.driver.policy.config, "action_names", ()))
                     out = save_traces(self.args.dump_traces, rec, action_names=names, class_names=self.class_names,

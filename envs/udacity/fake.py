@@ -15,7 +15,7 @@ which would hide protocol mismatches) that behaves as the simulator's ``CommandS
 With ``autoreply=True`` it acts like the simulator in Autonomous mode: one telemetry on
 connecting and one in reply to each ``steer`` or ``manual``, from a small car model and a cycle of
 synthetic road frames. The time from sending each telemetry to receiving its reply is kept in
-:attr:`FakeSimulator.round_trips_ms` (the bridge's latency, :mod:`agent.bench_bridge`).
+:attr:`FakeSimulator.round_trips_ms` (the bridge's latency, :mod:`agent.bench.bridge`).
 """
 
 from __future__ import annotations

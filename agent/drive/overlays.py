@@ -1,6 +1,6 @@
 """Drawing the live overlays with pygame: the Grad-CAM heat map and the NAC trace panel.
 
-Both are drawers for :class:`agent.runner.Renderer` (``drawer(surface, view)``). Nothing here
+Both are drawers for :class:`agent.drive.session.Renderer` (``drawer(surface, view)``). Nothing here
 calls matplotlib per frame: lines are ``pygame.draw.lines`` over the stored history, the
 action-coloured means are written straight into the pixels (``surfarray``), heat strips are
 small arrays through a colour lookup table, scaled once into place; static parts (frames,
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from agent.saliency import blend_heatmap
-from agent.traces import CLASS_COLORS, TraceHistory
+from agent.drive.saliency import blend_heatmap
+from agent.drive.traces import CLASS_COLORS, TraceHistory
 
 _BG = (12, 13, 16)
 _PLOT_BG = (20, 22, 27)
@@ -33,7 +33,7 @@ def _diverging_lut() -> np.ndarray:
 class SaliencyDrawer:
     """Blends the step's saliency map (``view.extras["saliency"]``, a SaliencyMap) into the frame.
 
-    A frame filter of :class:`agent.runner.Renderer`: the blend happens at the observation's own
+    A frame filter of :class:`agent.drive.session.Renderer`: the blend happens at the observation's own
     resolution, which is also the CAM's (Grad-CAM upsamples to the network input), and the
     renderer then scales the result up, so the cost does not grow with the window size.
 
@@ -68,7 +68,7 @@ class TracePanel:
 
     Args:
         size: (width, height) of the panel surface.
-        history: the :class:`agent.traces.TraceHistory` the runner pushes to; its length should be
+        history: the :class:`agent.drive.traces.TraceHistory` the runner pushes to; its length should be
             :meth:`plot_width` for one pixel per step.
         num_heads: H, for cycling heads.
         window: T, the frames the NAC sees (ages 0..T-1 get a line each).

@@ -21,7 +21,7 @@ frame and waits for the next frame. :class:`UdacityEnv` does that; :class:`Udaci
 socket.io server it runs in a background thread (an asyncio loop with aiohttp, so nothing is
 monkey-patched). Nothing here trusts the simulator's bytes: every malformed message (bad base64,
 truncated or non-JPEG images, wrong sizes, missing or non-numeric fields, garbage frames, unknown
-events) is logged to the ``envs.udacity`` logger, then answered with ``manual`` (telemetry: it asks
+events) is logged to the ``envs.udacity.bridge`` logger, then answered with ``manual`` (telemetry: it asks
 for a fresh frame, so the simulator never stalls) or dropped (anything else); all queues are
 bounded and websocket frames are limited to ``max_message_bytes``. One limit: a JPEG that is
 structurally complete but has corrupted entropy data decodes to a damaged picture (libjpeg
@@ -56,7 +56,7 @@ from aiohttp import WSMsgType, web
 from PIL import Image
 from socketio import packet as sio_packet
 
-LOGGER = logging.getLogger("envs.udacity")
+LOGGER = logging.getLogger("envs.udacity.bridge")
 #: python-socketio and python-engineio log every packet at INFO; they get this quieter child logger.
 _LIB_LOGGER = logging.getLogger("envs.udacity.socketio")
 if _LIB_LOGGER.level == logging.NOTSET:

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from agent.nac import NAC, NACCache, NACIntermediates
+from agent.nn.nac import NAC, NACCache, NACIntermediates
 
 FORMAT_VERSION = 1
 FILE_KIND = "nac-drive-policy"

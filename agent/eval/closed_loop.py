@@ -41,7 +41,7 @@ def _run_seeds(args, on_episode=None) -> list[tuple[int, float, int]]:
 
     if threads:
         torch.set_num_threads(threads)
-    from agent.expert import ExpertPolicy
+    from agent.train.expert import ExpertPolicy
 
     policy = load_policy(policy_path)
     actor = make_actor(policy)

@@ -1,7 +1,7 @@
 """NAC neuron traces: what the layer computed for the newest query, step after step.
 
 Per control step the runner asks the policy for the NAC intermediates
-(:class:`agent.nac.NACIntermediates`, returned by the layer on request, never read out of its
+(:class:`agent.nn.nac.NACIntermediates`, returned by the layer on request, never read out of its
 submodules) and keeps, for the newest query of every head h and kept key k:
 
 - phi (content-target gate, (0, 1)), omega (time-constant gate, > 0), the logit a = ODE solution
@@ -85,7 +85,7 @@ class StepTraces:
 
 
 def step_traces(inter, b: int = 0, query_pos: int | None = None, k: int | None = None) -> StepTraces:
-    """Pull the newest query's traces out of :class:`agent.nac.NACIntermediates` (batch element ``b``).
+    """Pull the newest query's traces out of :class:`agent.nn.nac.NACIntermediates` (batch element ``b``).
 
     Args:
         inter: intermediates of ``NAC.step`` (T = 1) or ``NAC.forward`` (the last position is used);

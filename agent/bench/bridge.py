@@ -2,7 +2,7 @@
 
 What is measured
 ----------------
-A :class:`envs.udacity_wire.FakeSimulator` (a raw websocket client speaking the simulator's
+A :class:`envs.udacity.fake.FakeSimulator` (a raw websocket client speaking the simulator's
 exact protocol) plays the simulator in Autonomous mode: it sends a telemetry frame (a 320x160
 JPEG, base64, about 7 kB) and, as soon as the reply arrives, the next one. For each frame the
 round trip is the time from just before the fake sends it to the moment its reader thread has
@@ -16,7 +16,7 @@ throttle controller and the ``steer`` encoding. It runs in one process on 127.0.
 runner would call a policy and draw overlays, so its cost lands inside the round trip.
 
 Entry points: :func:`bench_bridge` (returns one row), :func:`print_bridge_table` (prints rows),
-and ``python -m agent.bench_bridge``.
+and ``python -m agent.bench.bridge``.
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ def bench_bridge(n: int = 1000, policy_fn: Callable[[np.ndarray, dict], float] |
         per second over the timed part), frame_kb (mean JPEG size), load1 (1-minute load average
         when it started) and cpus.
     """
-    from envs.udacity import UdacityEnv
-    from envs.udacity_wire import FakeSimulator, synthetic_road_frame
+    from envs.udacity.bridge import UdacityEnv
+    from envs.udacity.fake import FakeSimulator, synthetic_road_frame
 
     if n < 1 or warmup < 0:
         raise ValueError("n must be >= 1 and warmup >= 0")
@@ -122,7 +122,7 @@ def runner_policy_fn(policy, overlays: bool) -> Callable[[np.ndarray, dict], flo
     (with the frame's arrival time as the NAC time), and with ``overlays`` also Grad-CAM on the
     newest frame, the NAC traces and the composition of the whole view (frame, HUD, panel)."""
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    from agent.runner import Overlays, Renderer, StepView, _NACDriver
+    from agent.drive.session import Overlays, Renderer, StepView, _NACDriver
 
     driver = _NACDriver(policy, "policy")
     renderer = ov = None
@@ -153,7 +153,7 @@ def bench_bridge_policy(policy_path: str | None, n: int, warmup: int) -> list[di
     import torch
 
     from agent.loading import load_policy
-    from agent.udacity_policy import UdacityNACPolicy
+    from agent.nn.udacity_policy import UdacityNACPolicy
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -175,10 +175,10 @@ def bench_bridge_policy(policy_path: str | None, n: int, warmup: int) -> list[di
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m agent.bench_bridge [--n 2000] [--warmup 100] [--policy udacity-nac.pt] [--json rows.json]``"""
+    """``python -m agent.bench.bridge [--n 2000] [--warmup 100] [--policy udacity-nac.pt] [--json rows.json]``"""
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m agent.bench_bridge", description=__doc__.splitlines()[0],
+    ap = argparse.ArgumentParser(prog="python -m agent.bench.bridge", description=__doc__.splitlines()[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--n", type=int, default=2000, help="timed round trips per row")
     ap.add_argument("--warmup", type=int, default=100, help="untimed round trips first")

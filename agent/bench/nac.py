@@ -46,7 +46,7 @@ another torch; the benchmark refuses a target folder that contains its own ``tor
   steps); its backbone is one recurrent NCP step from a zero state over the B H T K pairs.
 
 Entry points: :func:`bench_nac` (returns rows), :func:`print_table` (prints them), and
-``python -m agent.bench`` for a quick run.
+``python -m agent.bench.nac`` for a quick run.
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def _worker(spec: dict) -> None:
 
             model = PeerNAC(**PEER_KWARGS)
         else:
-            from agent.nac import NAC
+            from agent.nn.nac import NAC
 
             model = NAC(**OURS_KWARGS, selector=spec["model"].split("-", 1)[1])
         model.eval()
@@ -206,7 +206,7 @@ def _child_env(threads: int) -> dict:
 
 
 def _run_one(spec: dict, timeout_s: float) -> dict:
-    code = "import json, sys; from agent.bench import _worker; _worker(json.loads(sys.argv[1]))"
+    code = "import json, sys; from agent.bench.nac import _worker; _worker(json.loads(sys.argv[1]))"
     base = {k: None for k in ROW_KEYS}
     base.update(model=spec["model"], T=spec["T"], repeats=spec["repeats"], times_ms=[])
     try:
@@ -349,10 +349,10 @@ def print_table(rows: list[dict], file=None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m agent.bench [--sizes 16 256 1024] [--block-sizes 4096 16384] ...``"""
+    """``python -m agent.bench.nac [--sizes 16 256 1024] [--block-sizes 4096 16384] ...``"""
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m agent.bench", description=__doc__.splitlines()[0],
+    ap = argparse.ArgumentParser(prog="python -m agent.bench.nac", description=__doc__.splitlines()[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="+", default=[16, 256, 1024], help="T for all models")
     ap.add_argument("--block-sizes", type=int, nargs="*", default=[4096, 16384], help="extra T, blocks selector only")
