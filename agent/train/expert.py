@@ -15,7 +15,10 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
+from agent.log import get_logger, progress_enabled
 from envs.carracing import EVAL_SEED_BASE, OffTrackTermination, PrivilegedObservation, make_carracing
+
+_log = get_logger(__name__)
 
 
 class ActionRepeat(gym.Wrapper):
@@ -66,54 +69,188 @@ class ExpertConfig:
     device: str = "auto"
 
 
+#: keys of a plain-JSON ``policy_kwargs`` the loader accepts (only net_arch and share_features_extractor shape the
+#: network it rebuilds; the others affect training only)
+_PLAIN_POLICY_KWARGS = {"net_arch", "share_features_extractor", "ortho_init", "log_std_init", "normalize_images",
+                        "optimizer_kwargs"}
+
+
+def _is_serialized(entry) -> bool:
+    """Whether a stable-baselines3 ``data`` JSON entry is a cloudpickle blob (never decoded here)."""
+    return isinstance(entry, dict) and ":serialized:" in entry
+
+
+def _net_arch_from_json(value, path: Path):
+    """Validate a plain-JSON ``net_arch``: a list of ints, or ``{"pi": [...], "vf": [...]}``."""
+    def ints(x):
+        return isinstance(x, list) and all(isinstance(i, int) and not isinstance(i, bool) and i > 0 for i in x)
+
+    if ints(value):
+        return list(value)
+    if isinstance(value, dict) and set(value) <= {"pi", "vf"} and all(ints(v) for v in value.values()):
+        return {k: list(v) for k, v in value.items()}
+    raise ValueError(f"{path}: policy_kwargs.net_arch {value!r} is not a list of layer sizes or {{pi: [...], vf: [...]}}")
+
+
+def _state_dict_mismatch(expected: dict, found: dict, limit: int = 3) -> str:
+    """A one-line summary of how a loaded state dict differs from the network's (missing, unexpected, shapes)."""
+    parts = []
+    missing = [k for k in expected if k not in found]
+    unexpected = [k for k in found if k not in expected]
+    shapes = [f"{k} {tuple(getattr(found[k], 'shape', ()))} in the file vs {tuple(expected[k].shape)}"
+              for k in expected if k in found and tuple(getattr(found[k], "shape", ())) != tuple(expected[k].shape)]
+    for label, items in (("missing", missing), ("unexpected", unexpected), ("shape mismatch", shapes)):
+        if items:
+            more = f" and {len(items) - limit} more" if len(items) > limit else ""
+            parts.append(f"{label}: {', '.join(items[:limit])}{more}")
+    return "; ".join(parts) or "the tensors are not loadable"
+
+
 class ExpertPolicy:
     """A trained PPO expert that acts from a :class:`envs.carracing.CarRacingEnv`'s privileged state.
 
     ``act(env)`` reads the privileged observation of the env's current state, so it can label any
     state the student visits (DAgger relabelling) as well as drive.
+
+    Attributes:
+        policy: the stable-baselines3 ``ActorCriticPolicy`` (an MLP on (PRIVILEGED_DIM,) float32
+            states, 5 discrete actions), in eval mode. ``model`` is the same object.
     """
 
-    def __init__(self, model):
-        self.model = model
+    def __init__(self, policy):
+        self.policy = policy
+
+    @property
+    def model(self):
+        """The network (kept under its old name: it was a PPO model before loading became pickle-free)."""
+        return self.policy
+
+    @staticmethod
+    def spaces():
+        """The spaces the expert is defined on: (Box(-5, 5, (PRIVILEGED_DIM,), float32), Discrete(5)).
+
+        The same Box as :class:`envs.carracing.PrivilegedObservation`, the view ``agent expert train`` trains on.
+        """
+        from gymnasium import spaces
+
+        from envs.carracing import PRIVILEGED_DIM
+
+        return spaces.Box(-5.0, 5.0, (PRIVILEGED_DIM,), np.float32), spaces.Discrete(5)
 
     @classmethod
     def load(cls, path: str | Path, device: str = "cpu") -> "ExpertPolicy":
-        """Load a stable-baselines3 PPO zip.
+        """Load a stable-baselines3 PPO zip without unpickling anything from it.
+
+        stable-baselines3's own ``PPO.load`` unpickles (cloudpickle) the ``":serialized:"`` entries
+        of the zip's ``data`` JSON, so a crafted file runs code on load. This loader instead reads
+        ``data`` with ``json.loads`` only (serialized entries are never decoded), reads the weights
+        ``policy.pth`` with ``torch.load(..., weights_only=True)``, and rebuilds the network with
+        ``stable_baselines3.common.policies.ActorCriticPolicy`` on :meth:`spaces`. The architecture
+        comes from plain-JSON ``policy_kwargs`` (``net_arch``; the activation is SB3's default Tanh,
+        which ``agent expert train`` uses); when ``policy_kwargs`` is itself serialized, SB3's
+        defaults are assumed and ``load_state_dict(strict=True)`` decides. Optimizer state and
+        ``pytorch_variables.pth`` are not read.
+
+        Args:
+            path: the ``.zip`` written by ``agent expert train`` (SB3's ``model.save``).
+            device: torch device for the network ("cpu", "cuda", "auto").
 
         Raises:
             FileNotFoundError: no such file.
-            ValueError: the file is not a PPO expert for the privileged CarRacing view.
+            ValueError: the file is not a zip, lacks ``data`` or ``policy.pth``, has unreadable
+                entries, or is not a PPO expert for the privileged CarRacing view (other shapes,
+                other architecture).
         """
-        from stable_baselines3 import PPO
+        import io
+        import json
+        import zipfile
+
+        import torch
+        from stable_baselines3.common.policies import ActorCriticPolicy
+        from stable_baselines3.common.utils import get_device
 
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"expert file {path} does not exist (train one with `agent expert train`)")
+        hint = "was it trained by `agent expert train`?"
         try:
-            model = PPO.load(path, device=device)
-        except Exception as exc:  # SB3 raises many kinds for a corrupt zip
-            raise ValueError(f"{path} is not a readable stable-baselines3 PPO file: {exc}") from exc
-        from envs.carracing import PRIVILEGED_DIM
+            with zipfile.ZipFile(path) as zf:
+                names = set(zf.namelist())
+                for needed in ("data", "policy.pth"):
+                    if needed not in names:
+                        raise ValueError(f"{path} has no {needed!r} entry, so it is not a stable-baselines3 PPO "
+                                         f"file ({hint})")
+                data_bytes, weights_bytes = zf.read("data"), zf.read("policy.pth")
+        except (zipfile.BadZipFile, OSError, EOFError, RuntimeError) as exc:  # RuntimeError: encrypted entries
+            raise ValueError(f"{path} is not a readable zip file ({exc}); {hint}") from exc
+        try:
+            data = json.loads(data_bytes)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{path}: its 'data' entry is not JSON ({exc}); {hint}") from exc
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: its 'data' entry is not a JSON object; {hint}")
 
-        if model.observation_space.shape != (PRIVILEGED_DIM,):
-            raise ValueError(
-                f"{path} expects observations of shape {model.observation_space.shape}, but the privileged "
-                f"CarRacing view has ({PRIVILEGED_DIM},): was it trained by `agent expert train`?"
-            )
-        return cls(model)
+        observation_space, action_space = cls.spaces()
+        stored_obs = data.get("observation_space")
+        if isinstance(stored_obs, dict):  # SB3 writes the plain attributes beside the blob; read only those
+            shape = stored_obs.get("_shape", stored_obs.get("shape"))
+            if isinstance(shape, list) and tuple(shape) != observation_space.shape:
+                raise ValueError(f"{path} expects observations of shape {tuple(shape)}, but the privileged CarRacing "
+                                 f"view has {observation_space.shape}: {hint}")
+        stored_act = data.get("action_space")
+        if isinstance(stored_act, dict) and "n" in stored_act and str(stored_act["n"]) != str(action_space.n):
+            raise ValueError(f"{path} has {stored_act['n']} actions, but the expert drives with "
+                             f"{action_space.n} discrete actions: {hint}")
+
+        kwargs = {}
+        policy_kwargs = data.get("policy_kwargs", {})
+        if _is_serialized(policy_kwargs):
+            _log.warning("%s: policy_kwargs is a pickled entry, which is not read; assuming stable-baselines3's "
+                         "default architecture (Tanh MLP)", path)
+        elif isinstance(policy_kwargs, dict):
+            unknown = set(policy_kwargs) - _PLAIN_POLICY_KWARGS
+            if unknown:
+                raise ValueError(f"{path}: policy_kwargs {sorted(unknown)} are not supported by the expert loader "
+                                 f"(it rebuilds SB3's MlpPolicy with net_arch only): {hint}")
+            if "net_arch" in policy_kwargs:
+                kwargs["net_arch"] = _net_arch_from_json(policy_kwargs["net_arch"], path)
+            if isinstance(policy_kwargs.get("share_features_extractor"), bool):
+                kwargs["share_features_extractor"] = policy_kwargs["share_features_extractor"]
+        elif policy_kwargs is not None:
+            raise ValueError(f"{path}: policy_kwargs is {type(policy_kwargs).__name__}, expected a JSON object: {hint}")
+
+        dev = get_device(device)
+        try:
+            state_dict = torch.load(io.BytesIO(weights_bytes), map_location=dev, weights_only=True)
+        except Exception as exc:  # torch raises UnpicklingError, RuntimeError, ... for bad or unsafe content
+            raise ValueError(f"{path}: its policy.pth is not a plain tensor state dict "
+                             f"({type(exc).__name__}: {exc}); {hint}") from exc
+        if not isinstance(state_dict, dict):
+            raise ValueError(f"{path}: its policy.pth holds a {type(state_dict).__name__}, not a state dict; {hint}")
+        policy = ActorCriticPolicy(observation_space, action_space, lr_schedule=lambda _: 0.0, **kwargs)
+        try:
+            policy.load_state_dict(state_dict, strict=True)
+        except (RuntimeError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}: its weights do not fit a PPO MlpPolicy on the privileged CarRacing view "
+                             f"(net_arch {kwargs.get('net_arch', 'default')}): "
+                             f"{_state_dict_mismatch(policy.state_dict(), state_dict)}; {hint}") from exc
+        policy = policy.to(dev)
+        policy.set_training_mode(False)
+        _log.debug("loaded expert %s (net_arch %s) on %s", path, kwargs.get("net_arch", "default"), dev)
+        return cls(policy)
 
     def act_on_state(self, state: np.ndarray, deterministic: bool = True) -> np.ndarray:
-        """Actions for privileged states of shape (N, PRIVILEGED_DIM) or (PRIVILEGED_DIM,)."""
-        action, _ = self.model.predict(state, deterministic=deterministic)
+        """Actions for privileged states: (N, PRIVILEGED_DIM) -> (N,) int64, (PRIVILEGED_DIM,) -> () int64."""
+        action, _ = self.policy.predict(state, deterministic=deterministic)
         return action
 
     def act(self, env: gym.Env, deterministic: bool = True) -> int:
-        """The expert's discrete action for the env's current state."""
+        """The expert's discrete action (0..4) for the env's current state."""
         return int(self.act_on_state(env.unwrapped.privileged_observation(), deterministic))
 
     def predict(self, obs, state=None, episode_start=None, deterministic=True):
-        """stable-baselines3 interface, on privileged observations."""
-        return self.model.predict(obs, state=state, episode_start=episode_start, deterministic=deterministic)
+        """stable-baselines3 interface, on privileged observations: returns (actions, None)."""
+        return self.policy.predict(obs, state=state, episode_start=episode_start, deterministic=deterministic)
 
 
 def train_expert(cfg: ExpertConfig, out: str | Path, tensorboard_dir: str | Path | None = "runs/expert",
@@ -153,9 +290,9 @@ def train_expert(cfg: ExpertConfig, out: str | Path, tensorboard_dir: str | Path
     callback = EvalCallback(eval_env, n_eval_episodes=eval_episodes, eval_freq=max(eval_every // cfg.n_envs, 1),
                             best_model_save_path=str(best_dir), deterministic=True, verbose=1)
     t0 = time.time()
-    model.learn(total_timesteps=cfg.timesteps, callback=callback, progress_bar=progress_bar,
+    model.learn(total_timesteps=cfg.timesteps, callback=callback, progress_bar=progress_bar and progress_enabled(),
                 tb_log_name=out.stem)
-    print(f"trained {cfg.timesteps} steps in {time.time() - t0:.0f} s")
+    _log.info("trained %d steps in %.0f s", cfg.timesteps, time.time() - t0)
     best = best_dir / "best_model.zip"
     if best.is_file():
         best.replace(out)
