@@ -3,7 +3,7 @@
 The workflow, one direction (DESIGN.md section 2):
 
   agent expert train   PPO expert on CarRacing's privileged state     -> policies/carracing-expert.zip
-  agent collect        the expert (or you, --keyboard) drives; frames -> recordings/NAME (Minari)
+  agent collect        the expert (or you, --keyboard) drives; frames -> recordings/nac-drive/NAME-v0 (Minari)
   agent train          behaviour cloning (+ DAgger) of CNN + NAC       -> policies/nac.pt
   agent evaluate       closed-loop returns on unseen tracks            -> JSON
   drive                watch a policy drive, with Grad-CAM and NAC neuron traces live
@@ -85,23 +85,27 @@ def _add_collect(sub) -> None:
     src.add_argument("--keyboard", action="store_true", help="drive yourself with the arrow keys (needs a display)")
     p.add_argument("--episodes", type=int, default=40, help="episodes to record")
     p.add_argument("--seed", type=int, default=0, help="track seed of the first episode")
-    p.add_argument("--out", required=True, help="output folder, e.g. recordings/expert-40")
+    p.add_argument("--out", required=True,
+                   help="dataset folder ROOT/NAMESPACE/NAME-vN, e.g. recordings/nac-drive/expert-0-19-v0 (Minari id "
+                        "nac-drive/expert-0-19-v0; MINARI_DATASETS_PATH=recordings lets Minari's tools find it)")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     p.add_argument("--max-steps", type=int, default=None, help="cap on episode length (default: the env's 1000)")
 
 
 def _cmd_collect(args) -> int:
-    from agent.data.recordings import KeyboardActor, collect
+    from agent.data.recordings import KeyboardActor, collect, dataset_layout
+    from agent.log import get_logger
     from envs.carracing import make_carracing
 
     if args.episodes < 1:
         raise CLIError(f"--episodes must be >= 1, got {args.episodes}")
     out = Path(args.out)
+    _, dataset_id = dataset_layout(out)  # RecordingError (a ValueError, exit 2) suggests a valid path
     if out.exists() and not args.overwrite:
         raise CLIError(f"{out} already exists; choose another --out or pass --overwrite")
     if args.seed + args.episodes > EVAL_SEED_BASE:
-        print(f"warning: tracks >= {EVAL_SEED_BASE} are the evaluation tracks; recording on them leaks test data",
-              file=sys.stderr)
+        get_logger(__name__).warning("tracks >= %d are the evaluation tracks; recording on them leaks test data",
+                                     EVAL_SEED_BASE)
     if args.keyboard:
         actor, name = KeyboardActor(), "keyboard"
     else:
@@ -111,7 +115,7 @@ def _cmd_collect(args) -> int:
     env = make_carracing()
     writer = collect(env, actor, args.episodes, args.seed, out, name, overwrite=args.overwrite,
                      max_steps=args.max_steps)
-    print(f"recorded {writer.episodes} episode(s), {writer.steps} steps -> {out}")
+    print(f"recorded {writer.episodes} episode(s), {writer.steps} steps -> {out} (Minari dataset {dataset_id})")
     return 0 if writer.episodes else 1
 
 

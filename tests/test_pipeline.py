@@ -13,7 +13,7 @@ from envs import make_carracing
 
 @pytest.fixture(scope="module")
 def recording(tiny_expert, tmp_path_factory):
-    out = tmp_path_factory.mktemp("rec") / "expert-3"
+    out = tmp_path_factory.mktemp("rec") / "nac-drive" / "expert-3-v0"
     rc = main(["collect", "--expert", str(tiny_expert), "--episodes", "3", "--seed", "5", "--max-steps", "24",
                "--out", str(out)])
     assert rc == 0
@@ -41,9 +41,9 @@ def test_collect_refuses_to_overwrite(recording, tiny_expert, capsys):
 
 
 def test_collect_bad_expert_path(tmp_path, capsys):
-    rc = main(["collect", "--expert", str(tmp_path / "nope.zip"), "--episodes", "1", "--out", str(tmp_path / "r")])
+    rc = main(["collect", "--expert", str(tmp_path / "nope.zip"), "--episodes", "1", "--out", str(tmp_path / "ns" / "r-v0")])
     assert rc == 2 and "nope.zip" in capsys.readouterr().err
-    assert not (tmp_path / "r").exists()
+    assert not (tmp_path / "ns").exists()
 
 
 def test_interrupted_recording_keeps_finished_episodes(tmp_path):
@@ -60,19 +60,21 @@ def test_interrupted_recording_keeps_finished_episodes(tmp_path):
                 raise KeyboardInterrupt
             return 3
 
-    writer = collect(make_carracing(), Interrupting(), 5, 0, tmp_path / "rec", "test", max_steps=10, progress=False)
+    writer = collect(make_carracing(), Interrupting(), 5, 0, tmp_path / "nac-drive" / "rec-v0", "test", max_steps=10, progress=False)
     assert writer.episodes == 2
-    demos = load_demonstrations(tmp_path / "rec")
+    demos = load_demonstrations(tmp_path / "nac-drive" / "rec-v0")
     assert len(demos.actions) == 2 and demos.seeds == [0, 1]
 
 
 def test_collect_to_a_relative_path(tiny_expert, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     rc = main(["collect", "--expert", str(tiny_expert), "--episodes", "2", "--max-steps", "5",
-               "--out", "recordings/rel"])
+               "--out", "recordings/nac-drive/rel-v0"])
     assert rc == 0
-    assert len(load_demonstrations("recordings/rel").actions) == 2
-    assert [p.name for p in (tmp_path / "recordings").iterdir()] == ["rel"]  # no staging left behind
+    assert len(load_demonstrations("recordings/nac-drive/rel-v0").actions) == 2
+    assert [p.name for p in (tmp_path / "recordings").iterdir()] == ["nac-drive"]  # no staging left behind
+    assert sorted(p.name for p in (tmp_path / "recordings" / "nac-drive").iterdir()) == \
+        ["namespace_metadata.json", "rel-v0"]
 
 
 def test_load_demonstrations_errors(tmp_path):

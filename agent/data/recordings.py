@@ -1,10 +1,22 @@
 """Demonstration recordings as Minari datasets: write episode by episode, read back for training.
 
-A recording folder ``recordings/NAME`` is a Minari dataset (``NAME/data/main_data.hdf5`` and
-``metadata.json``), created with ``minari.create_dataset_from_buffers`` (no JAX needed) and
-extended with ``update_dataset_from_buffer`` after every finished episode, so Ctrl-C or a crash
-keeps every finished episode. Frames are stored losslessly (no JPEG), so the student trains on
-exactly the pixels it will see.
+Recordings are laid out as Minari expects, so Minari's own tools find them::
+
+    recordings/                      <- the datasets root (MINARI_DATASETS_PATH=recordings)
+      nac-drive/                     <- namespace (namespace_metadata.json)
+        sample-v0/                   <- dataset "nac-drive/sample-v0"
+          data/main_data.hdf5, data/metadata.json
+
+``agent collect --out recordings/nac-drive/expert-0-19-v0`` writes dataset id
+``nac-drive/expert-0-19-v0``: the last two components of the path are the namespace and
+``name-vN``, and their parent is the root. Then ``MINARI_DATASETS_PATH=recordings minari list local``
+lists it and ``minari.load_dataset("nac-drive/expert-0-19-v0")`` opens it.
+
+A dataset is created with ``minari.create_dataset_from_buffers`` (no JAX needed) in a hidden staging
+folder of the root and moved into place once its first episode is written (atomic: no half-made
+dataset is ever visible), then extended with ``update_dataset_from_buffer`` after every finished
+episode, so Ctrl-C or a crash keeps every finished episode. Frames are stored losslessly (no JPEG),
+so the student trains on exactly the pixels it will see.
 
 Per step the dataset stores the 96x96x3 frame the student sees, the action executed (the
 expert's, or the person's with ``--keyboard``), the reward, termination and truncation; the
@@ -23,38 +35,80 @@ from pathlib import Path
 
 import numpy as np
 
+from agent.log import get_logger, progress as progress_bar
 from agent.rollout import Actor, Episode, rollout
+
+_log = get_logger(__name__)
+
+#: the namespace of the project's recordings
+NAMESPACE = "nac-drive"
+#: the shipped datasets root: ``recordings/`` at the top of the repository
+RECORDINGS_DIR = Path(__file__).resolve().parent.parent.parent / "recordings"
+
+# Minari's own grammar of ids (minari.dataset.minari_dataset), one namespace level, version required
+_NAMESPACE_RE = re.compile(r"[-_\w][-_\w]*[-_\w]")
+_NAME_VERSION_RE = re.compile(r"(?P<name>[-_\w]+?)-v(?P<version>\d+)")
 
 
 class RecordingError(ValueError):
     """A recording folder that is missing, malformed, or in the way."""
 
 
-def _dataset_id(name: str) -> str:
-    base = re.sub(r"[^A-Za-z0-9_]+", "_", name).strip("_") or "recording"
-    return f"{base}-v0"
+def _suggest(out: Path) -> Path:
+    """A path of the valid layout close to ``out``: ``.../<namespace>/<name>-v<N>``."""
+    m = _NAME_VERSION_RE.fullmatch(out.name)
+    name = m.group(0) if m else (re.sub(r"[^-\w]+", "_", out.name).strip("_-") or "recording") + "-v0"
+    parent = out.parent
+    if len(out.parts) >= 2 and _NAMESPACE_RE.fullmatch(parent.name) and parent.name != "recordings":
+        return parent / name
+    return parent / NAMESPACE / name
+
+
+def dataset_layout(out: str | Path) -> tuple[Path, str]:
+    """Split a recording folder into its Minari datasets root and dataset id.
+
+    ``recordings/nac-drive/expert-0-19-v0`` -> (``recordings`` made absolute, ``"nac-drive/expert-0-19-v0"``).
+
+    Raises:
+        RecordingError: the last two path components are not ``<namespace>/<name>-v<N>`` (letters,
+            digits, ``-`` and ``_``; N a number); the message suggests a path that is.
+    """
+    given = Path(out)
+    name, namespace = given.name, given.parent.name
+    if len(given.parts) < 2 or not _NAME_VERSION_RE.fullmatch(name) or not _NAMESPACE_RE.fullmatch(namespace) \
+            or namespace == "recordings":
+        raise RecordingError(
+            f"{given} is not a Minari dataset path: the last two folders must be <namespace>/<name>-v<N> "
+            f"(e.g. recordings/{NAMESPACE}/expert-0-19-v0, dataset id {NAMESPACE}/expert-0-19-v0, read with "
+            f"MINARI_DATASETS_PATH=recordings); try --out {_suggest(given)}")
+    absolute = given.absolute()  # Minari mangles relative dataset paths
+    return absolute.parent.parent, f"{namespace}/{name}"
 
 
 class RecordingWriter:
     """Writes episodes to a Minari dataset at ``out`` one at a time.
 
     Args:
-        out: the dataset folder to create.
+        out: the dataset folder to create, ``ROOT/<namespace>/<name>-v<N>`` (see :func:`dataset_layout`);
+            its dataset id is ``<namespace>/<name>-v<N>`` with ``ROOT`` as ``MINARI_DATASETS_PATH``.
         env: the env the episodes come from (its spec is stored).
         algorithm_name: who acted ("ppo-expert", "keyboard", ...).
         overwrite: replace an existing folder at ``out``.
 
     Raises:
-        RecordingError: ``out`` exists and ``overwrite`` is False, or its parent is not a folder.
+        RecordingError: ``out`` is not a valid dataset path, exists and ``overwrite`` is False, or
+            its parent is not a folder.
     """
 
     def __init__(self, out: str | Path, env, algorithm_name: str, overwrite: bool = False,
                  description: str | None = None):
-        self.out = Path(out).absolute()  # Minari mangles relative dataset paths
+        self.root, self.dataset_id = dataset_layout(out)
+        self.out = self.root / self.dataset_id
         if self.out.exists() and not overwrite:
             raise RecordingError(f"{self.out} already exists; choose another --out or pass --overwrite")
-        if self.out.parent.exists() and not self.out.parent.is_dir():
-            raise RecordingError(f"{self.out.parent} is not a folder")
+        for folder in (self.out.parent, self.root):
+            if folder.exists() and not folder.is_dir():
+                raise RecordingError(f"{folder} is not a folder")
         self.env, self.algorithm_name, self.description = env, algorithm_name, description
         self.overwrite = overwrite
         self.dataset = None
@@ -72,35 +126,46 @@ class RecordingWriter:
             terminations=ep.terminations, truncations=ep.truncations, infos={"speed": ep.speeds},
         )
 
+    def _create(self, ep: Episode) -> None:
+        """Create the dataset holding ``ep`` in a hidden staging root, then move it into place."""
+        import minari
+        from minari.namespace import NAMESPACE_METADATA_FILENAME
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        # hidden (".") so Minari's listing skips it; in the root so the final move is a rename
+        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=self.root))
+        old = os.environ.get("MINARI_DATASETS_PATH")
+        os.environ["MINARI_DATASETS_PATH"] = str(staging)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # Minari's reminders about optional metadata
+                minari.create_dataset_from_buffers(
+                    self.dataset_id, [self._buffer(ep)], env=self.env, eval_env=self.env,
+                    algorithm_name=self.algorithm_name, author="nac-drive", author_email="n/a",
+                    code_permalink="n/a",
+                    description=self.description or f"CarRacing demonstrations by {self.algorithm_name}",
+                    jpeg_encoding=False, data_format="hdf5",
+                )
+            namespace = self.dataset_id.split("/")[0]
+            self.out.parent.mkdir(parents=True, exist_ok=True)
+            meta = self.out.parent / NAMESPACE_METADATA_FILENAME
+            if not meta.exists():
+                shutil.copyfile(staging / namespace / NAMESPACE_METADATA_FILENAME, meta)
+            if self.out.exists() and self.overwrite:
+                shutil.rmtree(self.out)
+            (staging / self.dataset_id).replace(self.out)
+        finally:
+            if old is None:
+                os.environ.pop("MINARI_DATASETS_PATH", None)
+            else:
+                os.environ["MINARI_DATASETS_PATH"] = old
+            shutil.rmtree(staging, ignore_errors=True)
+        self.dataset = minari.MinariDataset(self.out / "data")
+
     def add(self, ep: Episode) -> None:
         """Append one finished episode (written to disk before this returns)."""
-        import minari
-
         if self.dataset is None:
-            self.out.parent.mkdir(parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=self.out.parent))
-            old = os.environ.get("MINARI_DATASETS_PATH")
-            os.environ["MINARI_DATASETS_PATH"] = str(staging)
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", UserWarning)  # Minari's reminders about optional metadata
-                    minari.create_dataset_from_buffers(
-                        _dataset_id(self.out.name), [self._buffer(ep)], env=self.env, eval_env=self.env,
-                        algorithm_name=self.algorithm_name, author="nac-drive", author_email="n/a",
-                        code_permalink="n/a",
-                        description=self.description or f"CarRacing demonstrations by {self.algorithm_name}",
-                        jpeg_encoding=False, data_format="hdf5",
-                    )
-                if self.out.exists() and self.overwrite:
-                    shutil.rmtree(self.out)
-                (staging / _dataset_id(self.out.name)).replace(self.out)
-            finally:
-                if old is None:
-                    os.environ.pop("MINARI_DATASETS_PATH", None)
-                else:
-                    os.environ["MINARI_DATASETS_PATH"] = old
-                shutil.rmtree(staging, ignore_errors=True)
-            self.dataset = minari.MinariDataset(self.out / "data")
+            self._create(ep)
         else:
             self.dataset.update_dataset_from_buffer([self._buffer(ep)])
         self.episodes += 1
@@ -145,8 +210,42 @@ class Demonstrations:
                               self.seeds + other.seeds, self.returns + other.returns)
 
 
+def resolve_recording(path: str | Path) -> Path:
+    """The dataset folder of a recording given as a folder or as a Minari dataset id.
+
+    Tried in order: ``path`` as a folder (the dataset folder or its ``data/``); then, when ``path``
+    reads as an id ``<namespace>/<name>-v<N>``, ``$MINARI_DATASETS_PATH/<id>``, ``recordings/<id>``
+    below the working directory, and the repository's ``recordings/<id>``.
+
+    Raises:
+        RecordingError: nothing found; the message lists where it looked.
+    """
+    p = Path(path)
+    if p.exists():
+        return p.parent if p.name == "data" and (p / "metadata.json").is_file() else p
+    tried = [str(p)]
+    text = str(path).replace("\\", "/")
+    if re.fullmatch(r"[-_\w]+(/[-_\w]+)*/[-_\w]+?-v\d+", text):
+        roots = [Path(os.environ["MINARI_DATASETS_PATH"])] if os.environ.get("MINARI_DATASETS_PATH") else []
+        roots += [Path("recordings"), RECORDINGS_DIR]
+        for root in roots:
+            if (root / text).exists():
+                return root / text
+            tried.append(str(root / text))
+    raise RecordingError(f"recording {path} does not exist (looked at {', '.join(dict.fromkeys(tried))}; make one "
+                         f"with `agent collect --out recordings/{NAMESPACE}/NAME-v0`)")
+
+
 def load_demonstrations(path: str | Path, n_actions: int | None = 5) -> Demonstrations:
     """Read every episode of a recording into memory.
+
+    Args:
+        path: the dataset folder (``recordings/nac-drive/sample-v0``, or its ``data/``), or a Minari
+            dataset id (``nac-drive/sample-v0``) resolved by :func:`resolve_recording`.
+        n_actions: actions must lie in [0, n_actions) (None: no check).
+
+    Returns:
+        :class:`Demonstrations`: per episode (N_e, 96, 96, 3) uint8 frames and (N_e,) int64 actions.
 
     Raises:
         RecordingError: the folder is missing, is not a Minari dataset, holds no episodes, or
@@ -154,10 +253,8 @@ def load_demonstrations(path: str | Path, n_actions: int | None = 5) -> Demonstr
     """
     from minari import MinariDataset
 
-    path = Path(path)
+    path = resolve_recording(path)
     data = path / "data" if (path / "data").is_dir() else path
-    if not path.exists():
-        raise RecordingError(f"recording {path} does not exist (make one with `agent collect`)")
     if not (data / "metadata.json").is_file():
         raise RecordingError(f"{path} is not a Minari dataset (no data/metadata.json)")
     try:
@@ -188,22 +285,26 @@ def collect(env, actor: Actor, episodes: int, seed: int, out: str | Path, algori
             overwrite: bool = False, max_steps: int | None = None, progress: bool = True) -> RecordingWriter:
     """Record ``episodes`` episodes on tracks seed, seed+1, ... with ``actor`` acting.
 
-    Ctrl-C stops after saving every finished episode; the episode in progress is dropped.
-    Returns the writer (``.episodes`` and ``.steps`` say what was saved).
-    """
-    from tqdm.auto import tqdm
+    ``out`` is a dataset folder ``ROOT/<namespace>/<name>-v<N>`` (see :func:`dataset_layout`).
+    Ctrl-C stops after saving every finished episode; the episode in progress is dropped. The
+    progress bar (stderr) draws only on a terminal or with ``NAC_PROGRESS=1`` (:func:`agent.log.progress`).
+    Returns the writer (``.episodes`` and ``.steps`` say what was saved, ``.dataset_id`` its id).
 
+    Raises:
+        RecordingError: ``out`` is not a dataset path, or is in the way (see :class:`RecordingWriter`).
+    """
     writer = RecordingWriter(out, env, algorithm_name, overwrite=overwrite)
-    bar = tqdm(total=episodes, desc="episodes", unit="ep", disable=not progress)
+    bar = progress_bar(total=episodes, desc="episodes", unit="ep", disable=not progress)
     try:
         for e in range(episodes):
             ep = rollout(env, actor, seed + e, max_steps=max_steps)
             writer.add(ep)
             bar.update(1)
             bar.set_postfix(ret=f"{ep.episode_return:.0f}", steps=ep.steps)
+            _log.debug("episode %d (track %d): return %.1f, %d steps", e, seed + e, ep.episode_return, ep.steps)
     except KeyboardInterrupt:
         bar.close()
-        print(f"\ninterrupted: kept {writer.episodes} finished episode(s) in {writer.out}")
+        _log.warning("interrupted: kept %d finished episode(s) in %s", writer.episodes, writer.out)
         return writer
     bar.close()
     return writer
