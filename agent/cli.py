@@ -354,7 +354,7 @@ def _evaluate_udacity(args) -> int:
 
 # ----------------------------------------------------------------------------------- drive
 def _add_drive(sub) -> None:
-    from agent.drive.session import add_drive_arguments
+    from agent.drive.args import add_drive_arguments
 
     p = sub.add_parser("drive", help="watch a policy drive (also the `drive` command)", formatter_class=FMT,
                        description="Run a policy in the simulator with a live window (frame, action, speed, "

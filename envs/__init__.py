@@ -1,8 +1,8 @@
 """Simulator integrations, each a ``gymnasium.Env``.
 
 - :mod:`envs.carracing`: gymnasium CarRacing-v3 (discrete), seeded tracks, privileged-state view.
-- :mod:`envs.udacity.bridge`: the Udacity self-driving-car simulator over socket.io (``agent/Udacity-v0``);
-  imported on first use (it loads python-socketio and aiohttp), e.g. ``envs.UdacityEnv``.
+- :mod:`envs.udacity`: the Udacity self-driving-car simulator over socket.io (``agent/Udacity-v0``,
+  :mod:`envs.udacity.env`); imported on first use (it loads python-socketio and aiohttp), e.g. ``envs.UdacityEnv``.
 """
 
 import gymnasium as gym
@@ -16,11 +16,11 @@ from envs.carracing import (
     make_carracing,
 )
 
-UDACITY_ENV_ID = "agent/Udacity-v0"  # = envs.udacity.ENV_ID
+UDACITY_ENV_ID = "agent/Udacity-v0"  # = envs.udacity.env.ENV_ID
 if UDACITY_ENV_ID not in gym.registry:
-    gym.register(id=UDACITY_ENV_ID, entry_point="envs.udacity.bridge:UdacityEnv")
+    gym.register(id=UDACITY_ENV_ID, entry_point="envs.udacity.env:UdacityEnv")
 
-_LAZY = {"UdacityEnv": "envs.udacity.bridge", "ThrottleController": "envs.udacity.bridge"}
+_LAZY = {"UdacityEnv": "envs.udacity.env", "ThrottleController": "envs.udacity.throttle"}
 
 
 def __getattr__(name):

@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from agent.drive.session import Renderer, StepView, add_drive_arguments, run_drive
+from agent.drive.args import add_drive_arguments
+from agent.drive.hud import Renderer, StepView
+from agent.drive.session import run_drive
 
 
 def _parse(*argv: str) -> argparse.Namespace:
@@ -179,7 +181,8 @@ def test_drive_releases_hooks(same_policy, capsys):
 
 def test_memory_stays_flat_over_1000_steps(policy):
     """Grad-CAM every step (toggled off and on every 50 steps): no growth of Python or process memory."""
-    from agent.drive.session import Overlays, _NACDriver
+    from agent.drive.actors import _NACDriver
+    from agent.drive.explain import Overlays
 
     r = Renderer(scale=1)
     driver = _NACDriver(policy, "tiny.pt")
@@ -390,14 +393,14 @@ def test_window_keys_pause_step_toggle_restart_quit(same_policy, monkeypatch, ca
     heads, ] raises the opacity, R restarts the episode, Q quits."""
     import pygame
 
-    from agent.drive import session as runner
+    from agent.drive import session, window
 
-    monkeypatch.setattr(runner, "_display_unavailable_reason", lambda: None)
-    monkeypatch.setattr(runner, "_NO_WINDOW_DRIVERS", ())
+    monkeypatch.setattr(session, "display_unavailable_reason", lambda: None)
+    monkeypatch.setattr(window, "_NO_WINDOW_DRIVERS", ())
     script = iter([[pygame.K_s, pygame.K_t, pygame.K_h, pygame.K_RIGHTBRACKET], [pygame.K_p], [], [pygame.K_n],
                    [pygame.K_p], [pygame.K_r], [], [pygame.K_q]])
     seen = []
-    present = runner._Window.present
+    present = window.Window.present
 
     def scripted_present(self, canvas):
         present(self, canvas)
@@ -407,14 +410,14 @@ def test_window_keys_pause_step_toggle_restart_quit(same_policy, monkeypatch, ca
             pygame.event.post(pygame.event.Event(pygame.KEYDOWN, key=k))
 
     sessions = []
-    init = runner.DriveSession.__init__
+    init = session.DriveSession.__init__
 
     def keep(self, *a, **kw):
         init(self, *a, **kw)
         sessions.append(self)
 
-    monkeypatch.setattr(runner._Window, "present", scripted_present)
-    monkeypatch.setattr(runner.DriveSession, "__init__", keep)
+    monkeypatch.setattr(window.Window, "present", scripted_present)
+    monkeypatch.setattr(session.DriveSession, "__init__", keep)
     code = run_drive(_parse("--policy", "tiny.pt", "--max-steps", "50", "--fps-limit", "0"))
     out = capsys.readouterr().out
     s = sessions[0]
@@ -425,7 +428,7 @@ def test_window_keys_pause_step_toggle_restart_quit(same_policy, monkeypatch, ca
     assert "(restarted)" in out and "(stopped)" in out
     # steps: 1 (S T H ]), 2 (P: paused; N in the pause advances one step), 3 (P: resume), 4 (R) -> restart
     assert "steps    4" in out
-    assert "P pause" in runner.HELP_TEXT
+    assert "P pause" in window.HELP_TEXT
 
 
 def test_no_overlay_has_no_panel(same_policy, tmp_path):

@@ -12,7 +12,9 @@ import argparse
 import numpy as np
 import pytest
 
-from agent.drive.session import DEFAULT_ACTION_NAMES, DEFAULT_SEED, ENV_FPS, Renderer, StepView, add_drive_arguments, run_drive
+from agent.drive.args import DEFAULT_SEED, ENV_FPS, add_drive_arguments
+from agent.drive.hud import DEFAULT_ACTION_NAMES, Renderer, StepView
+from agent.drive.session import run_drive
 
 
 def _parse(*argv: str) -> argparse.Namespace:
@@ -101,9 +103,9 @@ def test_drive_records_an_mp4(policy_file, cached_load, tmp_path, capsys):
 def test_ctrl_c_ends_cleanly_and_finishes_the_video(policy_file, cached_load, tmp_path, monkeypatch, capsys):
     import imageio.v2 as imageio
 
-    from agent.drive import session as runner
+    from agent.drive.actors import _NACDriver
 
-    act = runner._NACDriver.act
+    act = _NACDriver.act
     calls = []
 
     def interrupting_act(self, obs, env, info=None):
@@ -112,7 +114,7 @@ def test_ctrl_c_ends_cleanly_and_finishes_the_video(policy_file, cached_load, tm
             raise KeyboardInterrupt
         return act(self, obs, env, info)
 
-    monkeypatch.setattr(runner._NACDriver, "act", interrupting_act)
+    monkeypatch.setattr(_NACDriver, "act", interrupting_act)
     out = tmp_path / "cut.mp4"
     code = run_drive(_parse("--policy", str(policy_file), "--headless", "--max-steps", "30", "--record", str(out)))
     assert code == 130
@@ -128,17 +130,17 @@ def test_window_escape_quits(policy_file, cached_load, monkeypatch, capsys):
     """Windowed mode on SDL's dummy driver: Escape (through the key dispatch) stops the run, exit 0."""
     import pygame
 
-    from agent.drive import session as runner
+    from agent.drive import session, window
 
-    monkeypatch.setattr(runner, "_display_unavailable_reason", lambda: None)
-    monkeypatch.setattr(runner, "_NO_WINDOW_DRIVERS", ())
-    present = runner._Window.present
+    monkeypatch.setattr(session, "display_unavailable_reason", lambda: None)
+    monkeypatch.setattr(window, "_NO_WINDOW_DRIVERS", ())
+    present = window.Window.present
 
     def present_then_escape(self, canvas):
         present(self, canvas)
         pygame.event.post(pygame.event.Event(pygame.KEYDOWN, key=pygame.K_ESCAPE))
 
-    monkeypatch.setattr(runner._Window, "present", present_then_escape)
+    monkeypatch.setattr(window.Window, "present", present_then_escape)
     code = run_drive(_parse("--policy", str(policy_file), "--max-steps", "30", "--episodes", "2", "--fps-limit", "0"))
     out = capsys.readouterr().out
     assert code == 0

@@ -23,17 +23,10 @@ import pytest
 from udacity_fake_sim import FakeSimulator, encode_frame_b64, event_frame, synthetic_road_frame
 
 import envs  # noqa: F401 - registers agent/Udacity-v0
-from envs.udacity.bridge import (
-    ENV_ID,
-    EVENT_CAPACITY,
-    LOGGER,
-    TelemetryError,
-    ThrottleController,
-    UdacityEnv,
-    decode_frame,
-    decode_telemetry,
-    parse_number,
-)
+from envs.udacity.bridge import EVENT_CAPACITY, LOGGER
+from envs.udacity.env import ENV_ID, UdacityEnv
+from envs.udacity.protocol import TelemetryError, decode_frame, decode_telemetry, parse_number
+from envs.udacity.throttle import ThrottleController
 
 
 @pytest.fixture

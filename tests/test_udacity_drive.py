@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from agent.drive.session import DriveSession, add_drive_arguments, run_drive
+from agent.drive.args import add_drive_arguments
+from agent.drive.session import DriveSession, run_drive
 
 
 def _parse(*argv: str) -> argparse.Namespace:

@@ -53,7 +53,7 @@ def bench_bridge(n: int = 1000, policy_fn: Callable[[np.ndarray, dict], float] |
         per second over the timed part), frame_kb (mean JPEG size), load1 (1-minute load average
         when it started) and cpus.
     """
-    from envs.udacity.bridge import UdacityEnv
+    from envs.udacity.env import UdacityEnv
     from envs.udacity.fake import FakeSimulator, synthetic_road_frame
 
     if n < 1 or warmup < 0:
@@ -122,7 +122,9 @@ def runner_policy_fn(policy, overlays: bool) -> Callable[[np.ndarray, dict], flo
     (with the frame's arrival time as the NAC time), and with ``overlays`` also Grad-CAM on the
     newest frame, the NAC traces and the composition of the whole view (frame, HUD, panel)."""
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    from agent.drive.session import Overlays, Renderer, StepView, _NACDriver
+    from agent.drive.actors import _NACDriver
+    from agent.drive.explain import Overlays
+    from agent.drive.hud import Renderer, StepView
 
     driver = _NACDriver(policy, "policy")
     renderer = ov = None

@@ -46,7 +46,8 @@ def bench_drive(policy: str = "nac.pt", steps: int = 500, warmup: int = 25, seed
     """
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     from agent.loading import load_policy, resolve_policy_path
-    from agent.drive.session import DEFAULT_SEED, DriveSession, add_drive_arguments
+    from agent.drive.args import DEFAULT_SEED, add_drive_arguments
+    from agent.drive.session import DriveSession
 
     path = resolve_policy_path(policy)
     pol = load_policy(path)

@@ -1,6 +1,6 @@
 """Drawing the live overlays with pygame: the Grad-CAM heat map and the NAC trace panel.
 
-Both are drawers for :class:`agent.drive.session.Renderer` (``drawer(surface, view)``). Nothing here
+Both are drawers for :class:`agent.drive.hud.Renderer` (``drawer(surface, view)``). Nothing here
 calls matplotlib per frame: lines are ``pygame.draw.lines`` over the stored history, the
 action-coloured means are written straight into the pixels (``surfarray``), heat strips are
 small arrays through a colour lookup table, scaled once into place; static parts (frames,
@@ -33,7 +33,7 @@ def _diverging_lut() -> np.ndarray:
 class SaliencyDrawer:
     """Blends the step's saliency map (``view.extras["saliency"]``, a SaliencyMap) into the frame.
 
-    A frame filter of :class:`agent.drive.session.Renderer`: the blend happens at the observation's own
+    A frame filter of :class:`agent.drive.hud.Renderer`: the blend happens at the observation's own
     resolution, which is also the CAM's (Grad-CAM upsamples to the network input), and the
     renderer then scales the result up, so the cost does not grow with the window size.
 

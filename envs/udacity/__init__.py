@@ -1,1 +1,30 @@
-"""The Udacity self-driving-car simulator as a gymnasium env: protocol, bridge, env and a wire-level fake simulator."""
+"""The Udacity self-driving-car simulator as a gymnasium env, one module per job.
+
+- :mod:`envs.udacity.protocol`: the simulator's wire protocol: constants, :class:`Telemetry` and its
+  validating decoders (no socket.io, no aiohttp).
+- :mod:`envs.udacity.bridge`: the socket.io server the simulator connects to (:class:`UdacityBridge`).
+- :mod:`envs.udacity.throttle`: the PI speed controller that sets the throttle (:class:`ThrottleController`).
+- :mod:`envs.udacity.env`: the gymnasium env (:class:`UdacityEnv`, ``agent/Udacity-v0``).
+- :mod:`envs.udacity.fake`: a wire-level fake simulator for tests and benchmarks (:class:`FakeSimulator`).
+
+Importing this package is cheap: the names above are imported on first use
+(``envs.udacity.UdacityEnv`` loads python-socketio and aiohttp then).
+"""
+
+_LAZY = {
+    "UdacityEnv": "envs.udacity.env",
+    "ThrottleController": "envs.udacity.throttle",
+    "UdacityBridge": "envs.udacity.bridge",
+    "FakeSimulator": "envs.udacity.fake",
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'envs.udacity' has no attribute {name!r}")
+
+
+__all__ = ["FakeSimulator", "ThrottleController", "UdacityBridge", "UdacityEnv"]

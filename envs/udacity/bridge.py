@@ -1,47 +1,27 @@
-"""The Udacity self-driving-car simulator as a ``gymnasium.Env`` (a socket.io bridge).
+"""The socket.io server the Udacity simulator connects to (:class:`UdacityBridge`): the transport.
 
-The simulator (udacity/self-driving-car-sim, "Autonomous mode") is the socket.io *client*: it
-opens ``ws://127.0.0.1:4567/socket.io/?EIO=4&transport=websocket`` and we are the server. Facts
-from its source (DESIGN.md section 5):
+The simulator speaks the old socket.io protocol (:mod:`envs.udacity.protocol`); python-socketio 5
+servers ignore its events. We serve it with python-socketio 4.6 and python-engineio 3.13 (3.14
+and later reject the ``EIO=4`` query with HTTP 400), in a background thread running an asyncio
+loop with aiohttp, so nothing is monkey-patched. :class:`envs.udacity.env.UdacityEnv` drives it.
 
-- It speaks the old protocol despite the ``EIO=4`` in its URL: it sends engine.io PINGs ("2")
-  itself and expects PONGs ("3"), and it never sends the socket.io namespace CONNECT ("40").
-  python-socketio 5 servers ignore its events. We serve it with python-socketio 4.6 and
-  python-engineio 3.13 (3.14 and later reject the ``EIO=4`` query with HTTP 400).
-- Sim -> us: event ``telemetry`` with string fields ``steering_angle`` (degrees, about +-25),
-  ``throttle`` (0..1), ``speed`` (mph, 0..30) and ``image`` (base64 JPEG, 320x160 RGB). It sends
-  one on connecting, then exactly one in reply to each ``steer`` or ``manual`` of ours. While a
-  person drives (W/S held) it sends an empty ``{}``, which we answer with ``manual`` ``{}``.
-- Us -> sim: event ``steer`` with ``steering_angle`` (a string, normalised to [-1, 1]; the
-  simulator multiplies it by its 25 degree maximum) and ``throttle`` (a string, -1..1; negative
-  brakes while the car moves forward faster than about 5 mph and reverses below that).
-
-So the protocol is lock-step: every autonomous ``step`` sends one ``steer`` in reply to the last
-frame and waits for the next frame. :class:`UdacityEnv` does that; :class:`UdacityBridge` is the
-socket.io server it runs in a background thread (an asyncio loop with aiohttp, so nothing is
-monkey-patched). Nothing here trusts the simulator's bytes: every malformed message (bad base64,
-truncated or non-JPEG images, wrong sizes, missing or non-numeric fields, garbage frames, unknown
-events) is logged to the ``envs.udacity.bridge`` logger, then answered with ``manual`` (telemetry: it asks
+Nothing here trusts the simulator's bytes: every malformed message (bad base64, truncated or
+non-JPEG images, wrong sizes, missing or non-numeric fields, garbage frames, unknown events) is
+logged to the ``envs.udacity.bridge`` logger, then answered with ``manual`` (telemetry: it asks
 for a fresh frame, so the simulator never stalls) or dropped (anything else); all queues are
-bounded and websocket frames are limited to ``max_message_bytes``. One limit: a JPEG that is
-structurally complete but has corrupted entropy data decodes to a damaged picture (libjpeg
-reports that only as a warning); truncated, foreign-format or wrongly sized images are refused.
+bounded and websocket frames are limited to ``max_message_bytes``.
 
 Security: the server listens on 127.0.0.1 by default, so only programs on this machine can
 connect; on another interface anybody who can reach the port could steer the car and read the
 camera. Web pages cannot connect: engine.io refuses foreign origins and, on loopback, the bridge
 refuses a Host header that is not a loopback name (DNS rebinding). Long-polling (which the
 simulator never uses) is refused, and at most ``MAX_CONNECTIONS`` connections are served.
-When several simulators are connected, the env drives the newest one that has sent telemetry.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import collections
-import io
 import logging
 import math
 import threading
@@ -49,12 +29,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import gymnasium as gym
-import numpy as np
 import socketio
 from aiohttp import WSMsgType, web
-from PIL import Image
 from socketio import packet as sio_packet
+
+from envs.udacity.protocol import (DEFAULT_PORT, MAX_MESSAGE_BYTES, Telemetry, TelemetryError, _preview,
+                                   decode_telemetry)
 
 LOGGER = logging.getLogger("envs.udacity.bridge")
 #: python-socketio and python-engineio log every packet at INFO; they get this quieter child logger.
@@ -62,202 +42,16 @@ _LIB_LOGGER = logging.getLogger("envs.udacity.socketio")
 if _LIB_LOGGER.level == logging.NOTSET:
     _LIB_LOGGER.setLevel(logging.WARNING)
 
-ENV_ID = "agent/Udacity-v0"
 DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 4567
-#: The camera frame the simulator sends: 160 rows x 320 columns, RGB.
-FRAME_SHAPE = (160, 320, 3)
-#: The simulator's steering limit in degrees; a normalised steering of 1.0 means this angle.
-MAX_STEERING_DEG = 25.0
-#: The largest websocket frame accepted (bytes). A real frame is 10-30 kB of base64 JPEG.
-MAX_MESSAGE_BYTES = 1 << 20
 #: Events (frames, manual-driving notices, connects) waiting for the env; the oldest are dropped beyond.
 EVENT_CAPACITY = 64
 #: Replies waiting to be written to one simulator; further replies are dropped (with a log line).
 MAX_PENDING_REPLIES = 64
-#: While reset() waits, a connected simulator silent for this long (seconds) is asked for a frame.
-SOLICIT_AFTER_S = 1.0
 #: Simultaneous connections accepted (the simulator opens one; a restarted one may overlap briefly).
 MAX_CONNECTIONS = 4
 _LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 
 _ENGINEIO_TYPES_FROM_SIM = frozenset("124")  # CLOSE, PING, MESSAGE: all the simulator sends
-_JPEG_SOI, _JPEG_EOI = b"\xff\xd8", b"\xff\xd9"
-_NUMBER_MAX_CHARS = 32
-
-
-def _preview(value: Any, limit: int = 80) -> str:
-    """A short repr for log lines (payloads may be megabytes)."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
-
-
-class TelemetryError(ValueError):
-    """A ``telemetry`` message from the simulator that cannot be used (the reason is the message)."""
-
-
-@dataclass(frozen=True)
-class Telemetry:
-    """One autonomous-mode frame from the simulator.
-
-    Attributes:
-        frame: the centre camera, (160, 320, 3) uint8 RGB.
-        steering_angle_deg: the car's current steering angle in degrees (about -25..25).
-        throttle: the car's current throttle (acceleration input), about -1..1.
-        speed_mph: the car's speed in miles per hour (0..30).
-        time_s: when the message arrived, in ``time.perf_counter()`` seconds.
-        sid: the engine.io session of the simulator that sent it.
-    """
-
-    frame: np.ndarray
-    steering_angle_deg: float
-    throttle: float
-    speed_mph: float
-    time_s: float
-    sid: str = ""
-
-
-def parse_number(value: Any, name: str) -> float:
-    """A finite float from a telemetry field: a string as the simulator sends, or a JSON number.
-
-    The simulator formats numbers with C#'s ``ToString("N4")``, which follows the machine's
-    locale: "1,234.5678" (thousands separator) or "12,3456" (decimal comma) are both accepted.
-
-    Raises:
-        TelemetryError: missing, of another type, not a number, not finite, or absurdly long.
-    """
-    if isinstance(value, bool) or value is None:
-        raise TelemetryError(f"field {name!r} is {_preview(value)}, not a number")
-    if isinstance(value, (int, float)):
-        number = float(value)
-    elif isinstance(value, str):
-        text = value.strip()
-        if not text or len(text) > _NUMBER_MAX_CHARS:
-            raise TelemetryError(f"field {name!r} is {_preview(value)}, not a number")
-        if "," in text:
-            text = text.replace(",", "") if "." in text else text.replace(",", ".")
-        try:
-            number = float(text)
-        except ValueError:
-            raise TelemetryError(f"field {name!r} is {_preview(value)}, not a number") from None
-    else:
-        raise TelemetryError(f"field {name!r} is a {type(value).__name__}, not a number string")
-    if not math.isfinite(number):
-        raise TelemetryError(f"field {name!r} is {_preview(value)}, not finite")
-    return number
-
-
-def decode_frame(image_b64: Any) -> np.ndarray:
-    """Decode the simulator's ``image`` field (base64 JPEG) to a (160, 320, 3) uint8 RGB array.
-
-    The JPEG header is checked (format and 320x160 size) before any pixel is decoded, so a
-    forged header cannot make us allocate a huge image; a truncated JPEG is refused rather
-    than returned with grey rows.
-
-    Raises:
-        TelemetryError: not a string, not base64, not a complete JPEG, or not 320x160.
-    """
-    if not isinstance(image_b64, str):
-        raise TelemetryError(f"field 'image' is a {type(image_b64).__name__}, not a base64 string")
-    if not image_b64:
-        raise TelemetryError("field 'image' is empty")
-    try:
-        data = base64.b64decode(image_b64, validate=True)
-    except (binascii.Error, ValueError) as e:
-        raise TelemetryError(f"field 'image' is not valid base64 ({e})") from None
-    if not data.startswith(_JPEG_SOI):
-        raise TelemetryError(f"field 'image' is not a JPEG (starts with {data[:4]!r})")
-    if _JPEG_EOI not in data[-32:]:
-        raise TelemetryError(f"field 'image' is a truncated JPEG ({len(data)} bytes, no end marker)")
-    try:
-        with Image.open(io.BytesIO(data), formats=["JPEG"]) as img:
-            width, height = img.size
-            if (height, width) != FRAME_SHAPE[:2]:
-                raise TelemetryError(f"field 'image' is {width}x{height}, expected "
-                                     f"{FRAME_SHAPE[1]}x{FRAME_SHAPE[0]}")
-            img.load()
-            frame = np.asarray(img if img.mode == "RGB" else img.convert("RGB"), dtype=np.uint8)
-    except TelemetryError:
-        raise
-    except Exception as e:  # noqa: BLE001 - PIL raises OSError, SyntaxError, ValueError, ... on corrupt data
-        raise TelemetryError(f"field 'image' is not a decodable JPEG ({type(e).__name__}: {e})") from None
-    if frame.shape != FRAME_SHAPE:  # e.g. a CMYK JPEG converted oddly
-        raise TelemetryError(f"field 'image' decoded to shape {frame.shape}, expected {FRAME_SHAPE}")
-    return frame
-
-
-def decode_telemetry(data: Any, time_s: float = 0.0, sid: str = "") -> Telemetry | None:
-    """Validate and decode the payload of one ``telemetry`` event.
-
-    Args:
-        data: the event's argument as parsed from JSON.
-        time_s: arrival time (``time.perf_counter()`` seconds), stored in the result.
-        sid: the simulator's session id, stored in the result.
-
-    Returns:
-        A :class:`Telemetry`, or None for the empty ``{}`` (or null) the simulator sends while a
-        person drives.
-
-    Raises:
-        TelemetryError: anything else that is not a complete autonomous-mode frame.
-    """
-    if data is None or (isinstance(data, dict) and not data):
-        return None
-    if not isinstance(data, dict):
-        raise TelemetryError(f"payload is a {type(data).__name__} ({_preview(data)}), not an object")
-    missing = [k for k in ("steering_angle", "throttle", "speed", "image") if k not in data]
-    if missing:
-        raise TelemetryError(f"payload lacks {', '.join(missing)} (has {_preview(sorted(map(str, data))[:8])})")
-    steering = parse_number(data["steering_angle"], "steering_angle")
-    throttle = parse_number(data["throttle"], "throttle")
-    speed = parse_number(data["speed"], "speed")
-    frame = decode_frame(data["image"])
-    return Telemetry(frame, steering, throttle, speed, time_s, sid)
-
-
-class ThrottleController:
-    """A PI speed controller: the throttle command that holds the car at ``target_speed`` mph.
-
-    With the error ``e = target_speed - speed`` (mph) the command is
-    ``kp * e + ki * integral(e dt)`` (dt in seconds), clamped to ``[0, max_throttle]`` while the
-    car is at most ``brake_margin`` mph above the target (it coasts; a negative throttle at low
-    speed would make the simulator reverse) and to ``[-max_brake, max_throttle]`` above that
-    (negative throttle is the simulator's foot brake). Anti-windup: the integral only grows
-    while the command is not saturated, and stays within ``+-integral_limit`` mph*s.
-
-    Udacity's own ``drive.py`` uses a PI controller too (kp 0.1, ki 0.002 per frame, 9 mph).
-    """
-
-    def __init__(self, target_speed: float = 15.0, kp: float = 0.1, ki: float = 0.05,
-                 max_throttle: float = 1.0, max_brake: float = 1.0, brake_margin: float = 3.0,
-                 integral_limit: float = 20.0):
-        if target_speed < 0 or kp < 0 or ki < 0 or brake_margin < 0:
-            raise ValueError("target_speed, kp, ki and brake_margin must be >= 0")
-        if not (0 < max_throttle <= 1 and 0 <= max_brake <= 1):
-            raise ValueError("max_throttle must be in (0, 1] and max_brake in [0, 1]")
-        self.target_speed = float(target_speed)
-        self.kp, self.ki = float(kp), float(ki)
-        self.max_throttle, self.max_brake = float(max_throttle), float(max_brake)
-        self.brake_margin = float(brake_margin)
-        self.integral_limit = float(integral_limit)
-        self.integral = 0.0
-
-    def reset(self) -> None:
-        """Forget the accumulated error (call at the start of an episode)."""
-        self.integral = 0.0
-
-    def __call__(self, speed_mph: float, dt_s: float = 0.05) -> float:
-        """The throttle command (-1..1) for the measured speed (mph), ``dt_s`` seconds after the last call."""
-        speed = float(speed_mph)
-        error = self.target_speed - speed
-        low = -self.max_brake if speed > self.target_speed + self.brake_margin else 0.0
-        integral = self.integral + error * max(float(dt_s), 0.0)
-        command = self.kp * error + self.ki * integral
-        winding_up = (command > self.max_throttle and error > 0) or (command < low and error < 0)
-        if not winding_up:  # conditional integration (anti-windup)
-            self.integral = min(max(integral, -self.integral_limit), self.integral_limit)
-        command = self.kp * error + self.ki * self.integral
-        return float(min(max(command, low), self.max_throttle))
 
 
 @dataclass(frozen=True)
@@ -639,219 +433,4 @@ def _log_failure(future) -> None:
         LOGGER.warning("sending to the simulator failed: %r", future.exception())
 
 
-def _format_number(x: float) -> str:
-    return format(x, ".6f")
-
-
-class UdacityEnv(gym.Env):
-    """The Udacity simulator in autonomous mode as a gymnasium env (DESIGN.md section 5).
-
-    Observation: the centre camera, (160, 320, 3) uint8 RGB. Action: normalised steering,
-    shape (1,), clamped to [-1, 1] (1.0 = 25 degrees right). The throttle is not the policy's:
-    a :class:`ThrottleController` holds ``target_speed`` mph.
-
-    ``reset()`` starts the server if needed and waits up to ``connect_timeout`` seconds for a
-    simulator to connect and send a frame (the simulator has no reset command: a later reset
-    continues from wherever the car is). ``step(action)`` sends ``steer`` in reply to the last
-    frame and returns the next one with reward 0.0 and ``terminated`` False; ``truncated`` is
-    True when the simulator disconnected (the next ``reset()`` waits for it to reconnect),
-    a newer simulator connected and sent a frame, or no message came within ``step_timeout``
-    seconds.
-
-    While a person drives (the simulator sends empty telemetry), the bridge answers ``manual``
-    by itself and ``step`` returns at once with the last autonomous frame and
-    ``info["manual"] = True`` without sending anything, so a live window stays responsive;
-    the next ``step`` waits for the next message. ``step`` sends ``steer`` only in reply to a
-    frame, which keeps exactly one message in flight as the simulator expects.
-
-    ``info``: ``speed_mph``, ``steering_angle_deg`` (degrees) and ``throttle`` as the simulator
-    reported them with the last autonomous frame; ``time_s`` (the message's arrival,
-    ``time.perf_counter()`` seconds, for irregular-time models); ``manual`` (bool);
-    ``steering_command`` and ``throttle_command`` (what the last ``steer`` sent, None before the
-    first); ``truncated_reason`` ("disconnected", "new_connection" or "timeout") when truncated.
-
-    Args:
-        host: interface to listen on; 127.0.0.1 so nobody on the network can steer the car.
-        port: TCP port the simulator connects to (4567, hard-coded in the simulator); 0 picks a
-            free port (tests), readable from :attr:`port` after :meth:`start` or ``reset``.
-        target_speed: cruise speed in mph for the throttle controller (the simulator tops at 30).
-        connect_timeout: seconds ``reset`` waits for a simulator frame before TimeoutError.
-        step_timeout: seconds ``step`` waits for the next message before truncating.
-        throttle_controller: a custom controller (any ``callable(speed_mph, dt_s) -> throttle``
-            with ``reset()``); by default ``ThrottleController(target_speed)``.
-        max_message_bytes: the largest websocket frame accepted from the simulator.
-        render_mode: None or "rgb_array" (``render()`` returns the last frame).
-    """
-
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 20}  # nominal; the simulator sets the pace
-
-    def __init__(self, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, target_speed: float = 15.0,
-                 connect_timeout: float = 60.0, step_timeout: float = 10.0,
-                 throttle_controller: ThrottleController | None = None,
-                 max_message_bytes: int = MAX_MESSAGE_BYTES, render_mode: str | None = None):
-        if render_mode not in (None, "rgb_array"):
-            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
-        if connect_timeout <= 0 or step_timeout <= 0:
-            raise ValueError("connect_timeout and step_timeout must be > 0 seconds")
-        self.observation_space = gym.spaces.Box(0, 255, FRAME_SHAPE, np.uint8)
-        self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
-        self.render_mode = render_mode
-        self.connect_timeout = float(connect_timeout)
-        self.step_timeout = float(step_timeout)
-        self.throttle = throttle_controller or ThrottleController(target_speed)
-        self.bridge = UdacityBridge(host, port, max_message_bytes)
-        self._sid: str | None = None  # the simulator this episode drives
-        self._pending: Telemetry | None = None  # the frame the simulator waits for a reply to
-        self._last: Telemetry | None = None  # the last autonomous frame
-        self._held: _Event | None = None  # an event of a new connection, kept for the next reset
-        self._prev_time: float | None = None
-        self._command: tuple[float | None, float | None] = (None, None)
-
-    @property
-    def host(self) -> str:
-        return self.bridge.host
-
-    @property
-    def port(self) -> int:
-        """The TCP port; the bound one once started (useful with port 0)."""
-        return self.bridge.port
-
-    @property
-    def url(self) -> str:
-        return self.bridge.url
-
-    def start(self) -> int:
-        """Start the socket.io server if it is not running; returns the bound port."""
-        return self.bridge.start()
-
-    # -- gymnasium API -------------------------------------------------------------------------
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        super().reset(seed=seed)
-        self.start()
-        self.throttle.reset()
-        self._prev_time = None
-        pending = self._pending
-        if (pending is not None and self._held is None and self.bridge.is_connected(pending.sid)
-                and not self.bridge.superseded(pending.sid)):
-            return pending.frame, self._info(pending.time_s, manual=False)  # the simulator awaits our reply
-        self._pending = self._sid = None
-        deadline = time.monotonic() + self.connect_timeout
-        seen: collections.Counter[str] = collections.Counter()
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(self._timeout_message(seen))
-            if self._held is not None:  # kept by step() when a new simulator connected
-                event, self._held = self._held, None
-            else:
-                event = self.bridge.events.get(min(remaining, SOLICIT_AFTER_S))
-            if event is None:
-                sid = self.bridge.newest_sid()
-                if sid is not None:  # connected but silent: it may wait for a reply we never sent
-                    LOGGER.info("simulator %s is silent, asking it for a frame", sid)
-                    self.bridge.send(sid, "manual", {})
-                continue
-            seen[event.kind] += 1
-            if (event.kind == "telemetry" and self.bridge.is_connected(event.sid)
-                    and not self.bridge.superseded(event.sid)):
-                self._bind(event.telemetry)
-                return event.telemetry.frame, self._info(event.time_s, manual=False)
-
-    def step(self, action):
-        if self._sid is None:
-            raise RuntimeError("UdacityEnv.step() before reset() (or after a truncation): call reset()")
-        steering = self._steering(action)
-        pending = self._pending
-        if pending is not None:
-            dt = 0.0 if self._prev_time is None else min(max(pending.time_s - self._prev_time, 0.0), 0.5)
-            self._prev_time = pending.time_s
-            throttle = self.throttle(pending.speed_mph, dt)
-            self.bridge.send(pending.sid, "steer", {"steering_angle": _format_number(steering),
-                                                    "throttle": _format_number(throttle)})
-            self._command = (steering, throttle)
-            self._pending = None
-        deadline = time.monotonic() + self.step_timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            event = self.bridge.events.get(remaining) if remaining > 0 else None
-            if event is None:
-                LOGGER.warning("no message from simulator %s within %g s: truncating", self._sid, self.step_timeout)
-                return self._truncate("timeout", time.perf_counter())
-            if event.sid != self._sid:
-                bridge = self.bridge
-                if (event.kind == "telemetry" and bridge.is_connected(event.sid) and not bridge.superseded(event.sid)
-                        and (bridge.superseded(self._sid) or not bridge.is_connected(self._sid))):
-                    LOGGER.info("a newer simulator (%s) replaces %s: truncating", event.sid, self._sid)
-                    self._held = event
-                    return self._truncate("new_connection", event.time_s)
-                continue  # an older or a silent connection, or leftovers of an older session: ignored
-            if event.kind == "telemetry":
-                self._pending = self._last = event.telemetry
-                return event.telemetry.frame, 0.0, False, False, self._info(event.time_s, manual=False)
-            if event.kind == "manual":
-                return self._last.frame, 0.0, False, False, self._info(event.time_s, manual=True)
-            if event.kind == "disconnect":
-                return self._truncate("disconnected", event.time_s)
-
-    def render(self):
-        if self.render_mode == "rgb_array":
-            return None if self._last is None else self._last.frame.copy()
-        return None
-
-    def close(self) -> None:
-        """Stop the server and its thread (idempotent); the env can be reset again afterwards."""
-        self.bridge.stop()
-        self._sid = self._pending = self._held = None
-
-    # -- helpers -------------------------------------------------------------------------------
-
-    def _bind(self, telemetry: Telemetry) -> None:
-        self._sid = telemetry.sid
-        self._pending = self._last = telemetry
-
-    def _truncate(self, reason: str, time_s: float):
-        self._sid = self._pending = None
-        info = self._info(time_s, manual=False)
-        info["truncated_reason"] = reason
-        return self._last.frame, 0.0, False, True, info
-
-    def _info(self, time_s: float, manual: bool) -> dict:
-        last = self._last
-        return {
-            "speed_mph": last.speed_mph if last else math.nan,
-            "steering_angle_deg": last.steering_angle_deg if last else math.nan,
-            "throttle": last.throttle if last else math.nan,
-            "time_s": time_s,
-            "manual": manual,
-            "steering_command": self._command[0],
-            "throttle_command": self._command[1],
-        }
-
-    @staticmethod
-    def _steering(action) -> float:
-        a = np.asarray(action, dtype=np.float64).reshape(-1)
-        if a.size != 1:
-            raise ValueError(f"action must be one normalised steering value, got shape {np.shape(action)}")
-        steering = float(a[0])
-        if not math.isfinite(steering):
-            LOGGER.warning("non-finite steering %r replaced by 0.0", steering)
-            return 0.0
-        return min(max(steering, -1.0), 1.0)
-
-    def _timeout_message(self, seen: collections.Counter) -> str:
-        base = f"within {self.connect_timeout:g} s"
-        if self.bridge.newest_sid() is None and not seen["connect"]:
-            return (f"no Udacity simulator connected to {self.url} {base}: start the simulator and choose "
-                    f"Autonomous mode")
-        if seen["manual"]:
-            return (f"the Udacity simulator on {self.url} sent only manual-driving telemetry {base}: "
-                    f"release the W/S keys so it drives autonomously")
-        return f"the Udacity simulator connected to {self.url} but sent no usable frame {base}"
-
-
-__all__ = [
-    "DEFAULT_HOST", "DEFAULT_PORT", "ENV_ID", "FRAME_SHAPE", "MAX_CONNECTIONS", "MAX_MESSAGE_BYTES", "MAX_STEERING_DEG",
-    "Telemetry", "TelemetryError", "ThrottleController", "UdacityBridge", "UdacityEnv", "decode_frame",
-    "decode_telemetry", "parse_number",
-]
+__all__ = ["DEFAULT_HOST", "EVENT_CAPACITY", "LOGGER", "MAX_CONNECTIONS", "MAX_PENDING_REPLIES", "UdacityBridge"]

@@ -1,0 +1,98 @@
+"""The ``drive`` command line: its options (:func:`add_drive_arguments`), their checks
+(:func:`check_drive_args`) and the run's constants.
+
+Nothing heavy is imported here (no pygame, torch or gymnasium), so building the parser stays cheap.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+#: The first track never used for training (``envs.carracing.EVAL_SEED_BASE``; kept literal here so
+#: that building the parser does not import gymnasium; a test checks the two agree).
+DEFAULT_SEED = 1_000_000
+#: CarRacing's simulation rate (``envs.carracing.FPS``); also the rate of recorded videos.
+ENV_FPS = 50
+ENVS = ("carracing", "udacity")
+#: Frame upscale per simulator: CarRacing's 96x96 and Udacity's 320x160 camera.
+DEFAULT_SCALE = {"carracing": 6, "udacity": 2}
+
+
+def add_drive_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``drive`` options to ``parser`` (run them with :func:`agent.drive.session.run_drive`)."""
+    parser.add_argument("--env", default="carracing", choices=list(ENVS),
+                        help="simulator: carracing (gymnasium, built in) or udacity (the Udacity self-driving-car "
+                             "simulator, started by you in Autonomous mode; it connects to --host:--port) "
+                             "(default: %(default)s)")
+    parser.add_argument("--policy", default="nac.pt",
+                        help="policy file: a NAC policy (.pt) or the PPO expert (.zip); a name that is not an "
+                             "existing path is looked up in the repository's policies/ folder (default: %(default)s)")
+    parser.add_argument("--episodes", type=int, default=1, help="episodes to drive (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED,
+                        help="track seed of the first episode; episode i drives track seed+i. The default "
+                             "%(default)s is the first track never used for training")
+    parser.add_argument("--max-steps", type=int, default=None, metavar="M",
+                        help="step limit per episode (default: the env's own, 1000 steps = 20 s at 50 FPS)")
+    parser.add_argument("--headless", action="store_true",
+                        help="no window (also chosen automatically when no display is available); "
+                             "runs as fast as possible")
+    parser.add_argument("--record", default=None, metavar="PATH",
+                        help="write the composed view (frame + HUD) to this .mp4 (H.264, 50 FPS)")
+    parser.add_argument("--scale", type=int, default=None,
+                        help="upscale factor of the frame, nearest neighbour (default: 6 for CarRacing's 96x96, "
+                             "2 for Udacity's 320x160)")
+    parser.add_argument("--fps-limit", type=float, default=float(ENV_FPS),
+                        help="frame-rate cap of the window, 50 = CarRacing's own rate; 0 = as fast as possible. "
+                             "Headless runs are never limited (default: %(default)g)")
+    ud = parser.add_argument_group("udacity", "the bridge the Udacity simulator connects to (socket.io)")
+    ud.add_argument("--host", default="127.0.0.1",
+                    help="interface to listen on; the loopback default means nobody on the network can steer "
+                         "the car (default: %(default)s)")
+    ud.add_argument("--port", type=int, default=4567,
+                    help="TCP port; the simulator always connects to 4567 (default: %(default)s)")
+    ud.add_argument("--target-speed", type=float, default=15.0, metavar="MPH",
+                    help="cruise speed of the throttle controller, mph (default: %(default)s)")
+    ud.add_argument("--connect-timeout", type=float, default=300.0, metavar="S",
+                    help="seconds to wait for the simulator to connect (default: %(default)s)")
+    ov = parser.add_argument_group("overlays", "live interpretability: Grad-CAM saliency over the frame and the "
+                                    "NAC neuron traces (phi, omega, logits, weights, NCP neuron groups) in the "
+                                    "right panel. Keys in the window: P/space pause, N/. single step, S saliency, "
+                                    "T traces, H next head, [ and ] heat-map opacity, R restart the episode, "
+                                    "Q/Esc quit")
+    ov.add_argument("--no-overlay", action="store_true", help="no saliency, no traces, no panel (plain view)")
+    ov.add_argument("--no-saliency", action="store_true", help="start with the Grad-CAM overlay off (not computed)")
+    ov.add_argument("--no-traces", action="store_true", help="start without the NAC trace panel")
+    ov.add_argument("--cam-opacity", type=float, default=0.5, metavar="A",
+                    help="peak opacity of the Grad-CAM heat map, 0..1 (default: %(default)s)")
+    ov.add_argument("--dump-traces", default=None, metavar="PATH",
+                    help="write every step's NAC traces (phi, omega, logits, weights, kept keys, neuron groups), "
+                         "actions and rewards to this .npz; plot them with `agent plot-traces`")
+
+
+def check_drive_args(args) -> str | None:
+    """The first problem with the ``drive`` options ``args`` as a message, or None if they are usable."""
+    if args.env not in ENVS:
+        return f"--env {args.env!r} is not supported (choices: {', '.join(ENVS)})"
+    if args.episodes < 1:
+        return f"--episodes must be >= 1, got {args.episodes}"
+    if args.max_steps is not None and args.max_steps < 1:
+        return f"--max-steps must be >= 1, got {args.max_steps}"
+    if args.scale is not None and args.scale < 1:
+        return f"--scale must be >= 1, got {args.scale}"
+    if args.env == "udacity" and not (0 <= args.port < 65536):
+        return f"--port must be in 0..65535, got {args.port}"
+    if args.env == "udacity" and (args.target_speed <= 0 or args.connect_timeout <= 0):
+        return "--target-speed and --connect-timeout must be > 0"
+    if args.fps_limit < 0:
+        return f"--fps-limit must be >= 0, got {args.fps_limit}"
+    if args.record is not None and Path(args.record).suffix.lower() != ".mp4":
+        return f"--record writes an mp4 video; give a path ending in .mp4, got {args.record!r}"
+    if not 0.0 <= args.cam_opacity <= 1.0:
+        return f"--cam-opacity must be in 0..1, got {args.cam_opacity}"
+    if args.dump_traces is not None and Path(args.dump_traces).suffix.lower() != ".npz":
+        return f"--dump-traces writes a .npz file; give a path ending in .npz, got {args.dump_traces!r}"
+    return None
+
+
+__all__ = ["DEFAULT_SCALE", "DEFAULT_SEED", "ENVS", "ENV_FPS", "add_drive_arguments", "check_drive_args"]

@@ -1,0 +1,133 @@
+"""The live interpretability of one ``drive`` run (:class:`Overlays`): Grad-CAM saliency and the NAC
+neuron traces, computed per step, kept as history (and for ``--dump-traces``) and handed to the
+drawers of :mod:`agent.drive.overlays`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from agent.drive.actors import Decision, _Driver, _NACDriver
+from agent.drive.hud import DEFAULT_ACTION_NAMES, Renderer
+from agent.drive.traces import step_traces
+
+
+class Overlays:
+    """The live interpretability of one run: Grad-CAM saliency and NAC neuron traces.
+
+    Built once per run. Saliency needs a policy with the CNN saliency hooks; traces need NAC
+    intermediates from the policy's ``step``. When either is impossible it stays off and
+    :attr:`reasons` says why (the runner prints it). Toggles (keys S and T) switch the work off,
+    not just the drawing.
+
+    Args:
+        policy: the loaded policy (any kind).
+        driver: the runner's driver for it.
+        renderer: where the drawers go (None: nothing is shown; traces may still be dumped).
+        saliency, traces: whether to try each.
+        dump: keep every step's traces for ``--dump-traces``.
+        opacity: initial heat-map opacity (0..1).
+        class_names: names of the action classes.
+    """
+
+    def __init__(self, policy, driver: _Driver, renderer: "Renderer | None", *, saliency: bool, traces: bool,
+                 dump: bool = False, opacity: float = 0.5, class_names: tuple[str, ...] = DEFAULT_ACTION_NAMES):
+        self.reasons: dict[str, str] = {}
+        self.saliency = None
+        self.saliency_drawer = None
+        self.history = self.panel = self.recorder = None
+        self.class_names = tuple(class_names)
+        self.topk = getattr(getattr(policy, "nac", None), "topk", None)
+        nac_driver = isinstance(driver, _NACDriver)
+        if saliency and renderer is not None:
+            from agent.drive.overlays import SaliencyDrawer
+            from agent.drive.saliency import SaliencyOverlay, saliency_unavailable_reason
+
+            reason = saliency_unavailable_reason(policy) if nac_driver else \
+                f"{driver.label} acts without a CNN on the frame"
+            if reason:
+                self.reasons["saliency"] = reason
+            else:
+                self.saliency = SaliencyOverlay(policy, tuple(getattr(policy.config, "action_names", ())))
+                self.saliency_drawer = SaliencyDrawer(opacity)
+                renderer.frame_filters.append(self.saliency_drawer)
+        if (traces and renderer is not None) or dump:
+            if not nac_driver:
+                self.reasons["traces"] = driver.traces_reason
+            else:
+                from agent.drive.traces import TraceHistory, TraceRecorder
+
+                driver.want_intermediates = True
+                if dump:
+                    self.recorder = TraceRecorder()
+                if traces and renderer is not None and renderer.panel_rect.width:
+                    from agent.drive.overlays import TracePanel
+
+                    size = renderer.panel_rect.size
+                    self.history = TraceHistory(TracePanel.plot_width_for(size[0]))
+                    self.panel = TracePanel(size, self.history, policy.config.num_heads, policy.config.window,
+                                            self.class_names)
+                    renderer.panels.append(self.panel)
+        self.driver = driver
+
+    # ------------------------------------------------------------------ toggles
+    @property
+    def saliency_on(self) -> bool:
+        return self.saliency_drawer is not None and self.saliency_drawer.enabled
+
+    def toggle_saliency(self) -> None:
+        if self.saliency_drawer is not None:
+            self.saliency_drawer.enabled = not self.saliency_drawer.enabled
+
+    def toggle_traces(self) -> None:
+        if self.panel is not None:
+            self.panel.enabled = not self.panel.enabled
+
+    def next_head(self) -> None:
+        if self.panel is not None:
+            self.panel.next_head()
+
+    def adjust_opacity(self, delta: float) -> None:
+        if self.saliency_drawer is not None:
+            self.saliency_drawer.adjust(delta)
+
+    def new_episode(self) -> None:
+        if self.history is not None:
+            self.history.clear()
+
+    # ------------------------------------------------------------------ per step
+    def explain(self, obs: np.ndarray, d: Decision, extras: dict) -> str:
+        """Compute this step's overlays into ``extras``; returns the status line for the HUD."""
+        status = []
+        if self.saliency is not None:
+            if self.saliency_on and d.output is not None:
+                sal = self.saliency.compute(obs, d.state_before, d.output, d.t)
+                extras["saliency"] = sal
+                status.append(f"Grad-CAM: {sal.target}, {1000 * sal.seconds:.1f} ms, opacity "
+                              f"{self.saliency_drawer.opacity:.1f}")
+            else:
+                self.saliency.discard()  # the hooks saw the policy's own step; keep nothing
+                status.append("Grad-CAM off")
+        if d.intermediates is not None:
+            cache = getattr(d.state, "cache", None)
+            tr = step_traces(d.intermediates, 0, cache.length - 1 if cache is not None else None, self.topk)
+            extras["traces"] = tr
+            if self.history is not None and self.panel.enabled:
+                self.history.push(tr, d.action_class)
+        if self.panel is not None and self.driver.traces_reason:
+            self.panel.note = f"traces off: {self.driver.traces_reason}"
+        return "   ".join(status)
+
+    def record(self, extras: dict, d: Decision, reward: float, episode: int, step: int, time_s: float) -> None:
+        if self.recorder is not None and "traces" in extras:
+            action = d.action if np.isscalar(d.action) else float(np.asarray(d.action).reshape(-1)[0])
+            self.recorder.add(extras["traces"], action=action, action_class=d.action_class, reward=reward,
+                              episode=episode, step=step, time_s=time_s)
+
+    def close(self) -> None:
+        """Release Grad-CAM's hooks."""
+        if self.saliency is not None:
+            self.saliency.close()
+
+
+__all__ = ["Overlays"]

@@ -1,0 +1,295 @@
+"""The HUD: :class:`Renderer` composes the scaled frame, the heads-up display and the overlay panel
+of one step (:class:`StepView`) into one off-screen ``pygame.Surface``.
+
+pygame is imported when a :class:`Renderer` is made, not with this module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+DEFAULT_ACTION_NAMES = ("nothing", "left", "right", "gas", "brake")
+STEERING_CLASSES = ("straight", "left", "right")
+STEERING_DEADBAND = 0.05  # |normalised steering| below this counts as straight
+
+
+def steering_class(steering: float) -> int:
+    """0 straight, 1 left (steering < -0.05), 2 right (> 0.05); normalised steering, +1 = full right."""
+    return 1 if steering < -STEERING_DEADBAND else 2 if steering > STEERING_DEADBAND else 0
+
+
+@dataclass
+class StepView:
+    """What the runner shows for one step: the frame the policy saw and what it decided on it.
+
+    Attributes:
+        frame: (H, W, 3) uint8, the observation the policy acted on.
+        step: 1-based index of this decision in the episode.
+        action: the action chosen on ``frame`` (None before any decision).
+        probs: (A,) float action probabilities (softmax of the NAC logits), None for the expert.
+        speed: car speed (simulator units per second) when ``frame`` was rendered.
+        episode_return: the return collected before this action.
+        fps: recent steps per second of the whole loop (env + policy + drawing).
+        seed, episode, episodes: the track seed and the 1-based episode index of the run.
+        policy_state: the NAC :class:`agent.nn.policy.PolicyState` after this step (overlays read
+            ``policy_state.last``); None for the expert.
+        extras: overlay data computed per step (``"saliency"``: an :class:`agent.drive.saliency.SaliencyMap`).
+        latency_ms: milliseconds from the observation to the action, overlays included.
+        status: one line about the overlays (e.g. what the saliency map attributes).
+        paused: the run is paused (the HUD says so).
+        steering: the normalised steering chosen (a steering policy), +1 = 25 degrees right.
+        throttle: the throttle sent with it (-1..1; negative brakes), if known.
+    """
+
+    frame: np.ndarray
+    step: int = 0
+    action: int | None = None
+    probs: np.ndarray | None = None
+    speed: float = 0.0
+    episode_return: float = 0.0
+    fps: float = 0.0
+    seed: int = 0
+    episode: int = 1
+    episodes: int = 1
+    policy_state: Any = None
+    extras: dict = field(default_factory=dict)
+    latency_ms: float = 0.0
+    status: str = ""
+    paused: bool = False
+    steering: float | None = None
+    throttle: float | None = None
+
+
+#: An overlay: draws onto its region (a subsurface of the composed Surface) for one step.
+PanelDrawer = Callable[["pygame.Surface", StepView], None]  # noqa: F821 - pygame is imported lazily
+#: A frame filter: (H, W, 3) uint8 frame, view -> the frame to show (e.g. with a heat map blended in),
+#: applied at the observation's own resolution before the upscale (cheap: 96 x 96 for CarRacing).
+FrameFilter = Callable[[np.ndarray, StepView], np.ndarray]
+
+_BG = (18, 19, 23)
+_HUD_BG = (28, 30, 36)
+_PANEL_BG = (12, 13, 16)
+_EDGE = (70, 74, 86)
+_TEXT = (225, 228, 235)
+_DIM = (120, 125, 140)
+_ACCENT = (255, 196, 64)
+_BAR = (80, 150, 235)
+_BAR_TAKEN = (255, 196, 64)
+_BAR_BG = (48, 51, 60)
+
+
+class Renderer:
+    """Composes the scaled frame, the HUD and the overlay panel into one off-screen Surface.
+
+    Layout (``size`` is always even, for H.264)::
+
+        +------------------------+-----------------+
+        |  frame (96*scale)^2    |  overlay panel  |
+        +------------------------+  (panel_width)  |
+        |  HUD                   |                 |
+        +------------------------+-----------------+
+
+    Overlays plug in as callables: :attr:`frame_filters` ``filter(frame, view) -> frame`` change
+    the frame before it is scaled up (the saliency heat map is blended in there),
+    :attr:`frame_overlays` ``drawer(surface, view)`` draw on the scaled frame's subsurface and
+    :attr:`panels` on the panel's subsurface (after the HUD). Fonts and the static background (panel, labels,
+    bar outlines) are made once; :meth:`compose` reuses one canvas Surface (copy it to keep it).
+
+    Args:
+        frame_size: (width, height) of the observation, 96 x 96 for CarRacing.
+        scale: integer upscale of the frame.
+        action_names: names of the discrete actions.
+        policy_label: first HUD line, e.g. "NAC policy nac.pt" or "expert (privileged state)".
+        show_probs: draw action-probability bars (a NAC policy); else a note that there are none.
+        panel_width: width of the overlay panel (0 = none).
+        help_text: a line of key help drawn at the bottom of the HUD.
+        steering: a steering policy: draw a steering gauge (view.steering, normalised, and
+            view.throttle) instead of action probabilities.
+        speed_unit: shown after the speed (e.g. "mph").
+    """
+
+    HUD_HEIGHT = 200
+    MIN_LEFT_WIDTH = 480  # the HUD needs this much even when the frame is small
+    MIN_PANEL_HEIGHT = 744  # the trace panel's plots and strips fit (the HUD grows to match)
+
+    def __init__(self, frame_size: tuple[int, int] = (96, 96), scale: int = 6,
+                 action_names: tuple[str, ...] = DEFAULT_ACTION_NAMES, policy_label: str = "",
+                 show_probs: bool = True, panel_width: int = 420, help_text: str = "", steering: bool = False,
+                 speed_unit: str = ""):
+        import pygame
+
+        if scale < 1:
+            raise ValueError(f"scale must be >= 1, got {scale}")
+        pygame.font.init()
+        self.pygame = pygame
+        self.action_names = tuple(action_names)
+        self.policy_label = policy_label
+        self.show_probs = show_probs and not steering
+        self.steering = steering
+        self.speed_unit = speed_unit
+        self.help_text = help_text
+        fw, fh = int(frame_size[0]) * scale, int(frame_size[1]) * scale
+        self.frame_size = (int(frame_size[0]), int(frame_size[1]))
+        left_w = max(fw, self.MIN_LEFT_WIDTH)
+        width = left_w + max(int(panel_width), 0)
+        height = max(fh + self.HUD_HEIGHT, self.MIN_PANEL_HEIGHT if panel_width > 0 else 0)
+        width, height = width + width % 2, height + height % 2
+        self.size = (width, height)
+        self.frame_rect = pygame.Rect((left_w - fw) // 2, 0, fw, fh)
+        self.hud_rect = pygame.Rect(0, fh, left_w, height - fh)
+        self.panel_rect = pygame.Rect(left_w, 0, width - left_w, height)
+
+        self.panels: list[PanelDrawer] = []
+        self.frame_overlays: list[PanelDrawer] = []
+        self.frame_filters: list[FrameFilter] = []
+
+        self.font = pygame.font.Font(None, 22)
+        self.font_small = pygame.font.Font(None, 19)
+        self.font_big = pygame.font.Font(None, 34)
+        self.line_h = self.font.get_linesize() + 2
+
+        self.canvas = pygame.Surface(self.size)
+        self._frame_src = pygame.Surface(self.frame_size, 0, self.canvas)  # same format: scale() into the canvas
+        self._frame_view = self.canvas.subsurface(self.frame_rect)
+        self._panel_view = self.canvas.subsurface(self.panel_rect) if self.panel_rect.width else None
+        self._text_cache: dict[tuple[int, str, tuple], Any] = {}
+        self._layout_hud()
+        self.background = self._make_background()
+
+    # ------------------------------------------------------------------ static parts
+    def _layout_hud(self) -> None:
+        hud = self.hud_rect
+        self._text_x = hud.x + 14
+        self._text_y = hud.y + 10
+        # probability bars: label | bar | percent, in the right part of the HUD
+        self._bars_x = hud.x + max(hud.width - 262, 250)
+        self._bar_label_w = 62
+        self._bar_w = hud.right - 52 - (self._bars_x + self._bar_label_w) - 8
+        self._bar_h = 14
+        self._bar_pitch = 24
+        self._bars_y = hud.y + 34
+        self._gauge_w = hud.right - 20 - self._bars_x
+
+    def _make_background(self):
+        pg = self.pygame
+        bg = pg.Surface(self.size)
+        bg.fill(_BG)
+        pg.draw.rect(bg, _HUD_BG, self.hud_rect)
+        pg.draw.line(bg, _EDGE, self.hud_rect.topleft, (self.hud_rect.right - 1, self.hud_rect.top), 2)
+        if self.panel_rect.width:
+            pg.draw.rect(bg, _PANEL_BG, self.panel_rect)
+            pg.draw.line(bg, _EDGE, self.panel_rect.topleft, (self.panel_rect.left, self.panel_rect.bottom - 1), 2)
+        header_y = self.hud_rect.y + 10
+        if self.steering:
+            bg.blit(self.font_small.render("steering (normalised, 1 = 25 deg)", True, _DIM), (self._bars_x, header_y))
+            pg.draw.rect(bg, _BAR_BG, (self._bars_x, self._bars_y + 8, self._gauge_w, self._bar_h))
+            cx = self._bars_x + self._gauge_w // 2
+            pg.draw.line(bg, _EDGE, (cx, self._bars_y + 2), (cx, self._bars_y + 8 + self._bar_h + 6), 2)
+            bg.blit(self.font_small.render("left", True, _DIM), (self._bars_x, self._bars_y + 30))
+            t = self.font_small.render("right", True, _DIM)
+            bg.blit(t, (self._bars_x + self._gauge_w - t.get_width(), self._bars_y + 30))
+            bg.blit(self.font_small.render("throttle", True, _DIM), (self._bars_x, self._bars_y + 62))
+            pg.draw.rect(bg, _BAR_BG, (self._bars_x, self._bars_y + 80, self._gauge_w, self._bar_h))
+        elif self.show_probs:
+            bg.blit(self.font_small.render("action probabilities", True, _DIM), (self._bars_x, header_y))
+            for i, name in enumerate(self.action_names):
+                y = self._bars_y + i * self._bar_pitch
+                bg.blit(self.font_small.render(name, True, _TEXT), (self._bars_x, y))
+                pg.draw.rect(bg, _BAR_BG, (self._bars_x + self._bar_label_w, y, self._bar_w, self._bar_h))
+        else:
+            bg.blit(self.font_small.render("action probabilities: none", True, _DIM), (self._bars_x, header_y))
+            bg.blit(self.font_small.render("(the expert acts from", True, _DIM), (self._bars_x, header_y + 22))
+            bg.blit(self.font_small.render(" privileged state)", True, _DIM), (self._bars_x, header_y + 42))
+        bg.blit(self.font_small.render(self.policy_label, True, _DIM), (self._text_x, self.hud_rect.bottom - 24))
+        if self.help_text:
+            bg.blit(self.font_small.render(self.help_text, True, _DIM), (self._text_x, self.hud_rect.bottom - 44))
+        return bg
+
+    def _text(self, font, s: str, color=_TEXT):
+        """Rendered text, cached (the HUD repeats a small set of strings)."""
+        key = (id(font), s, color)
+        surf = self._text_cache.get(key)
+        if surf is None:
+            if len(self._text_cache) > 4096:
+                self._text_cache.clear()
+            surf = self._text_cache[key] = font.render(s, True, color)
+        return surf
+
+    # ------------------------------------------------------------------ per step
+    def compose(self, view: StepView):
+        """Draw ``view`` onto the canvas and return it (the same Surface every call)."""
+        pg = self.pygame
+        c = self.canvas
+        c.blit(self.background, (0, 0))
+        frame = np.ascontiguousarray(view.frame[..., :3], dtype=np.uint8)
+        if frame.shape[:2] != (self.frame_size[1], self.frame_size[0]):
+            raise ValueError(f"frame of shape {frame.shape} does not fit the renderer's {self.frame_size} (w, h)")
+        for apply in self.frame_filters:
+            frame = apply(frame, view)
+        pg.surfarray.blit_array(self._frame_src, frame.swapaxes(0, 1))
+        pg.transform.scale(self._frame_src, self.frame_rect.size, self._frame_view)
+        for draw in self.frame_overlays:
+            draw(self._frame_view, view)
+        self._draw_hud(view)
+        if self._panel_view is not None:
+            for draw in self.panels:
+                draw(self._panel_view, view)
+        return c
+
+    def _draw_hud(self, v: StepView) -> None:
+        pg = self.pygame
+        c = self.canvas
+        x, y, lh = self._text_x, self._text_y, self.line_h
+        if self.steering:
+            name = STEERING_CLASSES[steering_class(v.steering)] if v.steering is not None else "-"
+        else:
+            name = self.action_names[v.action] if v.action is not None and 0 <= v.action < len(self.action_names) \
+                else "-"
+        c.blit(self._text(self.font_big, name.upper(), _ACCENT), (x, y))
+        y += self.font_big.get_linesize() + 4
+        c.blit(self._text(self.font, f"speed   {v.speed:6.1f} {self.speed_unit}".rstrip()), (x, y))
+        y += lh
+        c.blit(self._text(self.font, f"return  {v.episode_return:7.1f}"), (x, y))
+        y += lh
+        c.blit(self._text(self.font, f"step    {v.step:5d}"), (x, y))
+        c.blit(self._text(self.font_small, f"seed {v.seed}  ep {v.episode}/{v.episodes}", _DIM), (x + 120, y + 2))
+        y += lh
+        c.blit(self._text(self.font, f"FPS     {v.fps:6.1f}"), (x, y))
+        c.blit(self._text(self.font_small, f"step latency {v.latency_ms:5.1f} ms", _DIM), (x + 120, y + 2))
+        if v.paused:
+            c.blit(self._text(self.font_big, "PAUSED", _ACCENT), (x + 150, self._text_y))
+        if v.status:
+            c.blit(self._text(self.font_small, v.status, _DIM), (x, self.hud_rect.bottom - 64))
+        if self.steering and v.steering is not None:
+            w, cx = self._gauge_w, self._bars_x + self._gauge_w // 2
+            s = float(np.clip(v.steering, -1.0, 1.0))
+            px = int(round(s * w / 2))
+            pg.draw.rect(c, _BAR_TAKEN, (min(cx, cx + px), self._bars_y + 8, max(abs(px), 2), self._bar_h))
+            label = self._text(self.font_small, f"{s:+.3f}  ({25 * s:+.1f} deg)")
+            c.blit(label, (cx - label.get_width() // 2, self._bars_y + 30))
+            if v.throttle is not None:
+                th = float(np.clip(v.throttle, -1.0, 1.0))
+                tw = int(round(abs(th) * w))
+                if tw:
+                    pg.draw.rect(c, _BAR if th >= 0 else (235, 90, 80), (self._bars_x, self._bars_y + 80, tw, self._bar_h))
+                c.blit(self._text(self.font_small, f"{th:+.2f}"), (self._bars_x + 64, self._bars_y + 62))
+        if self.show_probs and v.probs is not None:
+            bx = self._bars_x + self._bar_label_w
+            for i, p in enumerate(np.asarray(v.probs, dtype=np.float64)[: len(self.action_names)]):
+                by = self._bars_y + i * self._bar_pitch
+                w = int(round(float(np.clip(p, 0.0, 1.0)) * self._bar_w))
+                if w:
+                    pg.draw.rect(c, _BAR_TAKEN if i == v.action else _BAR, (bx, by, w, self._bar_h))
+                c.blit(self._text(self.font_small, f"{100 * p:3.0f}%"), (bx + self._bar_w + 8, by))
+
+    def to_rgb(self) -> np.ndarray:
+        """The canvas as an (H, W, 3) uint8 array (for video)."""
+        w, h = self.size
+        return np.frombuffer(self.pygame.image.tobytes(self.canvas, "RGB"), np.uint8).reshape(h, w, 3)
+
+
+__all__ = ["DEFAULT_ACTION_NAMES", "FrameFilter", "PanelDrawer", "Renderer", "STEERING_CLASSES", "STEERING_DEADBAND",
+           "StepView", "steering_class"]
