@@ -21,7 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-from envs.carracing import EVAL_SEED_BASE
+from envs.tracks import EVAL_SEED_BASE
 
 FMT = argparse.ArgumentDefaultsHelpFormatter
 
@@ -121,160 +121,152 @@ def _cmd_collect(args) -> int:
 
 # ----------------------------------------------------------------------------------- train
 def _add_train(sub) -> None:
-    p = sub.add_parser("train", help="behaviour cloning (+ DAgger) of the CNN + NAC policy", formatter_class=FMT,
-                       description="Behaviour cloning on windows of consecutive frames, cross-entropy on the "
-                                   "expert's actions, train/validation split by episode; keeps the checkpoint "
-                                   "with the best held-out accuracy. With --dagger-rounds R and --expert, the "
-                                   "student then drives, the expert relabels the frames it visits, the data is "
-                                   "aggregated and the student retrained, R times. With --env udacity: the "
-                                   "PilotNet + NAC steering policy on Udacity simulator recordings (driving_log.csv "
-                                   "+ IMG/), MSE on steering, augmented windows, the last --val-fraction of each "
-                                   "recording's rows held out; keeps the checkpoint with the lowest held-out MSE.")
+    from agent.nn.cores import CORES
+
+    p = sub.add_parser("train", help="behaviour cloning (+ DAgger) of a driving policy, either simulator",
+                       formatter_class=FMT,
+                       description="One trainer for both simulators and every temporal core: a features extractor "
+                                   "(the paper's CNN for CarRacing, PilotNet for Udacity), a temporal core (--core) "
+                                   "and an action head derived from the env's action space (five action logits with "
+                                   "cross-entropy for CarRacing, one steering output with MSE for Udacity), trained "
+                                   "on windows of --window consecutive frames. Validation data is held out by "
+                                   "episode (Udacity: the last --val-fraction of each recording's rows) and scored "
+                                   "streaming, frame by frame, as the policy drives; the best checkpoint by the "
+                                   "head's metric (higher accuracy, lower MSE) is kept. With --dagger-rounds R and "
+                                   "--expert (CarRacing), the student then drives, the expert relabels the frames "
+                                   "it visits, the data is aggregated and the student retrained, R times. "
+                                   "Defaults marked 'per env' are listed in `agent.train.bc.TRAIN_DEFAULTS` and "
+                                   "`agent.nn.policy.default_config`.")
     p.add_argument("--env", default="carracing", choices=["carracing", "udacity"], help="simulator")
     p.add_argument("--data", required=True, nargs="+",
-                   help="recording folder(s): made by `agent collect` (carracing), or the Udacity simulator's "
-                        "training-mode folders holding driving_log.csv and IMG/ (udacity)")
+                   help="recording(s): Minari datasets made by `agent collect` (carracing: a folder such as "
+                        "recordings/nac-drive/expert-v0, or a dataset id), or the Udacity simulator's training-mode "
+                        "folders holding driving_log.csv and IMG/ (udacity)")
+    p.add_argument("--core", default=argparse.SUPPRESS, choices=list(CORES),
+                   help="temporal core (per env: nac-steady for carracing, nac-exact for udacity); torch-nac needs "
+                        "pip install -e \".[peers]\"")
     p.add_argument("--out", default=argparse.SUPPRESS,
-                   help="policy file to write (default: policies/nac.pt; udacity: policies/udacity-nac.pt)")
+                   help="policy file to write (per env: policies/nac.pt, policies/udacity-nac.pt)")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
-    p.add_argument("--window", type=int, default=argparse.SUPPRESS,
-                   help="T: frames the NAC sees (default: 16; udacity: 8)")
-    p.add_argument("--mode", choices=["steady", "exact", "euler"], default=argparse.SUPPRESS,
-                   help="NAC mode (default: steady; udacity: exact)")
-    p.add_argument("--epochs", type=int, default=argparse.SUPPRESS,
-                   help="behaviour-cloning epochs (default: 8; udacity: 40)")
+    p.add_argument("--window", type=int, default=argparse.SUPPRESS, help="T: frames the core sees (per env: 4; 8)")
+    p.add_argument("--d-model", type=int, default=argparse.SUPPRESS, help="core width d (per env: 64; 100)")
+    p.add_argument("--epochs", type=int, default=argparse.SUPPRESS, help="behaviour-cloning epochs (per env: 8; 40)")
     p.add_argument("--batch-frames", type=int, default=argparse.SUPPRESS,
-                   help="frames per batch (windows per batch = this // window) (default: 256; udacity: 64)")
-    p.add_argument("--lr", type=float, default=argparse.SUPPRESS,
-                   help="peak learning rate, one-cycle (default: 1e-3); udacity: Adam, cosine decay to lr/20 "
-                        "(default: 3e-4)")
+                   help="frames per batch; windows per batch = this // window (per env: 256; 64)")
+    p.add_argument("--lr", type=float, default=argparse.SUPPRESS, help="peak learning rate, AdamW (per env: 1e-3; 3e-4)")
+    p.add_argument("--weight-decay", type=float, default=argparse.SUPPRESS, help="AdamW weight decay (per env: 1e-4; 0)")
+    p.add_argument("--schedule", choices=["onecycle", "cosine"], default=argparse.SUPPRESS,
+                   help="learning-rate schedule (per env: onecycle; cosine to lr/20)")
     p.add_argument("--val-fraction", type=float, default=argparse.SUPPRESS,
-                   help="fraction of episodes held out (default: 0.1); udacity: the last fraction of each "
-                        "recording's rows, one contiguous block (default: 0.15)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the weights, split and batches")
-    p.add_argument("--expert", default=None, help="PPO expert .zip for DAgger relabelling")
-    p.add_argument("--dagger-rounds", type=int, default=0, help="DAgger rounds after BC")
-    p.add_argument("--dagger-episodes", type=int, default=8, help="student episodes per DAgger round")
-    p.add_argument("--dagger-epochs", type=int, default=3, help="epochs on the aggregate after each round")
+                   help="share held out for validation: episodes (carracing, 0.1), or the last rows of each "
+                        "recording as one block (udacity, 0.15)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights, split, batches and augmentation")
+    p.add_argument("--workers", type=int, default=0, help="DataLoader worker processes (augmentation runs there)")
+    p.add_argument("--expert", default=None, help="carracing: PPO expert .zip for DAgger relabelling")
+    p.add_argument("--dagger-rounds", type=int, default=0, help="carracing: DAgger rounds after BC")
+    p.add_argument("--dagger-episodes", type=int, default=8, help="carracing: student episodes per DAgger round")
+    p.add_argument("--dagger-epochs", type=int, default=3, help="carracing: epochs on the aggregate after each round")
+    p.add_argument("--dagger-beta", type=float, default=0.0,
+                   help="carracing: probability that the expert's action is executed in DAgger rollouts")
+    p.add_argument("--dagger-max-steps", type=int, default=None, help="carracing: cap on DAgger episode length")
     p.add_argument("--save-bc", default=None, help="also save the policy after BC, before DAgger, here")
-    p.add_argument("--dagger-max-steps", type=int, default=None, help="cap on DAgger episode length")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--device", default="cpu", help="torch device")
-    p.add_argument("--tensorboard", default="runs/train", help="TensorBoard log folder ('' for none)")
+    p.add_argument("--tensorboard", default="runs/train", help="TensorBoard root folder ('' for none)")
     p.add_argument("--report", default=None, help="also write the training report as JSON here")
+    p.add_argument("--time-limit", type=float, default=None, help="stop after the epoch that crosses this many minutes")
     p.add_argument("--on-bad-row", default="skip", choices=["skip", "error"],
                    help="udacity: skip unusable CSV rows with a warning, or stop with an error listing them")
-    p.add_argument("--time-limit", type=float, default=None,
-                   help="udacity: stop after the epoch that crosses this many minutes")
     p.add_argument("--augment-prob", type=float, default=0.6,
                    help="udacity: probability that a training window is augmented (0: no augmentation)")
     p.add_argument("--smooth-labels", type=int, default=1,
                    help="udacity: train on a centered moving average of the steering over this many frames "
-                        "(odd; 1: the raw labels). Evaluation always uses the raw labels")
+                        "(odd; 1: the raw labels). Validation always uses the raw labels")
 
 
-#: per-simulator defaults of the `agent train` options that differ between simulators
-TRAIN_DEFAULTS = {
-    "carracing": dict(out="policies/nac.pt", window=16, mode="steady", epochs=8, val_fraction=0.1, batch_frames=256,
-                      lr=1e-3),
-    "udacity": dict(out="policies/udacity-nac.pt", window=8, mode="exact", epochs=40, val_fraction=0.15,
-                    batch_frames=64, lr=3e-4),
-}
+#: `agent train` options that only one simulator uses, with the value that means "not given"
+_ENV_ONLY = {"udacity": {"augment_prob": 0.6, "smooth_labels": 1, "on_bad_row": "skip"},
+             "carracing": {"expert": None, "dagger_rounds": 0, "dagger_beta": 0.0, "dagger_max_steps": None,
+                           "save_bc": None}}
+
+
+def _load_source(env: str, data: list[str], args):
+    """The training source of --data for a simulator (CarRacing: Minari recordings; Udacity: CSV folders)."""
+    from agent.data.windows import DemonstrationSource, UdacitySource
+
+    if env == "carracing":
+        from agent.data.recordings import load_demonstrations
+
+        demos = None
+        for d in data:
+            part = load_demonstrations(d)
+            demos = part if demos is None else demos.extend(part)
+        return DemonstrationSource(demos)
+    from agent.data.udacity import AugmentConfig, load_recording
+
+    for d in data:
+        if not (Path(d) / "driving_log.csv").is_file() and not (Path(d).is_file() and Path(d).suffix == ".csv"):
+            raise CLIError(f"{d} is not a Udacity recording (no driving_log.csv in it)")
+    recs = [load_recording(d, on_bad_row=args.on_bad_row) for d in data]
+    return UdacitySource(recs, AugmentConfig(p_augment=args.augment_prob), smooth_labels=args.smooth_labels)
 
 
 def _cmd_train(args) -> int:
+    import numpy as np
     import torch
 
-    for name, value in TRAIN_DEFAULTS[args.env].items():
-        if not hasattr(args, name):
-            setattr(args, name, value)
-    if args.env == "udacity":
-        return _train_udacity(args)
-    from agent.nn.policy import PolicyConfig
-    from agent.data.recordings import load_demonstrations
-    from agent.train.bc import TrainConfig, train
+    from agent.nn.policy import default_config
+    from agent.train.bc import TRAIN_DEFAULTS, TrainConfig, report_metadata, train
 
-    out = Path(args.out)
-    if out.exists() and not args.overwrite:
-        raise CLIError(f"{out} already exists; choose another --out or pass --overwrite")
+    other = "udacity" if args.env == "carracing" else "carracing"
+    wrong = [k for k, unset in _ENV_ONLY[other].items() if getattr(args, k) != unset]
+    if wrong:
+        raise CLIError(f"{', '.join('--' + k.replace('_', '-') for k in wrong)} only apply to --env {other}")
     if args.dagger_rounds and not args.expert:
         raise CLIError("--dagger-rounds needs --expert (the PPO expert that relabels the student's states)")
+    if not 0.0 <= args.augment_prob <= 1.0:
+        raise CLIError(f"--augment-prob must be in [0, 1], got {args.augment_prob}")
+    if args.smooth_labels < 1 or args.smooth_labels % 2 == 0:
+        raise CLIError(f"--smooth-labels must be an odd number of frames >= 1, got {args.smooth_labels}")
+    out = Path(getattr(args, "out", "policies/nac.pt" if args.env == "carracing" else "policies/udacity-nac.pt"))
+    if out.exists() and not args.overwrite:
+        raise CLIError(f"{out} already exists; choose another --out or pass --overwrite")
+    given = {k: getattr(args, k) for k in ("window", "d_model") if hasattr(args, k)}
+    if any(v < 1 for v in given.values()):
+        raise CLIError("--window and --d-model must be >= 1")
+    pcfg = default_config(args.env, getattr(args, "core", None), seed=22222 + args.seed, **given)
+    tcfg = dict(TRAIN_DEFAULTS[args.env])
+    tcfg.update({k: getattr(args, k) for k in ("epochs", "batch_frames", "lr", "weight_decay", "schedule",
+                                                "val_fraction") if hasattr(args, k)})
+    cfg = TrainConfig(**tcfg, seed=args.seed, device=args.device, workers=args.workers,
+                      time_limit_s=args.time_limit * 60 if args.time_limit else None,
+                      dagger_rounds=args.dagger_rounds, dagger_episodes=args.dagger_episodes,
+                      dagger_epochs=args.dagger_epochs, dagger_beta=args.dagger_beta,
+                      dagger_max_steps=args.dagger_max_steps)
     if args.threads:
         torch.set_num_threads(args.threads)
-    demos = None
-    for d in args.data:
-        part = load_demonstrations(d)
-        demos = part if demos is None else demos.extend(part)
+    source = _load_source(args.env, args.data, args)
     expert = env = None
     if args.dagger_rounds:
         from agent.loading import load_policy
         from envs.carracing import make_carracing
 
         expert, env = load_policy(args.expert), make_carracing()
-    cfg = TrainConfig(epochs=args.epochs, batch_frames=args.batch_frames, lr=args.lr, val_fraction=args.val_fraction,
-                      seed=args.seed, device=args.device, dagger_rounds=args.dagger_rounds,
-                      dagger_episodes=args.dagger_episodes, dagger_epochs=args.dagger_epochs,
-                      max_steps=args.dagger_max_steps)
-    pcfg = PolicyConfig(window=args.window, mode=args.mode, seed=22222 + args.seed)
-    tb = Path(args.tensorboard) / out.stem if args.tensorboard else None
-    policy, report = train(demos, cfg, pcfg, expert=expert, env=env, tensorboard_dir=tb,
+    policy, report = train(source, pcfg, cfg, tensorboard_dir=args.tensorboard or None, expert=expert, env=env,
                            bc_checkpoint=args.save_bc)
-    meta = {"command": "agent train " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["train"] else "agent train",
-            "data": [str(d) for d in args.data], "best_val_accuracy": report.best_val_accuracy,
-            "dagger_returns": report.dagger_returns, "seconds": report.seconds}
-    policy.save(out, metadata=json.loads(json.dumps(meta)))
-    print(f"held-out accuracy (full-context positions): {report.best_val_accuracy:.3f}")
-    print(f"training took {report.seconds['total']:.0f} s -> {out}")
-    if args.report:
-        _write_json(args.report, report.as_dict())
-    return 0
-
-
-def _train_udacity(args) -> int:
-    """`agent train --env udacity`: PilotNet + NAC steering policy from simulator recordings."""
-    import dataclasses
-
-    import torch
-
-    from agent.nn.udacity_policy import UdacityPolicyConfig
-    from agent.data.udacity import AugmentConfig
-    from agent.train.udacity_bc import UdacityTrainConfig, train_udacity
-
-    out = Path(args.out)
-    if out.exists() and not args.overwrite:
-        raise CLIError(f"{out} already exists; choose another --out or pass --overwrite")
-    if args.dagger_rounds or args.expert:
-        raise CLIError("--expert / --dagger-rounds are for --env carracing (no expert drives the Udacity simulator)")
-    if args.window < 1 or args.epochs < 1 or args.batch_frames < 1:
-        raise CLIError("--window, --epochs and --batch-frames must be >= 1")
-    if not 0.0 <= args.augment_prob <= 1.0:
-        raise CLIError(f"--augment-prob must be in [0, 1], got {args.augment_prob}")
-    if args.smooth_labels < 1 or args.smooth_labels % 2 == 0:
-        raise CLIError(f"--smooth-labels must be an odd number of frames >= 1, got {args.smooth_labels}")
-    for d in args.data:
-        if not (Path(d) / "driving_log.csv").is_file() and not (Path(d).is_file() and Path(d).suffix == ".csv"):
-            raise CLIError(f"{d} is not a Udacity recording (no driving_log.csv in it)")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    cfg = UdacityTrainConfig(epochs=args.epochs, batch_frames=args.batch_frames, lr=args.lr,
-                             val_fraction=args.val_fraction, seed=args.seed, device=args.device,
-                             augment=AugmentConfig(p_augment=args.augment_prob), smooth_labels=args.smooth_labels,
-                             time_limit_s=args.time_limit * 60 if args.time_limit else None)
-    pcfg = UdacityPolicyConfig(window=args.window, mode=args.mode, seed=22222 + args.seed)
-    tb = Path(args.tensorboard) / out.stem if args.tensorboard else None
-    policy, report = train_udacity(args.data, cfg, pcfg, tensorboard_dir=tb, on_bad_row=args.on_bad_row)
-    meta = {"command": "agent train " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["train"] else "agent train",
-            "data": [str(d) for d in args.data],
-            "split": f"last {args.val_fraction:.0%} of each recording's rows held out (contiguous)",
-            "best_val_mse": report.best_val_mse, "best_val_mae": report.best_val_mae,
-            "best_epoch": report.best_epoch, "epochs_run": len(report.epochs),
-            "train_mean_steering": report.train_mean_steering, "val_zero_mse": report.val_zero_mse,
-            "val_mean_mse": report.val_mean_mse, "n_train_frames": report.n_train_frames,
-            "n_val_frames": report.n_val_frames, "train_config": dataclasses.asdict(cfg),
-            "seconds": report.seconds}
-    policy.save(out, metadata=json.loads(json.dumps(meta)))
-    print(f"held-out MSE {report.best_val_mse:.4f} (MAE {report.best_val_mae:.4f}) at epoch {report.best_epoch}; "
-          f"baselines: predict 0 {report.val_zero_mse:.4f}, predict train mean {report.val_mean_mse:.4f}")
+    command = "agent train " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["train"] else "agent train"
+    policy.save(out, metadata=json.loads(json.dumps(report_metadata(report, command=command,
+                                                                    recordings=[str(d) for d in args.data]),
+                                                    default=str)))
+    baseline = ""
+    if "val_zero_mse" in report.baselines:
+        baseline = (f"; baselines: predict 0 {report.baselines['val_zero_mse']:.4f}, predict the training mean "
+                    f"{report.baselines['val_mean_mse']:.4f}")
+    for r, returns in enumerate(report.dagger_returns):
+        print(f"DAgger round {r + 1}/{len(report.dagger_returns)}: student return {np.mean(returns):.1f} "
+              f"± {np.std(returns):.1f} on {len(returns)} training tracks")
+    print(f"held-out {report.metric} (streaming, every frame): {report.best_metric:.4f} at epoch "
+          f"{report.best_epoch}{baseline}")
     print(f"training took {report.seconds['total']:.0f} s -> {out}")
     if args.report:
         _write_json(args.report, report.as_dict())
@@ -283,38 +275,55 @@ def _train_udacity(args) -> int:
 
 # ----------------------------------------------------------------------------------- evaluate
 def _add_evaluate(sub) -> None:
-    p = sub.add_parser("evaluate", help="closed-loop episode returns on unseen tracks", formatter_class=FMT,
-                       description="Run a policy (a NAC .pt or the expert .zip) for --episodes episodes on tracks "
+    p = sub.add_parser("evaluate", help="closed-loop returns (carracing) or offline steering error (udacity)",
+                       formatter_class=FMT,
+                       description="Run a policy (any core, or the expert .zip) for --episodes episodes on tracks "
                                    f"--seed, --seed+1, ... (tracks >= {EVAL_SEED_BASE} are never used for "
                                    "training) and print the mean ± std episode return. With --env udacity: "
                                    "offline steering MSE and MAE of a Udacity steering policy on a recording "
                                    "(--data; center camera, no augmentation, frames streamed in order with their "
-                                   "timestamps, the window restarting at session breaks).")
+                                   "timestamps, the window restarting at session breaks), beside the predict-0 "
+                                   "and predict-the-training-mean baselines.")
     p.add_argument("--env", default="carracing", choices=["carracing", "udacity"], help="simulator")
     p.add_argument("--policy", required=True, help="policy file (a bare name is looked up in policies/)")
     p.add_argument("--data", default=None,
                    help="udacity: the recording folder (driving_log.csv + IMG/) to score the policy on")
     p.add_argument("--on-bad-row", default="skip", choices=["skip", "error"],
                    help="udacity: skip unusable CSV rows with a warning, or stop with an error listing them")
-    p.add_argument("--episodes", type=int, default=50, help="episodes (one track each)")
-    p.add_argument("--seed", type=int, default=EVAL_SEED_BASE, help="track seed of the first episode")
-    p.add_argument("--max-steps", type=int, default=None, help="cap on episode length (default: the env's 1000)")
-    p.add_argument("--workers", type=int, default=2, help="parallel processes")
+    p.add_argument("--episodes", type=int, default=50, help="carracing: episodes (one track each)")
+    p.add_argument("--seed", type=int, default=EVAL_SEED_BASE, help="carracing: track seed of the first episode")
+    p.add_argument("--max-steps", type=int, default=None, help="carracing: cap on episode length (default: 1000)")
+    p.add_argument("--workers", type=int, default=2, help="carracing: parallel processes")
     p.add_argument("--json", default=None, help="write the results as JSON here")
 
 
+def _policy_env(path) -> str | None:
+    """The simulator a policy file is for ("carracing" for the expert zip), or None if unknown."""
+    from agent.loading import file_kind
+
+    kind, payload = file_kind(path)
+    if kind == "sb3-ppo-expert":
+        return "carracing"
+    if kind == "nac-udacity-policy":
+        return "udacity"
+    return (payload.get("config") or {}).get("env") if isinstance(payload, dict) else None
+
+
 def _cmd_evaluate(args) -> int:
-    if args.env == "udacity":
-        return _evaluate_udacity(args)
-    from agent.eval.closed_loop import evaluate
-    from agent.loading import policy_file_kind, resolve_policy_path
-    from agent.nn.udacity_policy import FILE_KIND as UDACITY_KIND
+    from agent.loading import resolve_policy_path
 
     path = resolve_policy_path(args.policy)
-    if path.suffix != ".zip" and policy_file_kind(path) == UDACITY_KIND:
-        raise CLIError(f"{path} is a Udacity steering policy; score it with --env udacity --data RECORDING")
-    res = evaluate(args.policy, args.episodes, args.seed, env=args.env, max_steps=args.max_steps,
-                   workers=args.workers)
+    env = _policy_env(path)
+    if env is not None and env != args.env:
+        hint = " --data RECORDING" if env == "udacity" else ""
+        raise CLIError(f"{path} is a policy for --env {env}; evaluate it with --env {env}{hint}")
+    if args.env == "udacity":
+        return _evaluate_udacity(args, path)
+    if args.data:
+        raise CLIError("--data is for --env udacity; CarRacing policies are evaluated in closed loop on tracks")
+    from agent.eval.closed_loop import evaluate
+
+    res = evaluate(path, args.episodes, args.seed, env=args.env, max_steps=args.max_steps, workers=args.workers)
     print(f"{res.policy}: mean return {res.mean_return:.1f} ± {res.std_return:.1f} over {len(res.returns)} "
           f"tracks (seeds {res.seeds[0]}..{res.seeds[-1]}), {res.steps_per_second:.0f} env steps/s")
     if args.json:
@@ -323,21 +332,20 @@ def _cmd_evaluate(args) -> int:
     return 0
 
 
-def _evaluate_udacity(args) -> int:
+def _evaluate_udacity(args, path) -> int:
     """`agent evaluate --env udacity`: offline steering MSE / MAE on a recording, printed and as JSON."""
-    from agent.loading import load_policy, resolve_policy_path
+    from agent.eval.offline import evaluate_udacity
+    from agent.loading import load_policy
     from agent.nn.policy import file_digest
-    from agent.train.udacity_bc import evaluate_udacity
 
     if not args.data:
         raise CLIError("--env udacity needs --data: a recording folder holding driving_log.csv and IMG/")
     if not (Path(args.data) / "driving_log.csv").is_file() and not Path(args.data).is_file():
         raise CLIError(f"{args.data} is not a Udacity recording (no driving_log.csv in it)")
-    path = resolve_policy_path(args.policy)
     policy = load_policy(path)
     if getattr(policy, "output_kind", None) != "steering" or getattr(policy.config, "env", None) != "udacity":
         raise CLIError(f"{path} is not a Udacity steering policy (make one with `agent train --env udacity`)")
-    res = {"policy": str(path), "policy_sha256": file_digest(path), "env": "udacity",
+    res = {"policy": str(path), "policy_sha256": file_digest(path), "env": "udacity", "core": policy.config.core,
            **evaluate_udacity(policy, args.data, on_bad_row=args.on_bad_row)}
     print(f"{path.name} on {args.data}: steering MSE {res['mse']:.4f}, MAE {res['mae']:.4f} over "
           f"{res['n_frames']} frames ({res['rmse_degrees']:.1f} degrees RMS); predict-0 baseline MSE "
@@ -470,9 +478,33 @@ def _cmd_wiring(args) -> int:
     from agent.drive.wiring import draw_wiring, wiring_summary
 
     policy = load_policy(args.policy)
+    if getattr(policy, "nac", None) is None:
+        raise CLIError(f"{args.policy} has no NAC core (its core: {getattr(policy.config, 'core', 'none')}); "
+                       "only nac-* cores have an NCP wiring to draw")
     out = draw_wiring(policy, args.out, layout=args.layout)
     counts = wiring_summary(policy.nac.wiring)
     print(f"wrote {out}: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+    return 0
+
+
+# ----------------------------------------------------------------------------------- convert-policy
+def _add_convert(sub) -> None:
+    p = sub.add_parser("convert-policy", help="convert a format-1 policy file to the current format",
+                       formatter_class=FMT,
+                       description="Policy files written before the policy classes were unified (format 1: kinds "
+                                   "'nac-drive-policy' and 'nac-udacity-policy') are rewritten as the one "
+                                   "DrivingPolicy format (2). The weights are unchanged, so the converted policy "
+                                   "acts identically. (load_policy also converts format-1 files in memory.)")
+    p.add_argument("src", help="the format-1 policy file")
+    p.add_argument("dst", help="where to write the converted file (may equal src)")
+
+
+def _cmd_convert(args) -> int:
+    from agent.nn.legacy import convert_policy_file
+
+    policy = convert_policy_file(args.src, args.dst)
+    print(f"converted {args.src} -> {args.dst}: {policy.config.env}, {policy.config.features} + {policy.config.core} "
+          f"(window {policy.config.window}) + {policy.head.kind} head")
     return 0
 
 
@@ -486,6 +518,7 @@ COMMANDS = {
     "bench": (_add_bench, _cmd_bench),
     "plot-traces": (_add_plot_traces, _cmd_plot_traces),
     "wiring": (_add_wiring, _cmd_wiring),
+    "convert-policy": (_add_convert, _cmd_convert),
 }
 
 

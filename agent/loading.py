@@ -1,13 +1,27 @@
-"""Find and load any policy file the project knows: a NAC policy (.pt) or the PPO expert (.zip)."""
+"""Find and load any policy file the project knows, through a registry keyed by the file's kind.
+
+Kinds (:data:`LOADERS`):
+
+- ``"nac-drive-policy"`` (format 2): a :class:`agent.nn.policy.DrivingPolicy` ``.pt``, read with
+  ``torch.load(weights_only=True)``; format-1 files of the two pre-unification kinds
+  (``"nac-drive-policy"`` v1 and ``"nac-udacity-policy"`` v1) are converted in memory
+  (:mod:`agent.nn.legacy`; ``agent convert-policy`` saves the conversion);
+- ``"sb3-ppo-expert"``: the PPO expert ``.zip`` (:class:`agent.train.expert.ExpertPolicy`), read
+  without unpickling anything.
+
+No loader ever runs code stored in a file.
+"""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
-
-from agent.rollout import Actor, ExpertActor, PolicyActor
+from typing import Callable
 
 #: Where shipped policies live: ``policies/`` at the top of the repository.
 POLICIES_DIR = Path(__file__).resolve().parent.parent / "policies"
+
+log = logging.getLogger(__name__)
 
 
 def resolve_policy_path(name: str | Path) -> Path:
@@ -26,48 +40,87 @@ def resolve_policy_path(name: str | Path) -> Path:
                             f"shipped policies: {', '.join(shipped) or 'none'}")
 
 
-def policy_file_kind(path: str | Path) -> str | None:
-    """The ``kind`` stored in a ``.pt`` policy file (read with ``weights_only=True``), or None if
-    the file is not a readable dict with a kind."""
-    from agent.nn.policy import read_policy_file
+def _load_driving_policy(path: Path, payload: dict, device: str):
+    from agent.nn.legacy import is_legacy
+    from agent.nn.policy import DrivingPolicy
 
-    try:
-        payload = read_policy_file(path)
-    except (FileNotFoundError, ValueError):
-        return None
-    kind = payload.get("kind") if isinstance(payload, dict) else None
-    return kind if isinstance(kind, str) else None
+    if is_legacy(payload):
+        from agent.nn.legacy import convert_payload
+
+        log.warning("%s is a format-1 policy file; converted in memory (save it with `agent convert-policy %s NEW`)",
+                    path, path)
+        return convert_payload(payload, path).to(device)
+    return DrivingPolicy.from_payload(payload, path, device)
 
 
-def load_policy(name: str | Path, device: str = "cpu"):
-    """Load a policy file, dispatching on what it is.
+def _load_expert(path: Path, payload, device: str):
+    from agent.train.expert import ExpertPolicy
 
-    ``.zip`` -> :class:`agent.train.expert.ExpertPolicy`; a ``.pt`` of kind ``"nac-udacity-policy"`` ->
-    :class:`agent.nn.udacity_policy.UdacityNACPolicy`; any other file ->
-    :class:`agent.nn.policy.NACPolicy` (the CarRacing policy, whose loader explains what is wrong
-    with a file that is neither). The file is read once.
+    return ExpertPolicy.load(path, device=device)
+
+
+#: Loaders by file kind: ``LOADERS[kind](path, payload, device) -> policy``.
+LOADERS: dict[str, Callable] = {
+    "nac-drive-policy": _load_driving_policy,
+    "nac-udacity-policy": _load_driving_policy,  # format 1 only (converted)
+    "sb3-ppo-expert": _load_expert,
+}
+
+
+def file_kind(path: str | Path) -> tuple[str, object]:
+    """(kind, payload) of a policy file: ``.zip`` files are the PPO expert (payload None); a ``.pt``
+    is read once with ``weights_only=True`` and its stored ``kind`` returned with its contents.
 
     Raises:
-        FileNotFoundError, ValueError: see :func:`resolve_policy_path` and the loaders.
+        FileNotFoundError: no such file. ValueError: an unreadable file or one without a kind.
     """
-    path = resolve_policy_path(name)
+    path = Path(path)
     if path.suffix == ".zip":
-        from agent.train.expert import ExpertPolicy
-
-        return ExpertPolicy.load(path, device=device)
-    from agent.nn.policy import NACPolicy, read_policy_file
-    from agent.nn.udacity_policy import FILE_KIND as UDACITY_KIND, UdacityNACPolicy
+        if not path.is_file():
+            raise FileNotFoundError(f"expert file {path} does not exist")
+        return "sb3-ppo-expert", None
+    from agent.nn.policy import read_policy_file
 
     payload = read_policy_file(path)
     kind = payload.get("kind") if isinstance(payload, dict) else None
-    cls = UdacityNACPolicy if kind == UDACITY_KIND else NACPolicy
-    return cls.from_payload(payload, path, device)
+    if not isinstance(kind, str):
+        raise ValueError(f"{path} is not a policy file of this project (no kind stored; make one with `agent train`)")
+    return kind, payload
 
 
-def make_actor(policy, deterministic: bool = True) -> Actor:
-    """The rollout actor for a loaded policy (the expert acts from privileged state)."""
+def load_policy(name: str | Path, device: str = "cpu"):
+    """Load a policy file by name or path, dispatching on its kind through :data:`LOADERS`.
+
+    Raises:
+        FileNotFoundError: no such file (the message lists the shipped policies).
+        ValueError: an unknown kind, or a file its loader refuses. Nothing is half-loaded.
+    """
+    path = resolve_policy_path(name)
+    kind, payload = file_kind(path)
+    if kind not in LOADERS:
+        raise ValueError(f"{path} holds a policy of kind {kind!r}, which this version cannot load "
+                         f"(known kinds: {', '.join(LOADERS)})")
+    return LOADERS[kind](path, payload, device)
+
+
+def policy_file_kind(path: str | Path) -> str | None:
+    """The kind of a policy file, or None when it is not readable as one."""
+    try:
+        return file_kind(path)[0]
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def make_actor(policy, deterministic: bool = True, label: str | None = None):
+    """The actor (:mod:`agent.rollout`) for a loaded policy: the expert acts from privileged state.
+
+    ``label`` names the policy in the HUD (e.g. its file name).
+    """
+    from agent.rollout import ExpertActor, PolicyActor
     from agent.train.expert import ExpertPolicy
 
     if isinstance(policy, ExpertPolicy):
         return ExpertActor(policy)
-    return PolicyActor(policy, deterministic=deterministic)
+    if label is not None:
+        label = f"{policy.config.core} policy {label} (window {policy.config.window})"
+    return PolicyActor(policy, deterministic=deterministic, label=label)

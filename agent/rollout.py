@@ -1,29 +1,134 @@
-"""Running episodes: one loop shared by recording, DAgger and evaluation.
+"""Acting: one actor interface and one episode loop, shared by collection, DAgger, evaluation,
+``drive`` and the bridge benchmark.
 
-An *actor* chooses the action executed in the env; an optional *labeler* (the expert, in
-DAgger) says what it would have done in each visited state. Episodes on seed s always use
-track s (``env.reset(seed=s)``).
+An *actor* turns an observation into a :class:`Decision` (the action the env is given plus
+what the overlays need to explain it). Three actors cover every case:
+
+- :class:`PolicyActor`: a :class:`agent.nn.policy.DrivingPolicy` of any core and head, discrete
+  (CarRacing's five actions) or continuous (Udacity's normalised steering), one streaming
+  ``step`` per frame with the frame's time from ``info["time_s"]`` when the env gives one;
+- :class:`ExpertActor`: the PPO expert, acting from the env's privileged state;
+- :class:`MixtureActor`: DAgger's executed policy, the student's action or, with probability
+  beta, the expert's (Ross et al. 2011); the student's window always advances.
+
+An optional *labeler* (the expert, in DAgger) says what it would have done in each visited
+state. Episodes on seed s always use track s (``env.reset(seed=s)``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 import gymnasium as gym
 import numpy as np
 
+STEERING_CLASSES = ("straight", "left", "right")
+STEERING_DEADBAND = 0.05  # |normalised steering| below this counts as straight
+
+
+def steering_class(steering: float) -> int:
+    """0 straight, 1 left (steering < -0.05), 2 right (> 0.05); normalised steering, +1 = full right."""
+    return 1 if steering < -STEERING_DEADBAND else 2 if steering > STEERING_DEADBAND else 0
+
+
+@dataclass
+class Decision:
+    """One control step's decision and what the overlays need to explain it.
+
+    Attributes:
+        action: what the env is given: a discrete action index (int), or a float32 array for a
+            continuous action space (normalised steering for Udacity).
+        action_class: the class that colours the traces (the action index; for steering
+            0 straight, 1 left, 2 right).
+        probs: (A,) action probabilities, or None.
+        output: the policy's raw output for this frame, (1, A) logits or (1, 1) steering; None
+            for policies without one (the expert).
+        state_before, state: the policy state given to and returned by ``step``.
+        t: (1,) the timestamp given to the policy in seconds, or None.
+        intermediates: the core's intermediates of this step (NAC cores), or None.
+    """
+
+    action: Any
+    action_class: int = 0
+    probs: np.ndarray | None = None
+    output: Any = None
+    state_before: Any = None
+    state: Any = None
+    t: Any = None
+    intermediates: Any = None
+
 
 class Actor(Protocol):
-    """Chooses actions. ``reset`` is called at each episode start, ``act`` once per step."""
+    """Chooses actions. ``reset`` is called at each episode start, ``act`` once per step.
+
+    Attributes: ``label`` (for the HUD), ``has_probs`` (the decisions carry probabilities),
+    ``traces_reason`` (why no NAC traces can be shown, or None).
+    """
+
+    label: str
+    has_probs: bool
+    traces_reason: str | None
 
     def reset(self) -> None: ...
 
-    def act(self, obs: np.ndarray, env: gym.Env) -> int: ...
+    def act(self, obs: np.ndarray, env: gym.Env | None, info: dict | None = None) -> Decision: ...
+
+
+class PolicyActor:
+    """A :class:`agent.nn.policy.DrivingPolicy` acting one frame at a time (batch of one).
+
+    Args:
+        policy: the policy (put in eval mode here).
+        deterministic: argmax actions (else sampled from the softmax).
+        label: shown in the HUD.
+
+    Attributes:
+        want_intermediates: set True to keep the core's intermediates in each decision (the
+            trace panel); cores without them set :attr:`traces_reason` instead.
+    """
+
+    def __init__(self, policy, deterministic: bool = True, label: str | None = None):
+        import torch
+
+        self.policy, self.deterministic, self.state, self.torch = policy, deterministic, None, torch
+        self.kind = policy.output_kind
+        self.has_probs = self.kind == "discrete"
+        self.want_intermediates = False
+        core = policy.config.core
+        self.traces_reason = None if policy.core.has_intermediates else \
+            f"the {core} core has no NAC neurons to trace (traces need a nac-* core)"
+        self.label = label or f"{core} policy (window {policy.config.window})"
+
+    def reset(self) -> None:
+        self.state = None
+
+    def act(self, obs, env=None, info=None) -> Decision:
+        torch = self.torch
+        x = np.array(obs, dtype=np.uint8)[None]  # a writable copy, (1, H, W, C)
+        t = None
+        if info is not None and "time_s" in info:
+            t = torch.tensor([float(info["time_s"])], dtype=torch.float64, device=self.policy.device)
+        before = self.state
+        if self.policy.training:
+            self.policy.eval()
+        want = self.want_intermediates and self.traces_reason is None
+        out, self.state = self.policy.step(x, before, return_intermediates=want, t=t)
+        inter = self.state.last.get("intermediates") if want else None
+        if self.kind == "discrete":
+            probs = torch.softmax(out[0].float(), -1).cpu().numpy()
+            a = int(self.policy.act(out, self.deterministic)[0])
+            return Decision(a, a, probs, out, before, self.state, t, inter)
+        action = self.policy.act(out)[0]  # (A,) float32, clipped to the action box
+        return Decision(action, steering_class(float(action[0])), None, out, before, self.state, t, inter)
 
 
 class ExpertActor:
-    """The PPO expert, acting from the env's privileged state (see :mod:`agent.train.expert`)."""
+    """The PPO expert, acting from a CarRacing env's privileged state (see :mod:`agent.train.expert`)."""
+
+    has_probs = False
+    traces_reason = "the PPO expert has no NAC layer (it reads privileged state, not frames)"
+    label = "expert (privileged state)"
 
     def __init__(self, expert):
         self.expert = expert
@@ -31,22 +136,32 @@ class ExpertActor:
     def reset(self) -> None:
         pass
 
-    def act(self, obs, env) -> int:
-        return self.expert.act(env)
+    def act(self, obs, env, info=None) -> Decision:
+        a = int(self.expert.act(env))
+        return Decision(a, a)
 
 
-class PolicyActor:
-    """Any policy with ``predict(obs, state, episode_start, deterministic) -> (action, state)``."""
+class MixtureActor:
+    """DAgger's executed policy: the student's decision, or with probability ``beta`` the expert's.
 
-    def __init__(self, policy, deterministic: bool = True):
-        self.policy, self.deterministic, self.state = policy, deterministic, None
+    The student acts on every step (its window advances either way); ``rng`` draws the choice.
+    """
+
+    def __init__(self, student: Actor, expert: Actor, beta: float, rng: np.random.Generator):
+        if not 0.0 <= beta <= 1.0:
+            raise ValueError(f"beta must be in [0, 1], got {beta}")
+        self.student, self.expert, self.beta, self.rng = student, expert, beta, rng
+        self.label, self.has_probs, self.traces_reason = student.label, student.has_probs, student.traces_reason
 
     def reset(self) -> None:
-        self.state = None
+        self.student.reset()
+        self.expert.reset()
 
-    def act(self, obs, env) -> int:
-        action, self.state = self.policy.predict(obs, self.state, deterministic=self.deterministic)
-        return int(action)
+    def act(self, obs, env, info=None) -> Decision:
+        d = self.student.act(obs, env, info)
+        if self.beta > 0 and self.rng.random() < self.beta:
+            return self.expert.act(obs, env, info)
+        return d
 
 
 @dataclass
@@ -56,7 +171,7 @@ class Episode:
     Attributes:
         seed: the track seed.
         observations: (N + 1, H, W, C) uint8 frames (the student's view), or None if not kept.
-        actions: (N,) int64, the actions executed.
+        actions: (N,) int64 discrete actions, or (N, A) float32 continuous actions, as executed.
         labels: (N,) int64, the labeler's action for each visited state, or None.
         rewards: (N,) float32.
         terminations, truncations: (N,) bool.
@@ -95,12 +210,12 @@ def _speed(env: gym.Env) -> float:
 
 def rollout(env: gym.Env, actor: Actor, seed: int, max_steps: int | None = None,
             labeler: Callable[[gym.Env], int] | None = None, keep_frames: bool = True,
-            on_step: Callable[[int, np.ndarray, int, float, dict], None] | None = None) -> Episode:
+            on_step: Callable[[int, np.ndarray, Any, float, dict], None] | None = None) -> Episode:
     """Run one episode on track ``seed``.
 
     Args:
         env: the env (for CarRacing, from :func:`envs.make_carracing`).
-        actor: chooses the executed actions.
+        actor: chooses the executed actions (:class:`Actor`).
         seed: track seed.
         max_steps: stop after this many steps (marked truncated); None = the env's own limit.
         labeler: called with the env before each step; its action is stored in ``labels``.
@@ -118,7 +233,7 @@ def rollout(env: gym.Env, actor: Actor, seed: int, max_steps: int | None = None,
     while True:
         if labeler is not None:
             labels.append(int(labeler(env)))
-        action = int(actor.act(obs, env))
+        action = actor.act(obs, env, info).action
         obs, reward, terminated, truncated, info = env.step(action)
         step += 1
         if max_steps is not None and step >= max_steps:
@@ -134,13 +249,18 @@ def rollout(env: gym.Env, actor: Actor, seed: int, max_steps: int | None = None,
             on_step(step, obs, action, float(reward), info)
         if terminated or truncated:
             break
+    discrete = isinstance(env.action_space, gym.spaces.Discrete)
     return Episode(
         seed=int(seed),
         observations=np.stack(frames) if keep_frames else None,
-        actions=np.asarray(actions, dtype=np.int64),
+        actions=np.asarray(actions, dtype=np.int64 if discrete else np.float32),
         labels=np.asarray(labels, dtype=np.int64) if labeler is not None else None,
         rewards=np.asarray(rewards, dtype=np.float32),
         terminations=np.asarray(terms, dtype=bool),
         truncations=np.asarray(truncs, dtype=bool),
         speeds=np.asarray(speeds, dtype=np.float32),
     )
+
+
+__all__ = ["Actor", "Decision", "Episode", "ExpertActor", "MixtureActor", "PolicyActor", "STEERING_CLASSES",
+           "rollout", "steering_class"]

@@ -20,9 +20,7 @@ from gymnasium.envs.box2d.car_racing import FPS, STATE_H, STATE_W, CarRacing
 ENV_ID = "agent/CarRacing-v3"
 ACTION_NAMES = ("nothing", "left", "right", "gas", "brake")
 EPISODE_STEPS = 1000
-#: Tracks with seeds at or above this value are never used for training by this project's
-#: commands; evaluation defaults to them ("unseen tracks").
-EVAL_SEED_BASE = 1_000_000
+from envs.tracks import EVAL_SEED_BASE  # noqa: E402,F401 - re-exported: tracks >= this are never trained on
 
 N_WAYPOINTS = 12  # waypoints ahead of the car in the privileged view
 WAYPOINT_STRIDE = 2  # every 2nd track point (track points are ~3.5 m apart)

@@ -13,22 +13,12 @@ NAMES = [n for n in CORES if n != "torch-nac"]
 D, d, W, DT = 5, 8, 4, 0.05
 
 
-# agent/nn/cores.py TemporalCore._timespans takes each frame's timespan from the previous frame's
-# timestamp even when that frame is masked (padding, or forgotten by reset_rows), instead of 1.0 as
-# for a window's first real frame; so cfc/ltc with timestamps depend on padding and on reset frames.
-TIMESPAN_BUG = pytest.mark.xfail(
-    strict=True,
-    reason="cores.py bug: _timespans ignores the mask, so cfc/ltc's first real frame after masked ones "
-           "gets dt = t - t(masked previous frame) instead of 1.0 (padding / reset frames leak in)")
-
-
 def timespan_cases(names=None):
-    """(name, with_t) params, with the cfc/ltc + timestamps cases marked by TIMESPAN_BUG."""
+    """(name, with_t) params: every core with and without timestamps."""
     out = []
     for n in names or NAMES:
         for with_t in (True, False):
-            marks = [TIMESPAN_BUG] if with_t and n in ("cfc", "ltc") else []
-            out.append(pytest.param(n, with_t, marks=marks, id=f"{n}-{'t' if with_t else 'no-t'}"))
+            out.append(pytest.param(n, with_t, id=f"{n}-{'t' if with_t else 'no-t'}"))
     return out
 
 
@@ -228,7 +218,7 @@ def test_reset_rows(name, with_t):
         assert not torch.allclose(y_keep[rows], y_fresh[rows], atol=1e-4)
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=[TIMESPAN_BUG] if n in ("cfc", "ltc") else [])
+@pytest.mark.parametrize("name", [pytest.param(n)
                                   for n in NAMES])
 def test_reset_then_stream_equals_new_episode(name):
     """After a reset, the row's following steps equal a fresh episode's (its old frames stay forgotten
@@ -306,14 +296,7 @@ def one_thread():
     torch.set_num_threads(n)
 
 
-MHA_NO_POSITION = pytest.mark.xfail(
-    strict=True,
-    reason="mha has no positional/time signal but a monotone ALiBi bias: a key's weight can only decay "
-           "with age, so one attention layer + linear readout cannot pick the key exactly 3 frames back")
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=MHA_NO_POSITION) if n == "mha" else n
-                                  for n in NAMES if n != "none"])
+@pytest.mark.parametrize("name", [n for n in NAMES if n != "none"])
 def test_memory_task(name, one_thread):
     acc = memory_accuracy(name)
     assert acc >= MEM_THRESHOLD, f"{name}: accuracy {acc:.3f} < {MEM_THRESHOLD}"

@@ -1,4 +1,4 @@
-"""Tests of the NAC layer (agent/nac.py): shapes, the ODE logits, selectors, causality, masking,
+"""Tests of the NAC layer (agent/nn/nac.py): shapes, the ODE logits, selectors, causality, masking,
 streaming and input validation. All sizes are tiny so the whole file runs in a few seconds."""
 
 from __future__ import annotations

@@ -54,11 +54,13 @@ def test_interrupted_recording_keeps_finished_episodes(tmp_path):
         def reset(self):
             pass
 
-        def act(self, obs, env):
+        def act(self, obs, env, info=None):
+            from agent.rollout import Decision
+
             self.calls += 1
             if self.calls > 25:  # in the third episode (10 steps each)
                 raise KeyboardInterrupt
-            return 3
+            return Decision(3, 3)
 
     writer = collect(make_carracing(), Interrupting(), 5, 0, tmp_path / "nac-drive" / "rec-v0", "test", max_steps=10, progress=False)
     assert writer.episodes == 2
@@ -99,7 +101,7 @@ def test_train_dagger_evaluate(recording, tiny_expert, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "held-out accuracy" in text and "DAgger round 1/1" in text
     rep = json.loads(report.read_text())
-    assert rep["n_val_episodes"] == 1 and rep["n_train_episodes"] == 3  # 2 recorded + 1 DAgger episode
+    assert rep["n_val_sequences"] == 1 and rep["n_train_sequences"] == 3  # 2 recorded + 1 DAgger episode
     assert len(rep["dagger_returns"]) == 1
     assert list((tmp_path / "tb").rglob("events.out.tfevents*"))
 

@@ -25,14 +25,14 @@ def _parse(*argv: str) -> argparse.Namespace:
 
 @pytest.fixture(scope="module")
 def policy_file(tmp_path_factory):
-    from agent.nn.policy import NACPolicy, PolicyConfig
+    from agent.nn.policy import DrivingPolicy, default_config
 
-    return NACPolicy(PolicyConfig(window=8)).save(tmp_path_factory.mktemp("policy") / "tiny.pt")
+    return DrivingPolicy(default_config("carracing", window=8)).save(tmp_path_factory.mktemp("policy") / "tiny.pt")
 
 
 @pytest.fixture
 def cached_load(monkeypatch):
-    """Load each policy file once per module: building a NACPolicy costs ~2.5 s (the ncps wirings).
+    """Load each policy file once per module: building a NAC policy costs ~2.5 s (the ncps wirings).
 
     The first run of the module goes through the real loader; the later runs reuse its policy.
     """
@@ -103,9 +103,9 @@ def test_drive_records_an_mp4(policy_file, cached_load, tmp_path, capsys):
 def test_ctrl_c_ends_cleanly_and_finishes_the_video(policy_file, cached_load, tmp_path, monkeypatch, capsys):
     import imageio.v2 as imageio
 
-    from agent.drive.actors import _NACDriver
+    from agent.rollout import PolicyActor
 
-    act = _NACDriver.act
+    act = PolicyActor.act
     calls = []
 
     def interrupting_act(self, obs, env, info=None):
@@ -114,7 +114,7 @@ def test_ctrl_c_ends_cleanly_and_finishes_the_video(policy_file, cached_load, tm
             raise KeyboardInterrupt
         return act(self, obs, env, info)
 
-    monkeypatch.setattr(_NACDriver, "act", interrupting_act)
+    monkeypatch.setattr(PolicyActor, "act", interrupting_act)
     out = tmp_path / "cut.mp4"
     code = run_drive(_parse("--policy", str(policy_file), "--headless", "--max-steps", "30", "--record", str(out)))
     assert code == 130

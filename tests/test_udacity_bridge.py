@@ -1,6 +1,6 @@
-"""The Udacity simulator bridge (envs/udacity.py) against a wire-level fake simulator.
+"""The Udacity simulator bridge (envs/udacity/) against a wire-level fake simulator.
 
-The fake (envs/udacity_wire.py) is a raw websocket client that speaks the simulator's old
+The fake (envs/udacity/fake.py) is a raw websocket client that speaks the simulator's old
 protocol exactly: EIO=4 in the URL, no socket.io CONNECT, its own engine.io pings, string
 fields. Everything goes through a real websocket on loopback, on a free port.
 """

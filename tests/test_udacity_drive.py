@@ -26,10 +26,10 @@ def _parse(*argv: str) -> argparse.Namespace:
 
 @pytest.fixture(scope="module")
 def policy():
-    from agent.nn.udacity_policy import UdacityNACPolicy, UdacityPolicyConfig
+    from agent.nn.policy import DrivingPolicy, default_config
 
-    torch.manual_seed(1)
-    return UdacityNACPolicy(UdacityPolicyConfig(window=4, d_model=40, num_heads=4)).eval()
+    return DrivingPolicy(default_config("udacity", window=4, d_model=40, seed=1,
+                                        core_kwargs={"num_heads": 4, "topk": 8, "sparsity": 0.5})).eval()
 
 
 @pytest.fixture

@@ -5,17 +5,16 @@ import pytest
 import torch
 from udacity_fixture import write_recording
 
-from agent.nn.policy import PolicyState
-from agent.nn.udacity_policy import FILE_KIND, UdacityNACPolicy, UdacityPolicyConfig
 from agent.data.udacity import load_recording, preprocess
-from agent.train.udacity_bc import (evaluate_udacity, make_batch, predict_recording, segment_windows,
-                                    smooth_steering, split_contiguous)
+from agent.data.windows import UdacitySource, WindowDataset, make_windows, smooth_steering
+from agent.eval.offline import evaluate_udacity, predict_recording
+from agent.nn.policy import FILE_KIND, DrivingPolicy, default_config
 
 
 @pytest.fixture(scope="module")
 def policy():
     torch.manual_seed(0)
-    return UdacityNACPolicy(UdacityPolicyConfig(window=4)).eval()
+    return DrivingPolicy(default_config("udacity", window=4)).eval()
 
 
 def _frames(n, seed=0):
@@ -38,7 +37,7 @@ def test_architecture_and_shapes(policy):
     obs = _frames(10).view(2, 5, 160, 320, 3)
     with torch.no_grad():
         steer, inter = policy(obs, return_intermediates=True)
-        pre = policy(torch.from_numpy(preprocess(obs.numpy())))  # already preprocessed input
+        pre = policy(torch.from_numpy(preprocess(obs.reshape(-1, 160, 320, 3).numpy())).view(2, 5, 66, 200, 3))
     assert steer.shape == (2, 5, 1) and inter.phi.shape == (2, 20, 5, 5)  # K = min(topk 8, T 5)
     assert torch.allclose(steer, pre)
     with pytest.raises(ValueError, match="raw RGB"):
@@ -58,7 +57,7 @@ def test_streaming_equals_forward_with_timestamps(policy):
         last = policy(frames[None, 3:7], rel[:, 3:7] - rel[:, 3:4]).clamp(-1, 1)[:, -1]  # sliding window of 4
     assert torch.allclose(torch.cat(outs[:4], 1), full[..., 0], atol=1e-5)
     assert torch.allclose(outs[-1], last, atol=1e-5)
-    assert isinstance(state, PolicyState) and state.cache.length == 4 and state.steps == 7
+    assert state.core.length == 4 and state.steps.tolist() == [7]
     # different frame times give a different output (the NAC reads them)
     st2 = None
     for i in range(7):
@@ -80,11 +79,11 @@ def test_step_default_times_and_intermediates(policy):
 def test_predict_single_batch_episode_start(policy):
     f = _frames(2, 3).numpy()
     s, st = policy.predict(f[0])
-    assert isinstance(s, float) and -1 <= s <= 1 and st.steps == 1
+    assert isinstance(s, float) and -1 <= s <= 1 and st.steps.tolist() == [1]
     _, st = policy.predict(f[1], st, t=1.0)
-    assert st.steps == 2
+    assert st.steps.tolist() == [2]
     _, st = policy.predict(f[1], st, episode_start=np.array([True]))
-    assert st.steps == 1
+    assert st.steps.tolist() == [1]
     arr, _ = policy.predict(f)
     assert arr.shape == (2,) and arr.dtype == np.float32
     with pytest.raises(ValueError, match="160, 320, 3"):
@@ -96,7 +95,7 @@ def test_saliency_hooks_match_step(policy):
     state = None
     for i in range(4):
         _, state = policy.step(frames[i:i + 1], state, t=torch.tensor([ts[i]]))
-    k_before = state.cache.k.clone()
+    k_before = state.core.k.clone()
     expected, _ = policy.step(frames[4:5], state, t=torch.tensor([ts[4]]))
     x = policy.saliency_input(frames[4].numpy())
     assert x.shape == (1, 3, 66, 200) and x.dtype == torch.float32 and -1 <= x.min() and x.max() <= 1
@@ -105,7 +104,7 @@ def test_saliency_hooks_match_step(policy):
     assert y.shape == (1, 1) and torch.allclose(y, expected, atol=1e-6)
     y.sum().backward()
     assert x.grad is not None and x.grad.abs().sum() > 0
-    assert state.cache.length == 4 and torch.equal(state.cache.k, k_before) and state.steps == 4  # not mutated
+    assert state.core.length == 4 and torch.equal(state.core.k, k_before) and state.steps.tolist() == [4]
     first, _ = policy.step(frames[:1], None)
     assert torch.allclose(policy.saliency_forward(policy.saliency_input(frames[0].numpy()), None, None), first)
     layer = policy.saliency_layer()
@@ -121,35 +120,31 @@ def test_saliency_hooks_match_step(policy):
 
 def test_save_load_roundtrip_and_dispatch(policy, tmp_path):
     from agent.loading import load_policy
-    from agent.nn.policy import NACPolicy, PolicyConfig
-
     path = policy.save(tmp_path / "u.pt", metadata={"note": "x"})
     assert torch.load(path, weights_only=True)["kind"] == FILE_KIND
-    loaded = UdacityNACPolicy.load(path)
+    loaded = DrivingPolicy.load(path)
     assert loaded.config == policy.config and loaded.metadata == {"note": "x"}
     via = load_policy(path)
-    assert isinstance(via, UdacityNACPolicy)
+    assert isinstance(via, DrivingPolicy) and via.output_kind == "steering"
     frames, ts = _frames(5, 5), _times(5, 5)
     s1 = s2 = None
     for i in range(5):
         a, s1 = policy.step(frames[i:i + 1], s1, t=torch.tensor([ts[i]]))
         b, s2 = via.step(frames[i:i + 1], s2, t=torch.tensor([ts[i]]))
         assert torch.equal(a, b)
-    car = NACPolicy(PolicyConfig(window=2, obs_shape=(32, 32, 3))).save(tmp_path / "car.pt")
-    assert isinstance(load_policy(car), NACPolicy)  # the CarRacing policy still loads as before
-    with pytest.raises(ValueError, match="not a Udacity NAC policy file"):
-        UdacityNACPolicy.load(car)
+    car = DrivingPolicy(default_config("carracing", window=2, obs_shape=(32, 32, 3))).save(tmp_path / "car.pt")
+    assert load_policy(car).output_kind == "discrete"  # the same class and file kind serves CarRacing
 
 
 def test_bad_policy_files(policy, tmp_path):
     from agent.loading import load_policy
 
     with pytest.raises(FileNotFoundError):
-        UdacityNACPolicy.load(tmp_path / "missing.pt")
+        DrivingPolicy.load(tmp_path / "missing.pt")
     junk = tmp_path / "junk.pt"
     junk.write_bytes(b"not a torch file")
     with pytest.raises(ValueError, match="not a readable policy file"):
-        UdacityNACPolicy.load(junk)
+        DrivingPolicy.load(junk)
     with pytest.raises(ValueError, match="not a readable policy file"):
         load_policy(junk)
     good = policy.save(tmp_path / "good.pt")
@@ -158,32 +153,41 @@ def test_bad_policy_files(policy, tmp_path):
     torch.save(payload, tmp_path / "future.pt")
     with pytest.raises(ValueError, match="format version 7"):
         load_policy(tmp_path / "future.pt")
-    payload["format_version"] = 1
+    payload["format_version"] = 2
     payload["config"]["d_model"] = 40
     torch.save(payload, tmp_path / "mismatch.pt")
     with pytest.raises(ValueError, match="do not fit"):
-        UdacityNACPolicy.load(tmp_path / "mismatch.pt")
+        DrivingPolicy.load(tmp_path / "mismatch.pt")
     (tmp_path / "cut.pt").write_bytes(good.read_bytes()[:3000])
     with pytest.raises(ValueError):
         load_policy(tmp_path / "cut.pt")
 
 
 def test_windows_split_and_batches(tmp_path):
-    segs = np.array([[0, 5], [5, 15]])
+    lengths = [5, 10]
     rng = np.random.default_rng(0)
     for r in (None, rng, rng, rng):
-        items = segment_windows(segs, 4, r)
-        covered = sorted(i for s, n in items for i in range(s, s + n))
-        assert covered == list(range(15))  # every frame once
-        assert all(n <= 4 and (s + n <= 5 or s >= 5) for s, n in items)  # never across the segment break
+        items = make_windows(lengths, 4, r)
+        covered = sorted((e, i) for e, s, n in items for i in range(s, s + n))
+        assert covered == [(0, i) for i in range(5)] + [(1, i) for i in range(10)]  # every frame once
+        assert all(1 <= n <= 4 and s + n <= lengths[e] for e, s, n in items)  # never across a sequence end
     root, _ = write_recording(tmp_path / "rec", n=8, gaps_ms=[70, 70, 70, 3000, 70, 70, 70])
     rec = load_recording(root, progress=False)
-    train, val = split_contiguous(rec, 0.25)
-    assert len(train) == 6 and len(val) == 2 and val.rows.tolist() == [7, 8]  # the last rows, contiguous
-    obs, t, y, mask = make_batch(train, [(2, 2), (4, 2)], 3, None, None)
-    assert obs.shape == (2, 3, 66, 200, 3) and mask.tolist() == [[True, True, False]] * 2
-    assert torch.allclose(t[0, :2], torch.tensor([0.0, 0.07])) and torch.allclose(y[:, :2], torch.from_numpy(
-        np.stack([train.steering[2:4], train.steering[4:6]])))
+    train, val = UdacitySource([rec]).split(0.25)
+    assert train.lengths == [4, 2] and val.lengths == [2]  # the break splits the training rows in two segments
+    assert val.recordings[0].rows.tolist() == [7, 8]  # the last rows, contiguous
+    ds = WindowDataset(train, 3, shuffle_borders=False)
+    assert len(ds) == 3 and [ds.items[i][1:] for i in range(3)] == [(0, 3), (3, 1), (0, 2)]
+    item = ds[0]
+    assert item["obs"].shape == (3, 66, 200, 3) and item["mask"].tolist() == [True, True, True]
+    assert torch.allclose(item["t"], torch.tensor([0.0, 0.07, 0.14], dtype=torch.float64))
+    assert torch.allclose(item["target"], torch.from_numpy(rec.steering[:3]))
+    short = ds[1]
+    assert short["mask"].tolist() == [True, False, False] and short["obs"][1:].sum() == 0
+    # augmentation draws depend on (seed, epoch, item), never on the worker
+    aug = WindowDataset(UdacitySource([rec]), 3, shuffle_borders=True, seed=4)
+    again = WindowDataset(UdacitySource([rec]), 3, shuffle_borders=True, seed=4)
+    assert torch.equal(aug[1]["obs"], again[1]["obs"])
 
 
 def test_label_smoothing_stays_inside_segments(tmp_path):
@@ -222,8 +226,9 @@ def test_cli_train_and_evaluate_smoke(tmp_path, capsys):
                "--val-fraction", "0.25", "--tensorboard", str(tmp_path / "tb"), "--report", str(tmp_path / "r.json")])
     assert rc == 0 and out.is_file()
     p = load_policy(out)
-    assert isinstance(p, UdacityNACPolicy) and p.config.window == 4 and p.config.mode == "exact"
-    assert p.metadata["command"].startswith("agent train") and p.metadata["n_val_frames"] == 3
+    assert isinstance(p, DrivingPolicy) and p.config.window == 4 and p.config.core == "nac-exact"
+    assert p.metadata["command"].startswith("agent train") and p.metadata["metric"] == "mse"
+    assert json.loads((tmp_path / "r.json").read_text())["n_val_frames"] == 3
     assert len(json.loads((tmp_path / "r.json").read_text())["epochs"]) == 1
     assert any(f.name.startswith("events") for f in (tmp_path / "tb").rglob("*"))
     js = tmp_path / "eval.json"
@@ -243,4 +248,8 @@ def test_cli_train_and_evaluate_smoke(tmp_path, capsys):
     assert rc == 2 and "row 1: missing image" in capsys.readouterr().err
     assert main(["evaluate", "--env", "udacity", "--policy", str(out), "--data", str(tmp_path)]) == 2
     assert main(["evaluate", "--env", "carracing", "--policy", str(out), "--episodes", "1"]) == 2
-    assert "is a Udacity steering policy" in capsys.readouterr().err
+    assert "policy for --env udacity" in capsys.readouterr().err
+    # options of the other simulator are refused with a clear message
+    assert main(["train", "--env", "udacity", "--data", str(root), "--out", str(tmp_path / "z.pt"),
+                 "--dagger-rounds", "1"]) == 2
+    assert "only apply to --env carracing" in capsys.readouterr().err

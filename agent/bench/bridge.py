@@ -122,11 +122,11 @@ def runner_policy_fn(policy, overlays: bool) -> Callable[[np.ndarray, dict], flo
     (with the frame's arrival time as the NAC time), and with ``overlays`` also Grad-CAM on the
     newest frame, the NAC traces and the composition of the whole view (frame, HUD, panel)."""
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    from agent.drive.actors import _NACDriver
     from agent.drive.explain import Overlays
     from agent.drive.hud import Renderer, StepView
+    from agent.rollout import PolicyActor
 
-    driver = _NACDriver(policy, "policy")
+    driver = PolicyActor(policy, label="policy")
     renderer = ov = None
     if overlays:
         renderer = Renderer((320, 160), scale=2, policy_label="bench", steering=True, speed_unit="mph")
@@ -155,15 +155,15 @@ def bench_bridge_policy(policy_path: str | None, n: int, warmup: int) -> list[di
     import torch
 
     from agent.loading import load_policy
-    from agent.nn.udacity_policy import UdacityNACPolicy
+    from agent.nn.policy import DrivingPolicy, default_config
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         try:
-            policy = load_policy(policy_path) if policy_path else UdacityNACPolicy().eval()
+            policy = load_policy(policy_path) if policy_path else DrivingPolicy(default_config("udacity")).eval()
         except FileNotFoundError:
-            policy = UdacityNACPolicy().eval()
+            policy = DrivingPolicy(default_config("udacity")).eval()
         rows = [bench_bridge(n, None, warmup)]
         for overlays in (False, True):
             fn = runner_policy_fn(policy, overlays)

@@ -331,10 +331,21 @@ class KeyboardActor:
         pygame.display.set_caption("agent collect --keyboard: arrows drive, Esc stops")
         self.pygame, self.scale, self.clock, self.fps = pygame, scale, pygame.time.Clock(), fps
 
+    label = "keyboard"
+    has_probs = False
+    traces_reason = "a person drives (no policy to trace)"
+
     def reset(self) -> None:
         pass
 
-    def act(self, obs, env) -> int:
+    def act(self, obs, env=None, info=None):
+        """The person's action as an :class:`agent.rollout.Decision` (0 nothing, 1 left, 2 right, 3 gas, 4 brake)."""
+        from agent.rollout import Decision
+
+        a = self._keys(obs)
+        return Decision(a, a)
+
+    def _keys(self, obs) -> int:
         pg = self.pygame
         for event in pg.event.get():
             if event.type == pg.QUIT or (event.type == pg.KEYDOWN and event.key == pg.K_ESCAPE):

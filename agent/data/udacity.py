@@ -186,7 +186,7 @@ def load_recording(path: str | Path, on_bad_row: str = "skip", max_gap: float = 
             non-numeric value, an image that is missing, unreadable or not 320x160, or no
             timestamp in its center image name.
         max_gap: seconds; a longer gap between consecutive frames starts a new segment.
-        progress: show a tqdm bar while decoding.
+        progress: show a progress bar while decoding (only where stderr is a terminal).
 
     Raises:
         FileNotFoundError: no CSV at ``path``.
@@ -237,12 +237,12 @@ def load_recording(path: str | Path, on_bad_row: str = "skip", max_gap: float = 
             good.append((line, images, values, stamp))
 
     # pass 2: decode every image once (also in "error" mode, so the error lists every bad row)
-    from tqdm.auto import tqdm
+    from agent.log import progress as bar_for
 
     n = len(good)
     frames = {c: np.empty((n, *FRAME_SHAPE), np.uint8) for c in CAMERAS}
     keep = np.ones(n, bool)
-    for i, (line, images, _, _) in enumerate(tqdm(good, desc=f"reading {csv_path.parent.name}", unit="row",
+    for i, (line, images, _, _) in enumerate(bar_for(good, desc=f"reading {csv_path.parent.name}", unit="row",
                                                    disable=not progress, leave=False)):
         for cam, p in zip(CAMERAS, images):
             img = _decode(p)

@@ -2,7 +2,6 @@
 
 - :mod:`agent.drive.args`: the command-line options, their checks and the run's constants.
 - :mod:`agent.drive.session`: one run (:class:`~agent.drive.session.DriveSession`), its loop and ``run_drive``.
-- :mod:`agent.drive.actors`: drivers that turn an observation into a decision, per policy kind (temporary).
 - :mod:`agent.drive.explain`: the per-run interpretability (Grad-CAM, NAC traces, their history and dump).
 - :mod:`agent.drive.hud`: the per-step view and the HUD renderer.
 - :mod:`agent.drive.overlays`: the pygame drawers of the heat map and the trace panel.

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from agent.drive.actors import Decision, _Driver, _NACDriver
+from agent.rollout import Actor, Decision, PolicyActor
 from agent.drive.hud import DEFAULT_ACTION_NAMES, Renderer
 from agent.drive.traces import step_traces
 
@@ -30,7 +30,7 @@ class Overlays:
         class_names: names of the action classes.
     """
 
-    def __init__(self, policy, driver: _Driver, renderer: "Renderer | None", *, saliency: bool, traces: bool,
+    def __init__(self, policy, driver: Actor, renderer: "Renderer | None", *, saliency: bool, traces: bool,
                  dump: bool = False, opacity: float = 0.5, class_names: tuple[str, ...] = DEFAULT_ACTION_NAMES):
         self.reasons: dict[str, str] = {}
         self.saliency = None
@@ -38,12 +38,12 @@ class Overlays:
         self.history = self.panel = self.recorder = None
         self.class_names = tuple(class_names)
         self.topk = getattr(getattr(policy, "nac", None), "topk", None)
-        nac_driver = isinstance(driver, _NACDriver)
+        policy_actor = isinstance(driver, PolicyActor)
         if saliency and renderer is not None:
             from agent.drive.overlays import SaliencyDrawer
             from agent.drive.saliency import SaliencyOverlay, saliency_unavailable_reason
 
-            reason = saliency_unavailable_reason(policy) if nac_driver else \
+            reason = saliency_unavailable_reason(policy) if policy_actor else \
                 f"{driver.label} acts without a CNN on the frame"
             if reason:
                 self.reasons["saliency"] = reason
@@ -52,7 +52,7 @@ class Overlays:
                 self.saliency_drawer = SaliencyDrawer(opacity)
                 renderer.frame_filters.append(self.saliency_drawer)
         if (traces and renderer is not None) or dump:
-            if not nac_driver:
+            if not policy_actor or driver.traces_reason:
                 self.reasons["traces"] = driver.traces_reason
             else:
                 from agent.drive.traces import TraceHistory, TraceRecorder
@@ -65,7 +65,7 @@ class Overlays:
 
                     size = renderer.panel_rect.size
                     self.history = TraceHistory(TracePanel.plot_width_for(size[0]))
-                    self.panel = TracePanel(size, self.history, policy.config.num_heads, policy.config.window,
+                    self.panel = TracePanel(size, self.history, policy.nac.num_heads, policy.config.window,
                                             self.class_names)
                     renderer.panels.append(self.panel)
         self.driver = driver

@@ -12,13 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 DEFAULT_ACTION_NAMES = ("nothing", "left", "right", "gas", "brake")
-STEERING_CLASSES = ("straight", "left", "right")
-STEERING_DEADBAND = 0.05  # |normalised steering| below this counts as straight
-
-
-def steering_class(steering: float) -> int:
-    """0 straight, 1 left (steering < -0.05), 2 right (> 0.05); normalised steering, +1 = full right."""
-    return 1 if steering < -STEERING_DEADBAND else 2 if steering > STEERING_DEADBAND else 0
+from agent.rollout import STEERING_CLASSES, steering_class  # noqa: F401 - re-exported for the HUD's users
 
 
 @dataclass

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 def saliency_unavailable_reason(policy) -> str | None:
     """Why Grad-CAM cannot run on ``policy``, or None when it can.
 
-    A policy qualifies when it has the saliency hooks of :class:`agent.nn.policy.NACPolicy`
+    A policy qualifies when it has the saliency hooks of :class:`agent.nn.policy.DrivingPolicy`
     (``saliency_layer``, ``saliency_input``, ``saliency_forward``, ``saliency_region``) and its
     ``saliency_layer()`` is a convolution.
     """
@@ -52,16 +52,10 @@ def saliency_unavailable_reason(policy) -> str | None:
 
 
 def _expand_state(state, n: int):
-    """The state with its NAC cache repeated to batch size ``n`` (Grad-CAM batches the two signs)."""
-    if state is None or n == 1 or getattr(state, "cache", None) is None:
+    """The state repeated to batch size ``n`` (Grad-CAM batches the two signs of a steering output)."""
+    if state is None or n == 1:
         return state
-    from agent.nn.nac import NACCache
-    from agent.nn.policy import PolicyState
-
-    c = state.cache
-    cache = NACCache(c.k.expand(n, *c.k.shape[1:]), c.v.expand(n, *c.v.shape[1:]),
-                     c.times.expand(n, *c.times.shape[1:]) if c.times is not None else None)
-    return PolicyState(cache=cache, steps=state.steps, last={})
+    return state.expand(n)
 
 
 class NewestFrameModel(nn.Module):

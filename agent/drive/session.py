@@ -14,7 +14,7 @@ a window (:mod:`agent.drive.window`) shows it, ``--record`` writes it to an mp4
 display is available, no window is opened (``SDL_VIDEODRIVER=dummy``) and the run is never
 rate-limited; without ``--record`` a headless run skips drawing entirely.
 
-The options are :mod:`agent.drive.args`'s; the policy acts through :mod:`agent.drive.actors` and
+The options are :mod:`agent.drive.args`'s; the policy acts through :mod:`agent.rollout` (one actor interface) and
 is explained by :mod:`agent.drive.explain`. Heavy modules (pygame, torch, imageio, gymnasium) are
 imported lazily.
 """
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.drive.actors import _make_driver
+from agent.loading import make_actor
 from agent.drive.args import DEFAULT_SCALE, ENV_FPS, check_drive_args
 from agent.drive.explain import Overlays
 from agent.drive.hud import STEERING_CLASSES, Renderer, StepView
@@ -118,7 +118,7 @@ class DriveSession:
         if policy_env != args.env:
             raise ValueError(f"{name} is a {policy_env} policy; drive it with --env {policy_env} "
                              f"(or choose a {args.env} policy)")
-        self.driver = _make_driver(policy, name)
+        self.driver = make_actor(policy, label=name)
         self.env = self._make_env(args)
         self.env_fps = int(self.env.metadata.get("render_fps", ENV_FPS))
         obs_shape = self.env.observation_space.shape  # (H, W, C)
@@ -317,6 +317,9 @@ class DriveSession:
                 else:
                     why = getattr(self.driver, "traces_reason", None) or "no step ran"
                     print(f"drive: note: no NAC traces to dump ({why})", file=sys.stderr)
+            elif getattr(self.args, "dump_traces", None):
+                why = getattr(self.driver, "traces_reason", None) or "no NAC layer"
+                print(f"drive: note: no NAC traces to dump ({why})", file=sys.stderr)
         finally:
             self.overlays.close()
             if self.window is not None:

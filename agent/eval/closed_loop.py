@@ -64,7 +64,7 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
     Raises:
         ValueError: an unknown env or a bad episode count.
     """
-    from tqdm.auto import tqdm
+    from agent.log import progress as bar_for
 
     from agent.loading import resolve_policy_path
 
@@ -77,7 +77,7 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
     workers = max(1, min(workers, episodes))
     t0 = time.time()
     results: list[tuple[int, float, int]] = []
-    bar = tqdm(total=episodes, desc="evaluate", unit="ep", disable=not progress)
+    bar = bar_for(total=episodes, desc="evaluate", unit="ep", disable=not progress)
     def tick(r):
         results.append(r)
         bar.update(1)

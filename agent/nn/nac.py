@@ -166,11 +166,21 @@ class NACCache:
     Attributes:
         k, v: (B, H, L, d) for the L cached frames (L <= window).
         times: (B, L) timestamps in seconds, or None when the layer runs without timestamps.
+        mask: (B, L) bool, True = a real frame of this row's episode, or None (all real). A row
+            whose episode restarted keeps its older slots masked, so one batched cache serves
+            rows at different points of their episodes.
     """
 
     k: Tensor
     v: Tensor
     times: Tensor | None
+    mask: Tensor | None = None
+
+    def reset_rows(self, rows: Tensor) -> "NACCache":
+        """The cache with every cached frame of the rows where ``rows`` (B,) bool is True masked out."""
+        mask = self.mask if self.mask is not None else torch.ones(self.k.shape[0], self.length, dtype=torch.bool,
+                                                                  device=self.k.device)
+        return NACCache(self.k, self.v, self.times, mask & ~rows.to(mask.device)[:, None])
 
     @property
     def length(self) -> int:
@@ -487,14 +497,18 @@ class NAC(nn.Module):
             if (t is None) != (cache.times is None):
                 raise ValueError("give timestamps on every streaming step or on none")
             times = torch.cat([cache.times, t.reshape(B, 1).to(cache.times.dtype)], 1) if t is not None else None
-            cache = NACCache(torch.cat([cache.k, k], 2), torch.cat([cache.v, v], 2), times)
+            mask = None
+            if cache.mask is not None:  # the newest frame is always real
+                mask = torch.cat([cache.mask, torch.ones(B, 1, dtype=torch.bool, device=x.device)], 1)
+            cache = NACCache(torch.cat([cache.k, k], 2), torch.cat([cache.v, v], 2), times, mask)
         if window is not None and cache.length > window:
             cache = NACCache(cache.k[:, :, -window:], cache.v[:, :, -window:],
-                             cache.times[:, -window:] if cache.times is not None else None)
+                             cache.times[:, -window:] if cache.times is not None else None,
+                             cache.mask[:, -window:] if cache.mask is not None else None)
         L = cache.length
         qpos = torch.full((1,), L - 1, dtype=torch.long, device=x.device)
         qt = cache.times[:, -1:] if cache.times is not None else None
-        y, inter = self.attend(q, cache.k, cache.v, qpos, None, qt, cache.times, return_intermediates)
+        y, inter = self.attend(q, cache.k, cache.v, qpos, cache.mask, qt, cache.times, return_intermediates)
         if not return_intermediates:
             return y[:, 0], cache
         inter.neurons["sensory"] = torch.cat([q, k, v], dim=1).transpose(1, 2).reshape(B, 1, 3 * self.d_model)

@@ -1,313 +1,456 @@
-"""The student: a CNN feature extractor feeding NAC over a window of past frames.
+"""The driving policy: a features extractor, then a temporal core, then an action head.
 
-Shapes: B batch, T window (frames), H x W x C the frame (96 x 96 x 3 uint8 for CarRacing),
-F the CNN's flattened feature size, A the number of discrete actions (5).
+One class serves both simulators (DESIGN.md section 2; stable-baselines3's
+``common/policies.py`` for the split and for saving the constructor arguments beside the state
+dict). Shapes: B batch, T window (frames), H x W x C a raw frame, F features, d the core width,
+A the head's outputs.
 
-The CNN is the paper's CarRacing extractor (arXiv 2512.10282, Appendix D: conv 10@3x3/2,
-20@5x5/2, 30@5x5/2, ReLU, dropout 0.2); its flatten size comes from a dry run on the
-observation space, as stable-baselines3's ``NatureCNN`` does. NAC-Steady (d_model 64, 16 heads,
-top-k 8, sparsity 0.5) reads the window with the frames' timestamps; a dense 64 layer and a
-linear layer give the five action logits. The reference trains with T = 1 (no temporal
-context); the window here is chosen by validation (see README).
+    frames (B, T, H, W, C) --features--> (B, T, F) --core--> (B, T, d) --head--> (B, T, A)
+
+- CarRacing (the defaults of :func:`default_config` ``("carracing")``): the paper's CNN on
+  96x96x3 frames, NAC-Steady (d 64, 16 heads, top-k 8, sparsity 0.5) over T = 4 frames at
+  0.02 s, dense 64 (ReLU) and the five action logits (arXiv 2512.10282, Appendix D).
+- Udacity (``default_config("udacity")``): PilotNet on 66x200 YUV crops, NAC-Exact (d 100,
+  20 heads, top-k 8) over T = 8 frames with their capture times, dense 64 (ELU) and one
+  normalised steering output in [-1, 1] (Appendix D.3.3).
+
+Any core of :mod:`agent.nn.cores` can replace the NAC (``core="lstm"``, ...).
+
+Acting: ``step`` is the streaming call (one features forward and one core step per frame);
+``predict`` is stable-baselines3's batched call and resets only the rows whose ``episode_start``
+is True. Grad-CAM hooks: ``saliency_layer``, ``saliency_input``, ``saliency_forward``,
+``saliency_region``. Files: ``save`` / ``load`` (``torch.load(weights_only=True)``; one file
+rebuilds the policy).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import gymnasium as gym
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from agent.nn.nac import NAC, NACCache, NACIntermediates
+from agent.nn.cores import CORES, TemporalCore, make_core
+from agent.nn.features import FeaturesExtractor, make_features
+from agent.nn.heads import ActionHead, head_for, space_from_dict
 
-FORMAT_VERSION = 1
+#: The ``kind`` stored in every policy file of this project, and its format version.
 FILE_KIND = "nac-drive-policy"
-
-
-class CNNFeatures(nn.Module):
-    """The paper's CarRacing CNN: (B, H, W, C) uint8 or float in [0, 255] -> (B, F) features.
-
-    Args:
-        observation_space: a ``Box`` of shape (H, W, C) (channels last, as gymnasium renders).
-        channels: output channels of the three convolutions.
-        dropout: dropout on the flattened features (paper: 0.2).
-
-    Raises:
-        ValueError: if the observation space is not an (H, W, C) Box, or too small for the convs.
-    """
-
-    def __init__(self, observation_space: gym.spaces.Box, channels=(10, 20, 30), dropout: float = 0.2):
-        super().__init__()
-        shape = tuple(observation_space.shape)
-        if len(shape) != 3:
-            raise ValueError(f"CNNFeatures needs image observations (H, W, C), got shape {shape}")
-        h, w, c = shape
-        self.obs_shape = shape
-        self.cnn = nn.Sequential(
-            nn.Conv2d(c, channels[0], 3, stride=2), nn.ReLU(),
-            nn.Conv2d(channels[0], channels[1], 5, stride=2), nn.ReLU(),
-            nn.Conv2d(channels[1], channels[2], 5, stride=2), nn.ReLU(),
-            nn.Flatten(),
-        )
-        with torch.no_grad():  # dry run for the flatten size
-            try:
-                self.features_dim = int(self.cnn(torch.zeros(1, c, h, w)).shape[1])
-            except RuntimeError as exc:
-                raise ValueError(f"observation {shape} is too small for the CNN: {exc}") from exc
-        self.dropout = nn.Dropout(dropout)
-
-    @staticmethod
-    def preprocess(obs: Tensor) -> Tensor:
-        """(B, H, W, C) frames in [0, 255] -> (B, C, H, W) float in [0, 1], what the first conv sees."""
-        return obs.float().permute(0, 3, 1, 2) / 255.0
-
-    def forward(self, obs: Tensor) -> Tensor:
-        return self.from_preprocessed(self.preprocess(obs))  # (B, F)
-
-    def from_preprocessed(self, x: Tensor) -> Tensor:
-        """(B, C, H, W) preprocessed frames -> (B, F) features (the path Grad-CAM differentiates)."""
-        return self.dropout(self.cnn(x))
-
-    @property
-    def last_conv(self) -> nn.Conv2d:
-        """The last convolution: Grad-CAM's target layer."""
-        return [m for m in self.cnn if isinstance(m, nn.Conv2d)][-1]
+FORMAT_VERSION = 2
+CARRACING_ACTIONS = ("nothing", "left", "right", "gas", "brake")
 
 
 @dataclass
 class PolicyConfig:
-    """Everything needed to rebuild a :class:`NACPolicy` (saved in the policy file)."""
+    """Everything needed to rebuild a :class:`DrivingPolicy` (stored in the policy file).
 
-    obs_shape: tuple[int, int, int] = (96, 96, 3)
-    n_actions: int = 5
-    window: int = 16  # T: frames the NAC sees (the newest included)
-    frame_dt: float = 0.02  # seconds between frames (CarRacing runs at 50 FPS)
-    d_model: int = 64
-    num_heads: int = 16
-    topk: int = 8
-    sparsity: float = 0.5
-    mode: str = "steady"
-    hidden: int = 64
-    dropout: float = 0.2
-    seed: int = 22222
+    Attributes:
+        env: the simulator the policy drives ("carracing" or "udacity").
+        obs_shape: (H, W, C) of the raw frames.
+        action_space: a JSON description of the env's action space
+            (:func:`agent.nn.heads.space_to_dict`): ``{"type": "discrete", "n": 5}`` or
+            ``{"type": "box", "low": [-1.0], "high": [1.0]}``.
+        action_names: a name per discrete action, or per output of a Box.
+        features, features_kwargs: the features extractor (:data:`agent.nn.features.FEATURES`).
+        core, core_kwargs: the temporal core (:data:`agent.nn.cores.CORES`).
+        d_model: d, the core's output width.
+        window: T, frames the core sees (the newest included).
+        frame_dt: seconds between frames when no timestamps are given (CarRacing: 0.02).
+        head_hidden, head_activation: the action head's dense layer.
+        seed: seed of the weights' initialisation (and of NAC's wirings).
+    """
+
     env: str = "carracing"
-    action_names: tuple[str, ...] = ("nothing", "left", "right", "gas", "brake")
+    obs_shape: tuple[int, ...] = (96, 96, 3)
+    action_space: dict = field(default_factory=lambda: {"type": "discrete", "n": 5})
+    action_names: tuple[str, ...] = CARRACING_ACTIONS
+    features: str = "carracing-cnn"
+    features_kwargs: dict = field(default_factory=lambda: {"dropout": 0.2})
+    core: str = "nac-steady"
+    core_kwargs: dict = field(default_factory=dict)
+    d_model: int = 64
+    window: int = 4
+    frame_dt: float = 0.02
+    head_hidden: int = 64
+    head_activation: str = "relu"
+    seed: int = 22222
 
     def __post_init__(self):
         self.obs_shape = tuple(int(s) for s in self.obs_shape)
         self.action_names = tuple(self.action_names)
+        self.features_kwargs, self.core_kwargs = dict(self.features_kwargs), dict(self.core_kwargs)
         if self.window < 1:
-            raise ValueError(f"window must be >= 1, got {self.window}")
-        if len(self.action_names) != self.n_actions:
-            raise ValueError("action_names must name every action")
+            raise ValueError(f"window must be >= 1 frame, got {self.window}")
+        if self.frame_dt <= 0:
+            raise ValueError(f"frame_dt must be > 0 seconds, got {self.frame_dt}")
+        if self.core not in CORES:
+            raise ValueError(f"unknown core {self.core!r}; choose one of {', '.join(CORES)}")
+        space = space_from_dict(self.action_space)
+        n = int(space.n) if self.action_space["type"] == "discrete" else int(np.prod(space.shape))
+        if len(self.action_names) != n:
+            raise ValueError(f"action_names must name each of the {n} actions/outputs, got {self.action_names}")
+
+    def to_dict(self) -> dict:
+        """JSON-able dict (tuples as lists), what the policy file stores."""
+        return json_ready(asdict(self))
+
+
+def json_ready(obj):
+    """``obj`` with tuples turned into lists, recursively (policy files hold plain containers)."""
+    if isinstance(obj, dict):
+        return {k: json_ready(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_ready(v) for v in obj]
+    return obj
+
+
+def default_core_kwargs(env: str, core: str) -> dict:
+    """The core options each simulator's policy uses by default (the NAC settings of the paper)."""
+    if core.startswith("nac-"):
+        heads = 20 if env == "udacity" else 16
+        return {"num_heads": heads, "topk": 8, "sparsity": 0.5}
+    if core == "torch-nac":
+        return {"num_heads": 20 if env == "udacity" else 16, "topk": 8}
+    return {}
+
+
+def default_config(env: str = "carracing", core: str | None = None, **overrides) -> PolicyConfig:
+    """The policy configuration of a simulator, with ``overrides`` applied.
+
+    Args:
+        env: "carracing" or "udacity".
+        core: a :data:`agent.nn.cores.CORES` name (default: nac-steady for CarRacing, nac-exact
+            for Udacity); its default options come from :func:`default_core_kwargs` unless
+            ``core_kwargs`` is overridden.
+
+    Raises:
+        ValueError: an unknown env, core, or field.
+    """
+    if env == "carracing":
+        base = dict(env="carracing", obs_shape=(96, 96, 3), action_space={"type": "discrete", "n": 5},
+                    action_names=CARRACING_ACTIONS, features="carracing-cnn", features_kwargs={"dropout": 0.2},
+                    core=core or "nac-steady", d_model=64, window=4, frame_dt=0.02, head_hidden=64,
+                    head_activation="relu")
+    elif env == "udacity":
+        base = dict(env="udacity", obs_shape=(160, 320, 3), action_space={"type": "box", "low": [-1.0], "high": [1.0]},
+                    action_names=("steering",), features="pilotnet", features_kwargs={"dropout": 0.5},
+                    core=core or "nac-exact", d_model=100, window=8, frame_dt=0.07, head_hidden=64,
+                    head_activation="elu")
+    else:
+        raise ValueError(f"unknown env {env!r}; choose carracing or udacity")
+    base["core_kwargs"] = default_core_kwargs(env, base["core"])
+    unknown = set(overrides) - {f.name for f in dataclasses.fields(PolicyConfig)}
+    if unknown:
+        raise ValueError(f"unknown policy option(s) {', '.join(sorted(unknown))}")
+    base.update(overrides)
+    return PolicyConfig(**base)
 
 
 @dataclass
 class PolicyState:
-    """Streaming state of one rollout batch: the NAC cache and the step counter (for timestamps)."""
+    """Streaming state of a batch of B rollouts.
 
-    cache: NACCache | None = None
-    steps: int = 0
-    last: dict = field(default_factory=dict)  # latest logits / intermediates, for the runner's HUD
-
-
-class NACPolicy(nn.Module):
-    """CNN + NAC + dense head, trained by behaviour cloning; acts one frame at a time.
-
-    ``forward`` scores whole windows (training); ``step`` / ``predict`` act in a rollout and cost
-    one CNN forward plus NAC on the newest query over the cached keys.
-
-    The live runner's overlays use :attr:`output_kind` ("discrete": the outputs are action logits)
-    and the saliency hooks :meth:`saliency_layer`, :meth:`saliency_input`, :meth:`saliency_forward`
-    and :meth:`saliency_region`, which every policy with a CNN provides.
+    Attributes:
+        core: the core's state (:class:`agent.nn.nac.NACCache` or :class:`agent.nn.cores.WindowState`),
+            None before the first frame.
+        steps: (B,) int64, frames seen since each row's episode start.
+        last: the newest step's ``output`` (B, A) and, when asked for, ``intermediates``
+            (for the runner's HUD and traces).
     """
 
-    output_kind = "discrete"
+    core: object = None
+    steps: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    last: dict = field(default_factory=dict)
 
-    def __init__(self, config: PolicyConfig | None = None, **kwargs):
+    def expand(self, n: int) -> "PolicyState":
+        """This one-row state repeated to ``n`` rows (Grad-CAM batches targets); tensors are views."""
+        def rep(x):
+            return x.expand(n, *x.shape[1:]) if isinstance(x, Tensor) else x
+
+        core = None if self.core is None else dataclasses.replace(
+            self.core, **{f.name: rep(getattr(self.core, f.name)) for f in dataclasses.fields(self.core)})
+        return PolicyState(core, np.repeat(self.steps[:1], n), {})
+
+
+class DrivingPolicy(nn.Module):
+    """Features extractor + temporal core + action head; trained by behaviour cloning.
+
+    Args:
+        config: a :class:`PolicyConfig` (default: :func:`default_config` ``("carracing")``).
+
+    Attributes:
+        features (:class:`agent.nn.features.FeaturesExtractor`), core
+        (:class:`agent.nn.cores.TemporalCore`), head (:class:`agent.nn.heads.ActionHead`),
+        action_space, metadata (what the file stored beside the weights).
+
+    Raises:
+        ValueError: a config that does not fit together (e.g. frames too small for the CNN).
+    """
+
+    def __init__(self, config: PolicyConfig | None = None, **overrides):
         super().__init__()
-        self.config = config or PolicyConfig(**kwargs)
+        self.config = config or default_config(**overrides)
         cfg = self.config
-        space = gym.spaces.Box(0, 255, cfg.obs_shape, np.uint8)
-        self.features = CNNFeatures(space, dropout=cfg.dropout)
-        self.nac = NAC(self.features.features_dim, cfg.d_model, cfg.num_heads, topk=cfg.topk, mode=cfg.mode,
-                       sparsity=cfg.sparsity, causal=True, selector="exact", seed=cfg.seed)
-        self.head = nn.Sequential(nn.Linear(cfg.d_model, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, cfg.n_actions))
+        with torch.random.fork_rng(devices=[]):  # seeded initialisation, the global RNG left as it was
+            torch.manual_seed(cfg.seed)
+            self.features: FeaturesExtractor = make_features(cfg.features, obs_shape=cfg.obs_shape,
+                                                             **cfg.features_kwargs)
+            core_kwargs = dict(cfg.core_kwargs)
+            if cfg.core.startswith("nac-"):
+                core_kwargs.setdefault("seed", cfg.seed)
+            self.core: TemporalCore = make_core(cfg.core, self.features.features_dim, cfg.d_model, cfg.window,
+                                                cfg.frame_dt, **core_kwargs)
+            self.head: ActionHead = head_for(space_from_dict(cfg.action_space), cfg.d_model, cfg.head_hidden,
+                                             cfg.head_activation)
+        self.action_space = space_from_dict(cfg.action_space)
+        self.metadata: dict = {}
 
-    # ------------------------------------------------------------------ training
-    def forward(self, obs: Tensor, mask: Tensor | None = None, return_intermediates: bool = False):
-        """Action logits for every position of frame windows.
+    # ------------------------------------------------------------------ properties
+    @property
+    def output_kind(self) -> str:
+        """"discrete" (action logits), "steering" (one continuous output) or "continuous"."""
+        if self.head.kind == "discrete":
+            return "discrete"
+        return "steering" if self.head.out_dim == 1 else "continuous"
 
-        Args:
-            obs: (B, T, H, W, C) frames (uint8 or float in [0, 255]).
-            mask: (B, T) bool, True = real frame (False = padding before an episode start).
-
-        Returns:
-            logits (B, T, A), or (logits, NACIntermediates).
-        """
-        B, T = obs.shape[:2]
-        feats = self.features(obs.reshape(B * T, *obs.shape[2:])).view(B, T, -1)  # (B, T, F)
-        t = torch.arange(T, device=obs.device, dtype=feats.dtype).expand(B, T) * self.config.frame_dt  # (B, T) s
-        out = self.nac(feats, t=t, mask=mask, return_intermediates=return_intermediates)
-        y, inter = out if return_intermediates else (out, None)
-        logits = self.head(y)  # (B, T, A)
-        return (logits, inter) if return_intermediates else logits
-
-    # ------------------------------------------------------------------ acting
-    @torch.no_grad()
-    def step(self, obs: Tensor, state: PolicyState | None = None, return_intermediates: bool = False,
-             t: Tensor | None = None) -> tuple[Tensor, PolicyState]:
-        """One control step for a batch of newest frames.
-
-        Args:
-            obs: (B, H, W, C) newest frames.
-            state: the previous step's state (None at an episode start).
-            return_intermediates: also keep the NAC intermediates in ``state.last["intermediates"]``.
-            t: (B,) frame timestamps in seconds; None: ``steps * frame_dt`` (CarRacing's fixed rate).
-
-        Returns:
-            (logits (B, A), new state); ``new_state.last["logits"]`` holds the logits too.
-        """
-        state = state or PolicyState()
-        feats = self.features(obs)  # (B, F)
-        if t is None:
-            t = torch.full((obs.shape[0],), state.steps * self.config.frame_dt, dtype=feats.dtype, device=obs.device)
-        out = self.nac.step(feats, state.cache, t=t, window=self.config.window,
-                            return_intermediates=return_intermediates)
-        y, cache = out[0], out[1]
-        logits = self.head(y)  # (B, A)
-        new = PolicyState(cache=cache, steps=state.steps + 1, last={"logits": logits})
-        if return_intermediates:
-            new.last["intermediates"] = out[2]
-        return logits, new
-
-    # ------------------------------------------------------------------ saliency (Grad-CAM) hooks
-    def saliency_layer(self) -> nn.Module:
-        """The CNN's last convolution, Grad-CAM's target layer."""
-        return self.features.last_conv
-
-    def saliency_input(self, frame: np.ndarray) -> Tensor:
-        """One raw frame (H, W, C) uint8 -> (1, C, H, W) float, exactly what the first conv sees."""
-        obs = torch.as_tensor(np.ascontiguousarray(frame), device=self.device)[None]
-        return self.features.preprocess(obs)
-
-    def saliency_forward(self, x: Tensor, state_before: PolicyState | None = None, t: Tensor | None = None) -> Tensor:
-        """Differentiable twin of :meth:`step` for Grad-CAM: the output on the newest frame ``x``.
-
-        Args:
-            x: (N, C, H, W) preprocessed newest frame(s) (:meth:`saliency_input`).
-            state_before: the state :meth:`step` was given for this frame (the earlier frames of
-                the window); it is not changed. Its cache must have batch size N (or be None).
-            t: (N,) timestamp in seconds, or None for ``state_before.steps * frame_dt``.
-
-        Returns:
-            (N, A) action logits, equal to what :meth:`step` returns for the same frame.
-        """
-        N = x.shape[0]
-        feats = self.features.from_preprocessed(x)  # (N, F)
-        steps = state_before.steps if state_before is not None else 0
-        if t is None:
-            t = torch.full((N,), steps * self.config.frame_dt, dtype=feats.dtype, device=x.device)
-        cache = state_before.cache if state_before is not None else None
-        y = self.nac.step(feats, cache, t=t, window=self.config.window)[0]  # (N, d_model)
-        return self.head(y)
-
-    def saliency_region(self, frame_hw: tuple[int, int]) -> tuple[int, int, int, int]:
-        """(top, bottom, left, right) pixels of the raw frame that :meth:`saliency_input` covers: all of it."""
-        return 0, int(frame_hw[0]), 0, int(frame_hw[1])
-
-    def predict(self, obs: np.ndarray, state: PolicyState | None = None, episode_start: np.ndarray | None = None,
-                deterministic: bool = True) -> tuple[np.ndarray | int, PolicyState]:
-        """stable-baselines3-style acting.
-
-        Args:
-            obs: one frame (H, W, C) or a batch (N, H, W, C), uint8.
-            state: the previous call's state (None at the start).
-            episode_start: (N,) bool; any True restarts the window (the NAC cache is dropped).
-            deterministic: argmax action; otherwise sample from the softmax.
-
-        Returns:
-            (action, state): an int for one frame, an (N,) int64 array for a batch.
-
-        Raises:
-            ValueError: if the frame shape differs from the policy's observation shape.
-        """
-        obs = np.asarray(obs)
-        single = obs.ndim == 3
-        batch = obs[None] if single else obs
-        if tuple(batch.shape[1:]) != self.config.obs_shape:
-            raise ValueError(f"this policy takes frames of shape {self.config.obs_shape}, got {tuple(batch.shape[1:])}")
-        if episode_start is not None and np.any(episode_start):
-            state = None
-        was_training = self.training
-        self.eval()
-        logits, state = self.step(torch.as_tensor(batch, device=self.device), state)
-        if was_training:
-            self.train()
-        if deterministic:
-            action = logits.argmax(-1)
-        else:
-            action = torch.distributions.Categorical(logits=logits).sample()
-        action = action.cpu().numpy()
-        return (int(action[0]) if single else action), state
+    @property
+    def nac(self):
+        """The NAC layer of a NAC core (for traces and the wiring picture), else None."""
+        return getattr(self.core, "nac", None)
 
     @property
     def device(self) -> torch.device:
         return next(self.parameters()).device
 
+    # ------------------------------------------------------------------ training
+    def forward(self, obs, t: Tensor | None = None, mask: Tensor | None = None, return_intermediates: bool = False):
+        """Outputs for every position of frame windows (causal cores: position i sees frames <= i).
+
+        Args:
+            obs: (B, T, H, W, C) frames, raw or as the features extractor's ``preprocess`` also
+                accepts them (PilotNet: (B, T, 66, 200, 3) preprocessed YUV); a Tensor or an array.
+            t: (B, T) frame times in seconds (only differences matter), or None: position * frame_dt.
+            mask: (B, T) bool, True = a real frame (False = padding).
+            return_intermediates: also return the core's intermediates (NAC cores; None otherwise).
+
+        Returns:
+            (B, T, A) logits or continuous outputs (not clipped), or (outputs, intermediates).
+        """
+        B, T = obs.shape[:2]
+        x = self.features.preprocess(obs.reshape(B * T, *obs.shape[2:]))  # (B*T, C', H', W')
+        feats = self.features.from_preprocessed(x).view(B, T, -1)  # (B, T, F)
+        if t is not None:
+            t = torch.as_tensor(t, device=feats.device)
+        if mask is not None:
+            mask = torch.as_tensor(mask, device=feats.device)
+        out = self.core(feats, t, mask, return_intermediates=return_intermediates)
+        y, inter = out if return_intermediates else (out, None)
+        outputs = self.head(y)  # (B, T, A)
+        return (outputs, inter) if return_intermediates else outputs
+
+    # ------------------------------------------------------------------ acting
+    def _times(self, t, B: int) -> Tensor | None:
+        if t is None:
+            return None
+        t = torch.as_tensor(t, dtype=torch.float64, device=self.device).reshape(-1)
+        if t.numel() == 1 and B > 1:
+            t = t.expand(B)
+        if t.numel() != B:
+            raise ValueError(f"t must hold one time per frame ({B}), got {t.numel()}")
+        return t
+
+    def _core_step(self, feats: Tensor, state: PolicyState | None, t, return_intermediates: bool):
+        """Core step and head on (B, F) features -> (outputs (B, A), new PolicyState)."""
+        B = feats.shape[0]
+        state = state if state is not None else PolicyState(None, np.zeros(B, np.int64))
+        out = self.core.step(feats, state.core, t=self._times(t, B), return_intermediates=return_intermediates)
+        outputs = self.head(out[0])  # (B, A)
+        new = PolicyState(out[1], state.steps + 1 if len(state.steps) == B else np.ones(B, np.int64),
+                          {"output": outputs})
+        if self.head.kind == "discrete":
+            new.last["logits"] = outputs
+        if return_intermediates:
+            new.last["intermediates"] = out[2]
+        return outputs, new
+
+    @torch.no_grad()
+    def step(self, obs, state: PolicyState | None = None, return_intermediates: bool = False,
+             t=None) -> tuple[Tensor, PolicyState]:
+        """One control step for a batch of newest frames (call in eval mode).
+
+        Args:
+            obs: (B, H, W, C) newest frames (array or tensor).
+            state: the previous step's state (None at the start of the episodes).
+            return_intermediates: keep the core's intermediates in ``state.last["intermediates"]``.
+            t: (B,) frame times in seconds (any origin; float64 kept), or None: one ``frame_dt``
+                after the previous frame. Give times on every step of a drive or on none.
+
+        Returns:
+            (outputs (B, A): logits, or continuous outputs clipped to the action box; new state).
+        """
+        feats = self.features(obs)  # (B, F)
+        outputs, new = self._core_step(feats, state, t, return_intermediates)
+        if self.head.kind != "discrete":
+            outputs = self.head.act(outputs)
+            new.last["output"] = outputs
+        return outputs, new
+
+    def act(self, outputs: Tensor, deterministic: bool = True) -> np.ndarray:
+        """(B, A) outputs of :meth:`step` -> (B,) int64 actions or (B, A) float32 actions."""
+        a = self.head.act(outputs, deterministic).cpu().numpy()
+        return a.astype(np.int64) if self.head.kind == "discrete" else a.astype(np.float32)
+
+    def reset_rows(self, state: PolicyState | None, episode_start) -> PolicyState | None:
+        """``state`` with the rows where ``episode_start`` (B,) is True restarted."""
+        if state is None or episode_start is None:
+            return state
+        rows = np.asarray(episode_start, bool).reshape(-1)
+        if not rows.any():
+            return state
+        if rows.all():
+            return None
+        steps = state.steps.copy()
+        steps[rows] = 0
+        return PolicyState(self.core.reset_rows(state.core, torch.as_tensor(rows, device=self.device)), steps, {})
+
+    def predict(self, obs, state: PolicyState | None = None, episode_start=None, deterministic: bool = True,
+                t=None):
+        """stable-baselines3-style batched acting.
+
+        Args:
+            obs: one frame (H, W, C) or a batch (B, H, W, C), uint8.
+            state: the previous call's state (None at the start).
+            episode_start: (B,) bool; the rows where it is True start a new episode (their window
+                is emptied; the other rows keep theirs), as SB3's recurrent policies do.
+            deterministic: argmax action (discrete); otherwise sample from the softmax.
+            t: frame time(s) in seconds, as in :meth:`step`.
+
+        Returns:
+            (action, state): for one frame an int (discrete) or a float / (A,) array
+            (continuous); for a batch a (B,) int64 or (B, A) float32 array (a 1-D Box: (B,)).
+
+        Raises:
+            ValueError: frames of another shape than the policy's observation shape.
+        """
+        obs = np.asarray(obs)
+        single = obs.ndim == len(self.config.obs_shape)
+        batch = obs[None] if single else obs
+        if tuple(batch.shape[1:]) != self.config.obs_shape:
+            raise ValueError(f"this policy takes frames of shape {self.config.obs_shape}, got {tuple(batch.shape[1:])}")
+        state = self.reset_rows(state, episode_start)
+        if state is not None and len(state.steps) != len(batch):
+            raise ValueError(f"the state holds {len(state.steps)} rows but {len(batch)} frames were given; "
+                             "pass state=None (or episode_start all True) when the batch size changes")
+        was_training = self.training
+        self.eval()
+        outputs, state = self.step(batch, state, t=t)
+        self.train(was_training)
+        action = self.act(outputs, deterministic)
+        if self.head.kind != "discrete" and action.shape[-1] == 1:
+            action = action[:, 0]
+        if single:
+            return (int(action[0]) if self.head.kind == "discrete" else
+                    (float(action[0]) if action.ndim == 1 else action[0])), state
+        return action, state
+
+    # ------------------------------------------------------------------ saliency (Grad-CAM)
+    def saliency_layer(self) -> nn.Module:
+        """The features extractor's last convolution: Grad-CAM's target layer."""
+        return self.features.last_conv
+
+    def saliency_input(self, frame: np.ndarray) -> Tensor:
+        """One raw frame (H, W, C) uint8 -> (1, C', H', W') float, exactly what the first convolution sees.
+
+        Raises:
+            ValueError: a frame of another shape than the policy's observation shape.
+        """
+        frame = np.asarray(frame)
+        if tuple(frame.shape) != self.config.obs_shape:
+            raise ValueError(f"frame must be {self.config.obs_shape}, got {tuple(frame.shape)}")
+        return self.features.preprocess(frame[None])
+
+    def saliency_forward(self, x: Tensor, state_before: PolicyState | None = None, t=None) -> Tensor:
+        """Differentiable twin of :meth:`step` for Grad-CAM, run in eval mode.
+
+        Args:
+            x: (N, C', H', W') preprocessed newest frame(s) (:meth:`saliency_input`).
+            state_before: the state :meth:`step` was given for this frame (N rows, or None); not changed.
+            t: (N,) the frame's time in seconds, or None.
+
+        Returns:
+            (N, A): the logits, or the clipped continuous output, that :meth:`step` returns.
+        """
+        was_training = self.training
+        self.eval()
+        try:
+            feats = self.features.from_preprocessed(x.to(self.device))  # (N, F)
+            outputs, _ = self._core_step(feats, state_before, t, False)
+        finally:
+            self.train(was_training)
+        return outputs if self.head.kind == "discrete" else self.head.act(outputs)
+
+    def saliency_region(self, frame_hw: tuple[int, int]) -> tuple[int, int, int, int]:
+        """(top, bottom, left, right) pixels of a raw frame that :meth:`saliency_input` covers."""
+        return self.features.region(frame_hw)
+
     # ------------------------------------------------------------------ files
     def save(self, path: str | Path, metadata: dict | None = None) -> Path:
-        """Write one file holding the format version, the config, the state dict and metadata
-        (atomically: see :func:`write_policy_file`)."""
-        return write_policy_file(path, FILE_KIND, FORMAT_VERSION, self.config, self.state_dict(), metadata)
+        """Write one file: kind, format version, the config, the state dict and metadata.
+
+        Written to a temporary name and renamed, so a crash never leaves half a file.
+        """
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        payload = {"kind": FILE_KIND, "format_version": FORMAT_VERSION, "config": self.config.to_dict(),
+                   "state_dict": {k: v.detach().cpu() for k, v in self.state_dict().items()},
+                   "metadata": json_ready(metadata or {})}
+        buf = io.BytesIO()
+        torch.save(payload, buf)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(buf.getvalue())
+        tmp.replace(path)
+        return path
 
     @classmethod
-    def load(cls, path: str | Path, device: str | torch.device = "cpu") -> "NACPolicy":
-        """Rebuild a policy from a file written by :meth:`save` (``torch.load(weights_only=True)``).
+    def load(cls, path: str | Path, device: str | torch.device = "cpu") -> "DrivingPolicy":
+        """Rebuild a policy from a file written by :meth:`save`.
 
         Raises:
             FileNotFoundError: no such file.
-            ValueError: not a policy file of this project, an unsupported format version, or a
-                state dict that does not fit the stored config. Nothing is half-loaded.
+            ValueError: not a policy file of this project, another format version (an old
+                file: convert it with ``agent convert-policy``), or weights that do not fit the
+                stored config. Nothing is half-loaded.
         """
         return cls.from_payload(read_policy_file(path), path, device)
 
     @classmethod
-    def from_payload(cls, payload: dict, path: str | Path, device: str | torch.device = "cpu") -> "NACPolicy":
+    def from_payload(cls, payload: dict, path: str | Path, device: str | torch.device = "cpu") -> "DrivingPolicy":
         """Rebuild from the contents of a policy file (:func:`read_policy_file`); errors as :meth:`load`."""
-        return rebuild_policy(cls, PolicyConfig, payload, path, FILE_KIND, FORMAT_VERSION, "NAC policy", device)
-
-
-def write_policy_file(path: str | Path, kind: str, version: int, config, state_dict: dict,
-                      metadata: dict | None = None) -> Path:
-    """One policy file: kind, format version, the config dataclass, the state dict and metadata.
-
-    The file is written to a temporary name and renamed, so a crash never leaves half a file.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "kind": kind,
-        "format_version": version,
-        "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(config).items()},
-        "state_dict": {k: v.detach().cpu() for k, v in state_dict.items()},
-        "metadata": metadata or {},
-    }
-    buf = io.BytesIO()
-    torch.save(payload, buf)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(buf.getvalue())
-    tmp.replace(path)
-    return path
+        if not isinstance(payload, dict) or payload.get("kind") != FILE_KIND:
+            found = payload.get("kind") if isinstance(payload, dict) else None
+            raise ValueError(f"{path} is not a policy file of this project (kind {found!r}, expected {FILE_KIND!r})")
+        version = payload.get("format_version")
+        if version != FORMAT_VERSION:
+            hint = " (an older file: run `agent convert-policy OLD NEW`)" if isinstance(version, int) and \
+                version < FORMAT_VERSION else ""
+            raise ValueError(f"{path} has policy format version {version}; this version of the project reads "
+                             f"version {FORMAT_VERSION}{hint}")
+        try:
+            policy = cls(PolicyConfig(**payload["config"]))
+            policy.load_state_dict(payload["state_dict"], strict=True)
+        except (TypeError, KeyError, RuntimeError, ValueError) as exc:
+            raise ValueError(f"{path}: the stored weights do not fit the stored config: {exc}") from exc
+        policy.metadata = payload.get("metadata") or {}
+        return policy.to(device).eval()
 
 
 def read_policy_file(path: str | Path) -> dict:
-    """The contents of a policy file (``torch.load(weights_only=True)``, no pickle).
+    """The contents of a ``.pt`` policy file, read with ``torch.load(weights_only=True)`` (no code runs).
 
     Raises:
         FileNotFoundError: no such file.
@@ -323,33 +466,10 @@ def read_policy_file(path: str | Path) -> dict:
                          f"{type(exc).__name__}: {exc}") from exc
 
 
-def rebuild_policy(cls, config_cls, payload, path: str | Path, kind: str, version: int, what: str,
-                   device: str | torch.device = "cpu"):
-    """Check a policy file's kind and format version and rebuild ``cls(config_cls(**config))``.
-
-    Raises:
-        ValueError: another kind of file, another format version, or weights that do not fit the
-            stored config. Nothing is half-loaded.
-    """
-    if not isinstance(payload, dict) or payload.get("kind") != kind:
-        raise ValueError(f"{path} is not a {what} file of this project (expected kind {kind!r})")
-    found = payload.get("format_version")
-    if found != version:
-        raise ValueError(f"{path} has {what} format version {found}; this version of the project reads "
-                         f"version {version}")
-    try:
-        policy = cls(config_cls(**payload["config"]))
-        policy.load_state_dict(payload["state_dict"], strict=True)
-    except (TypeError, KeyError, RuntimeError, ValueError) as exc:
-        raise ValueError(f"{path}: the stored weights do not fit the stored config: {exc}") from exc
-    policy.metadata = payload.get("metadata", {})
-    return policy.to(device).eval()
-
-
 def file_digest(path: str | Path) -> str:
     """Short SHA-256 of a file, to name the exact policy in reports."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
 
 
-__all__ = ["CNNFeatures", "NACPolicy", "NACIntermediates", "PolicyConfig", "PolicyState", "file_digest",
-           "read_policy_file", "rebuild_policy", "write_policy_file"]
+__all__ = ["CARRACING_ACTIONS", "DrivingPolicy", "FILE_KIND", "FORMAT_VERSION", "PolicyConfig", "PolicyState",
+           "default_config", "default_core_kwargs", "file_digest", "json_ready", "read_policy_file"]

@@ -1,18 +1,24 @@
-"""Behaviour cloning (BC) of the CNN + NAC policy on frame windows, and DAgger.
+"""Behaviour cloning: one training loop for both simulators and every core.
 
-BC: the recorded episodes are cut into windows of T consecutive frames; the policy predicts
-the expert's action at every position of a window (causal NAC, so position i sees frames <= i)
-with a cross-entropy loss. Train and validation sets are split by episode, never by frame.
-The checkpoint with the best held-out accuracy (at full-context positions, the situation of a
-rollout after its first T frames) is kept.
+Read top to bottom (CleanRL style; DESIGN.md section 6):
 
-DAgger (Ross et al., 2011, "A Reduction of Imitation Learning and Structured Prediction to
-No-Regret Online Learning"): the student drives, the expert labels every state the student
-visits (cheap here: the expert reads privileged state from the same env), the labelled
-episodes join the data, and the student is trained further on the aggregate.
+1. the data: a source of sequences (CarRacing episodes or Udacity session segments,
+   :mod:`agent.data.windows`) is split for validation (by episode; Udacity: the last block of each
+   recording) and cut into windows of T frames, a ``DataLoader`` batches them (augmentation runs in
+   its workers, ``--workers``);
+2. the policy (:class:`agent.nn.policy.DrivingPolicy`) predicts the target at EVERY position of a
+   window (its core is causal, so position i sees frames <= i: T targets for the price of T
+   features passes; early positions train the short context that starts a drive). A non-causal
+   core (torch-nac) is scored on the last position only. The loss is the head's own:
+   cross-entropy for discrete actions, mean squared error for steering;
+3. AdamW with gradient clipping, and a one-cycle or cosine learning-rate schedule;
+4. after each epoch the held-out sequences are scored exactly as the policy acts (streaming,
+   one frame at a time, :func:`agent.eval.offline.score_stream`) with the head's metric, and the
+   best checkpoint by that metric's direction (higher accuracy, lower MSE) is kept.
 
-TensorBoard scalars: ``losses/train``, ``losses/val``, ``charts/val_accuracy``,
-``eval/dagger_return``.
+TensorBoard (``runs/<run name>``, the name holds env, core, seed and time): ``losses/train``,
+``losses/val_<metric>``, ``charts/lr``, ``charts/epoch_seconds``, and the hyper-parameters as
+text. DAgger (:mod:`agent.train.dagger`) sits on top of :func:`fit`.
 """
 
 from __future__ import annotations
@@ -25,269 +31,265 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
+from torch.utils.data import DataLoader
 
-from agent.nn.policy import NACPolicy, PolicyConfig
-from agent.data.recordings import Demonstrations
+from agent.data.windows import WindowDataset
+from agent.eval.offline import score_stream
+from agent.log import get_logger, progress
+from agent.nn.policy import DrivingPolicy, PolicyConfig
+from envs.tracks import DAGGER_SEED_BASE
+
+log = get_logger(__name__)
+
+SCHEDULES = ("onecycle", "cosine")
 
 
 @dataclass
 class TrainConfig:
-    """Hyper-parameters of a behaviour-cloning run (and its DAgger rounds)."""
+    """Hyper-parameters of a behaviour-cloning run (and of the DAgger rounds on top).
+
+    Attributes:
+        epochs: passes over the training windows.
+        batch_frames: frames per batch (windows per batch = batch_frames // T, fair across T).
+        lr: peak learning rate. weight_decay: AdamW's. grad_clip: max gradient norm.
+        schedule: "onecycle" (warm up over 15 %, then anneal) or "cosine" (decay to lr / 20).
+        val_fraction: the share held out for validation (episodes; Udacity: each recording's last rows).
+        seed: weights, split, batches and augmentation.
+        device: torch device. workers: DataLoader worker processes (0: load in the main process).
+        time_limit_s: stop after the epoch that crosses this many seconds (None: no limit).
+        dagger_*: see :mod:`agent.train.dagger` (CarRacing only).
+    """
 
     epochs: int = 8
-    batch_frames: int = 256  # frames per batch (windows per batch = batch_frames // T), fair across T
+    batch_frames: int = 256
     lr: float = 1e-3
     weight_decay: float = 1e-4
+    schedule: str = "onecycle"
+    grad_clip: float = 1.0
     val_fraction: float = 0.1
     seed: int = 0
     device: str = "cpu"
+    workers: int = 0
+    time_limit_s: float | None = None
     dagger_rounds: int = 0
-    dagger_episodes: int = 8  # student episodes per round
-    dagger_epochs: int = 3  # epochs on the aggregate after each round
-    dagger_seed: int = 500_000  # tracks of round r: dagger_seed + r * dagger_episodes + i
-    dagger_beta: float = 0.0  # probability that the expert's action is executed in DAgger rollouts
-    max_steps: int | None = None  # cap on DAgger episode length (None: the env's 1000)
+    dagger_episodes: int = 8
+    dagger_epochs: int = 3
+    dagger_seed: int = DAGGER_SEED_BASE
+    dagger_beta: float = 0.0
+    dagger_max_steps: int | None = None
+
+    def __post_init__(self):
+        if self.epochs < 1 or self.batch_frames < 1:
+            raise ValueError(f"epochs and batch_frames must be >= 1, got {self.epochs} and {self.batch_frames}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if self.lr <= 0 or self.workers < 0:
+            raise ValueError("lr must be > 0 and workers >= 0")
+
+
+#: Each simulator's training defaults (the settings that made the shipped policies).
+TRAIN_DEFAULTS = {
+    "carracing": dict(epochs=8, batch_frames=256, lr=1e-3, weight_decay=1e-4, schedule="onecycle", val_fraction=0.1),
+    "udacity": dict(epochs=40, batch_frames=64, lr=3e-4, weight_decay=0.0, schedule="cosine", val_fraction=0.15),
+}
 
 
 @dataclass
 class EpochMetrics:
+    """One epoch: mean training loss, held-out metric (streaming), seconds."""
+
     epoch: int
     train_loss: float
-    val_loss: float
-    val_accuracy: float  # at full-context positions
+    val_metric: float
     seconds: float
+    tag: str = "bc"
 
 
 @dataclass
 class TrainReport:
     """What a training run measured (also stored in the policy file's metadata)."""
 
+    run_name: str
     config: dict
     policy_config: dict
-    n_train_episodes: int
-    n_val_episodes: int
+    metric: str
+    higher_is_better: bool
+    data: str
     n_train_frames: int
-    best_val_accuracy: float = 0.0
+    n_val_frames: int
+    n_train_sequences: int = 0  # episodes (CarRacing) or session segments (Udacity)
+    n_val_sequences: int = 0
+    best_metric: float = float("nan")
+    best_epoch: int = 0
     epochs: list[EpochMetrics] = field(default_factory=list)
     dagger_returns: list[list[float]] = field(default_factory=list)
+    baselines: dict = field(default_factory=dict)
     seconds: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def split_by_episode(demos: Demonstrations, val_fraction: float, seed: int) -> tuple[list[int], list[int]]:
-    """Episode indices for training and validation (at least one each when there are >= 2)."""
-    n = len(demos.actions)
-    order = np.random.default_rng(seed).permutation(n)
-    n_val = min(max(1, round(n * val_fraction)), n - 1) if n >= 2 else 0
-    return sorted(order[n_val:].tolist()), sorted(order[:n_val].tolist())
+def run_name(env: str, core: str, seed: int) -> str:
+    """``<env>__<core>__s<seed>__<yyyymmdd-HHMMSS>``: the TensorBoard run folder."""
+    return f"{env}__{core}__s{seed}__{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def make_windows(lengths: list[int], window: int, rng: np.random.Generator | None) -> list[tuple[int, int]]:
-    """(episode, start) of non-overlapping windows covering each episode once.
-
-    With an rng the first window of each episode starts at a random offset (so window borders
-    move between epochs); without one, windows start at 0 (deterministic, for validation).
-    A final shorter remainder is covered by a window that ends at the episode's last frame.
-    """
-    out = []
-    for e, n in enumerate(lengths):
-        if n <= 0:
-            continue
-        if n <= window:
-            out.append((e, 0))
-            continue
-        off = int(rng.integers(0, window)) if rng is not None else 0
-        starts = list(range(off, n - window + 1, window))
-        if off > 0:
-            starts.insert(0, 0)
-        if starts[-1] + window < n:
-            starts.append(n - window)
-        out.extend((e, s) for s in starts)
-    return out
+def _hparams_text(cfg: TrainConfig, pcfg: PolicyConfig) -> str:
+    rows = [f"|{k}|{v}|" for k, v in {**asdict(cfg), **{f"policy.{k}": v for k, v in pcfg.to_dict().items()}}.items()]
+    return "|parameter|value|\n|-|-|\n" + "\n".join(rows)
 
 
-def batch_windows(demos: Demonstrations, items: list[tuple[int, int]], window: int):
-    """Stack windows into obs (B, T, H, W, C) uint8, actions (B, T) int64, mask (B, T) bool.
-
-    Windows shorter than T (short episodes) are right-padded with masked, label -100 steps.
-    """
-    B = len(items)
-    H, W, C = demos.frames[items[0][0]].shape[1:]
-    obs = np.zeros((B, window, H, W, C), np.uint8)
-    act = np.full((B, window), -100, np.int64)
-    mask = np.zeros((B, window), bool)
-    for b, (e, s) in enumerate(items):
-        f, a = demos.frames[e][s:s + window], demos.actions[e][s:s + window]
-        obs[b, : len(a)], act[b, : len(a)], mask[b, : len(a)] = f, a, True
-    return torch.from_numpy(obs), torch.from_numpy(act), torch.from_numpy(mask)
+def _loss_mask(policy: DrivingPolicy, mask: torch.Tensor) -> torch.Tensor:
+    """The positions the loss counts: all real ones for a causal core; else each window's last real one."""
+    if policy.core.causal:
+        return mask
+    last = mask.long().cumsum(1).argmax(1)  # (B,) index of the last real position
+    out = torch.zeros_like(mask)
+    out[torch.arange(len(mask)), last] = True
+    return out & mask
 
 
-@torch.no_grad()
-def evaluate_windows(policy: NACPolicy, demos: Demonstrations, episodes: list[int], batch_size: int
-                     ) -> tuple[float, float]:
-    """Mean cross-entropy over all positions and accuracy at full-context positions (the last
-    position of each full window) on the given episodes. Returns (loss, accuracy)."""
-    T = policy.config.window
-    sub = demos.subset(episodes)
-    # non-overlapping windows from each episode's start; accuracy counts the last position of
-    # every full window (T-1 frames of context, as in a rollout after its first T frames)
-    policy.eval()
-    losses, correct, counted = [], 0, 0
-    items = make_windows([len(a) for a in sub.actions], T, None)
-    for i in range(0, len(items), batch_size):
-        obs, act, mask = batch_windows(sub, items[i:i + batch_size], T)
-        logits = policy(obs.to(policy.device), mask.to(policy.device))
-        losses.append(F.cross_entropy(logits.flatten(0, 1), act.flatten().to(policy.device),
-                                      ignore_index=-100, reduction="sum").item())
-        full = mask.all(1)
-        if full.any():
-            pred = logits[full.to(policy.device), -1].argmax(-1).cpu()
-            correct += int((pred == act[full, -1]).sum())
-            counted += int(full.sum())
-    n = sum(len(a) for a in sub.actions)
-    return sum(losses) / max(n, 1), correct / max(counted, 1)
+def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epochs: int, report: TrainReport,
+        tb=None, tag: str = "bc", epoch_offset: int = 0, t_start: float | None = None) -> DrivingPolicy:
+    """Train ``policy`` in place for ``epochs`` epochs on ``train_source``; return the best checkpoint.
 
-
-def fit(policy: NACPolicy, demos: Demonstrations, train_eps: list[int], val_eps: list[int], epochs: int,
-        cfg: TrainConfig, report: TrainReport, tb=None, progress: bool = True, tag: str = "bc",
-        epoch_offset: int = 0) -> NACPolicy:
-    """Train ``policy`` in place for ``epochs`` epochs; return the best-by-validation copy."""
-    from tqdm.auto import tqdm
-
-    device = torch.device(cfg.device)
-    policy.to(device)
-    T = policy.config.window
-    bsz = max(1, cfg.batch_frames // T)  # windows per batch
-    opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    rng = np.random.default_rng(cfg.seed + epoch_offset)
-    lengths = [len(demos.actions[i]) for i in train_eps]
-    sub = demos.subset(train_eps)
-    n_batches = math.ceil(len(make_windows(lengths, T, None)) / bsz)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=max(epochs * (n_batches + 1), 1),
-                                                pct_start=0.15)
-    best_acc, best_state = -1.0, None
-    for epoch in range(epochs):
-        t0 = time.time()
-        policy.train()
-        items = make_windows(lengths, T, rng)
-        rng.shuffle(items)
-        total, seen = 0.0, 0
-        bar = tqdm(range(0, len(items), bsz), desc=f"{tag} epoch {epoch + 1}/{epochs}", unit="batch",
-                   disable=not progress, leave=False)
-        for i in bar:
-            obs, act, mask = batch_windows(sub, items[i:i + bsz], T)
-            logits = policy(obs.to(device), mask.to(device))  # (B, T, A)
-            loss = F.cross_entropy(logits.flatten(0, 1), act.flatten().to(device), ignore_index=-100)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
-            opt.step()
-            if sched.last_epoch + 1 < sched.total_steps:
-                sched.step()
-            total += loss.item() * len(obs)
-            seen += len(obs)
-            bar.set_postfix(loss=f"{total / seen:.3f}")
-        bar.close()
-        val_loss, val_acc = evaluate_windows(policy, demos, val_eps, bsz) if val_eps else (float("nan"), 0.0)
-        m = EpochMetrics(epoch_offset + epoch + 1, total / max(seen, 1), val_loss, val_acc, time.time() - t0)
-        report.epochs.append(m)
-        print(f"{tag} epoch {epoch + 1}/{epochs}: train loss {m.train_loss:.4f}  val loss {val_loss:.4f}  "
-              f"val accuracy {val_acc:.3f}  ({m.seconds:.0f} s)")
-        if tb is not None:
-            step = epoch_offset + epoch + 1
-            tb.add_scalar("losses/train", m.train_loss, step)
-            tb.add_scalar("losses/val", val_loss, step)
-            tb.add_scalar("charts/val_accuracy", val_acc, step)
-        if val_acc >= best_acc or not val_eps:
-            best_acc, best_state = val_acc, copy.deepcopy(policy.state_dict())
-    policy.load_state_dict(best_state)
-    report.best_val_accuracy = best_acc
-    return policy
-
-
-def dagger_round(policy: NACPolicy, expert, env, seeds: list[int], beta: float, max_steps: int | None,
-                 rng: np.random.Generator, progress: bool = True) -> tuple[Demonstrations, list[float]]:
-    """The student drives on ``seeds`` (the expert's action executed with probability ``beta``);
-    the expert labels every visited state. Returns the labelled episodes and the returns."""
-    from tqdm.auto import tqdm
-
-    from agent.rollout import PolicyActor, rollout
-
-    student = PolicyActor(policy)
-
-    class Mixed:
-        def reset(self):
-            student.reset()
-
-        def act(self, obs, env_):
-            a = student.act(obs, env_)  # always advance the student's window
-            return expert.act(env_) if beta > 0 and rng.random() < beta else a
-
-    frames, labels, returns = [], [], []
-    for s in tqdm(seeds, desc="DAgger rollouts", unit="ep", disable=not progress, leave=False):
-        ep = rollout(env, Mixed(), s, max_steps=max_steps, labeler=expert.act)
-        frames.append(ep.observations[:-1])
-        labels.append(ep.labels)
-        returns.append(ep.episode_return)
-    return Demonstrations(frames, labels, list(seeds), returns), returns
-
-
-def train(demos: Demonstrations, cfg: TrainConfig, policy_config: PolicyConfig, expert=None, env=None,
-          tensorboard_dir: str | Path | None = None, progress: bool = True,
-          bc_checkpoint: str | Path | None = None) -> tuple[NACPolicy, TrainReport]:
-    """BC on ``demos``, then ``cfg.dagger_rounds`` DAgger rounds with ``expert`` in ``env``.
-
-    ``bc_checkpoint``: also save the policy as it is after behaviour cloning, before DAgger.
+    The best is chosen by the head's metric on ``val_source`` (streaming); without a validation
+    source, the last epoch's weights are returned.
 
     Raises:
-        ValueError: DAgger rounds requested without an expert and env, or too little data.
+        ValueError: a source without frames.
+    """
+    device = torch.device(cfg.device)
+    policy.to(device)
+    head, T = policy.head, policy.config.window
+    bsz = max(1, cfg.batch_frames // T)  # windows per batch
+    dataset = WindowDataset(train_source, T, shuffle_borders=True, seed=cfg.seed + epoch_offset)
+    loader = DataLoader(dataset, batch_size=bsz, shuffle=True, num_workers=cfg.workers,
+                        generator=torch.Generator().manual_seed(cfg.seed + epoch_offset), drop_last=False)
+    opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    total_steps = max(1, epochs * math.ceil(len(dataset) * 1.1 / bsz) + 1)  # border shuffles change the count a little
+    if cfg.schedule == "onecycle":
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=total_steps, pct_start=0.15)
+    else:
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total_steps, eta_min=cfg.lr / 20)
+    best_state, best = None, float("nan")  # the best of THIS call (a DAgger round starts afresh)
+    t_start = t_start if t_start is not None else time.time()
+    for epoch in range(epochs):
+        t0 = time.time()
+        n_epoch = epoch_offset + epoch + 1
+        dataset.set_epoch(n_epoch)
+        policy.train()
+        total, seen = 0.0, 0
+        bar = progress(loader, desc=f"{tag} epoch {epoch + 1}/{epochs}", unit="batch", leave=False)
+        for batch in bar:
+            mask = batch["mask"].to(device)
+            out = policy(batch["obs"].to(device), batch["t"].to(device), mask)  # (B, T, A)
+            loss = head.loss(out, batch["target"].to(device), _loss_mask(policy, mask))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
+            opt.step()
+            if sched.last_epoch + 1 < total_steps:
+                sched.step()
+            n = int(mask.sum())
+            total, seen = total + loss.item() * n, seen + n
+            bar.set_postfix(loss=f"{total / max(seen, 1):.4f}")
+        bar.close()
+        val, _ = score_stream(policy, val_source) if val_source is not None else (float("nan"), 0)
+        m = EpochMetrics(n_epoch, total / max(seen, 1), val, time.time() - t0, tag)
+        report.epochs.append(m)
+        improved = val_source is not None and head.better(val, best)
+        if improved or val_source is None:
+            best, best_state = val, copy.deepcopy(policy.state_dict())
+            report.best_metric, report.best_epoch = val, n_epoch
+        log.info("%s epoch %d/%d: train loss %.4f  held-out %s %.4f%s  (%.0f s)", tag, epoch + 1, epochs, m.train_loss,
+                 head.metric, val, "  (best)" if improved else "", m.seconds)
+        if tb is not None:
+            tb.add_scalar("losses/train", m.train_loss, n_epoch)
+            tb.add_scalar(f"losses/val_{head.metric}", val, n_epoch)
+            tb.add_scalar("charts/lr", sched.get_last_lr()[0], n_epoch)
+            tb.add_scalar("charts/epoch_seconds", m.seconds, n_epoch)
+        if cfg.time_limit_s is not None and time.time() - t_start > cfg.time_limit_s and epoch + 1 < epochs:
+            log.info("time limit of %.0f s reached after epoch %d; stopping", cfg.time_limit_s, epoch + 1)
+            break
+    if best_state is not None:
+        policy.load_state_dict(best_state)
+    return policy.eval()
+
+
+def train(source, policy_config: PolicyConfig, cfg: TrainConfig, tensorboard_dir: str | Path | None = None,
+          expert=None, env=None, bc_checkpoint: str | Path | None = None) -> tuple[DrivingPolicy, TrainReport]:
+    """Behaviour cloning on ``source``, then ``cfg.dagger_rounds`` DAgger rounds with ``expert`` in ``env``.
+
+    Args:
+        source: a :class:`agent.data.windows.DemonstrationSource` or ``UdacitySource``.
+        policy_config: the policy to build (:func:`agent.nn.policy.default_config`).
+        cfg: hyper-parameters.
+        tensorboard_dir: TensorBoard root (a run folder is made inside), or None.
+        expert, env: the PPO expert and the CarRacing env, for DAgger.
+        bc_checkpoint: also save the policy as it is after behaviour cloning, before DAgger.
+
+    Returns:
+        (the best policy, in eval mode; the report).
+
+    Raises:
+        ValueError: DAgger without an expert and env, or a source without training frames.
     """
     if cfg.dagger_rounds and (expert is None or env is None):
         raise ValueError("DAgger needs --expert (the PPO expert that labels the student's states)")
-    if len(demos.actions) < 2:
-        raise ValueError("behaviour cloning needs at least 2 episodes (one is held out for validation)")
+    t_start = time.time()
     torch.manual_seed(cfg.seed)
-    policy = NACPolicy(policy_config)
-    train_eps, val_eps = split_by_episode(demos, cfg.val_fraction, cfg.seed)
-    report = TrainReport(config=asdict(cfg), policy_config=asdict(policy_config), n_train_episodes=len(train_eps),
-                         n_val_episodes=len(val_eps), n_train_frames=sum(len(demos.actions[i]) for i in train_eps))
+    policy = DrivingPolicy(policy_config)
+    train_src, val_src = source.split(cfg.val_fraction, cfg.seed)
+    name = run_name(policy_config.env, policy_config.core, cfg.seed)
+    report = TrainReport(run_name=name, config=asdict(cfg), policy_config=policy_config.to_dict(),
+                         metric=policy.head.metric, higher_is_better=policy.head.higher_is_better,
+                         data=source.describe(), n_train_frames=int(sum(train_src.lengths)),
+                         n_val_frames=int(sum(val_src.lengths)) if val_src is not None else 0,
+                         n_train_sequences=len(train_src.lengths),
+                         n_val_sequences=len(val_src.lengths) if val_src is not None else 0)
+    if policy.head.kind == "continuous":  # the trivial baselines on the held-out frames
+        ys = [train_src.window(e, 0, n)[1] for e, n in enumerate(train_src.lengths) if n]
+        mean = float(np.mean(np.concatenate(ys))) if ys else 0.0
+        report.baselines["train_mean_steering"] = mean
+        if val_src is not None:
+            vy = np.concatenate([val_src.window(e, 0, n)[1] for e, n in enumerate(val_src.lengths) if n])
+            report.baselines.update(val_zero_mse=float(np.mean(vy ** 2)), val_mean_mse=float(np.mean((vy - mean) ** 2)))
     tb = None
     if tensorboard_dir:
         from torch.utils.tensorboard import SummaryWriter
 
-        tb = SummaryWriter(str(tensorboard_dir))
-    print(f"behaviour cloning: {len(train_eps)} train / {len(val_eps)} validation episodes, "
-          f"{report.n_train_frames} train frames, window T={policy_config.window}")
-    t0 = time.time()
-    policy = fit(policy, demos, train_eps, val_eps, cfg.epochs, cfg, report, tb, progress, "bc")
-    report.seconds["bc"] = time.time() - t0
+        tb = SummaryWriter(str(Path(tensorboard_dir) / name))
+        tb.add_text("hyperparameters", _hparams_text(cfg, policy_config))
+    log.info("behaviour cloning %s: %s (train %d frames, held-out %d), %s core, window T=%d, %d parameters",
+             name, source.describe(), report.n_train_frames, report.n_val_frames, policy_config.core,
+             policy_config.window, sum(p.numel() for p in policy.parameters()))
+    if report.baselines.get("val_zero_mse") is not None:
+        log.info("held-out baselines: predict 0 MSE %.4f, predict the training mean MSE %.4f",
+                 report.baselines["val_zero_mse"], report.baselines["val_mean_mse"])
+    policy = fit(policy, train_src, val_src, cfg, cfg.epochs, report, tb, "bc", t_start=t_start)
+    report.seconds["bc"] = time.time() - t_start
     if bc_checkpoint is not None:
-        policy.save(bc_checkpoint, metadata={"stage": "behaviour cloning (before DAgger)",
-                                             "best_val_accuracy": report.best_val_accuracy})
-    rng = np.random.default_rng(cfg.seed)
-    done = cfg.epochs
-    for r in range(cfg.dagger_rounds):
-        t1 = time.time()
-        seeds = [cfg.dagger_seed + r * cfg.dagger_episodes + i for i in range(cfg.dagger_episodes)]
-        new, returns = dagger_round(policy, expert, env, seeds, cfg.dagger_beta, cfg.max_steps, rng, progress)
-        report.dagger_returns.append(returns)
-        print(f"DAgger round {r + 1}/{cfg.dagger_rounds}: student return {np.mean(returns):.1f} "
-              f"± {np.std(returns):.1f} on {len(returns)} tracks; {new.n_frames} frames relabelled")
-        if tb is not None:
-            tb.add_scalar("eval/dagger_return", float(np.mean(returns)), r + 1)
-        n_before = len(demos.actions)
-        demos = demos.extend(new)
-        train_eps = train_eps + list(range(n_before, len(demos.actions)))
-        policy = fit(policy, demos, train_eps, val_eps, cfg.dagger_epochs, cfg, report, tb, progress,
-                     f"dagger {r + 1}", epoch_offset=done)
-        done += cfg.dagger_epochs
-        report.seconds[f"dagger_round_{r + 1}"] = time.time() - t1
-    report.n_train_episodes = len(train_eps)
-    report.n_train_frames = sum(len(demos.actions[i]) for i in train_eps)
-    report.seconds["total"] = time.time() - t0
+        policy.save(bc_checkpoint, metadata=report_metadata(report, stage="behaviour cloning (before DAgger)"))
+    if cfg.dagger_rounds:
+        from agent.train.dagger import dagger
+
+        policy = dagger(policy, train_src, val_src, expert, env, cfg, report, tb)
+    report.seconds["total"] = time.time() - t_start
     if tb is not None:
         tb.close()
     return policy, report
+
+
+def report_metadata(report: TrainReport, **extra) -> dict:
+    """The policy file's metadata for a run: metric, best value, data, baselines, seconds (+ ``extra``)."""
+    meta = {"run_name": report.run_name, "metric": report.metric, f"best_val_{report.metric}": report.best_metric,
+            "best_epoch": report.best_epoch, "data": report.data, "dagger_returns": report.dagger_returns,
+            "seconds": report.seconds, **report.baselines}
+    meta.update(extra)
+    return meta
+
+
+__all__ = ["EpochMetrics", "SCHEDULES", "TRAIN_DEFAULTS", "TrainConfig", "TrainReport", "fit", "report_metadata",
+           "run_name", "train"]

@@ -16,7 +16,8 @@ import gymnasium as gym
 import numpy as np
 
 from agent.log import get_logger, progress_enabled
-from envs.carracing import EVAL_SEED_BASE, OffTrackTermination, PrivilegedObservation, make_carracing
+from envs.carracing import OffTrackTermination, PrivilegedObservation, make_carracing
+from envs.tracks import EXPERT_EVAL_SEED_BASE
 
 _log = get_logger(__name__)
 
@@ -258,7 +259,7 @@ def train_expert(cfg: ExpertConfig, out: str | Path, tensorboard_dir: str | Path
     """Train the PPO expert; keep the checkpoint with the best mean return on held-out tracks.
 
     Evaluation during training runs the real episode rules (no early stop, no action repeat
-    beyond the expert's own) on tracks seeded from ``EVAL_SEED_BASE // 2``, disjoint from both
+    beyond the expert's own) on tracks seeded from ``envs.tracks.EXPERT_EVAL_SEED_BASE``, disjoint from both
     training and the final evaluation tracks. Returns the path written.
     """
     import torch
@@ -279,7 +280,7 @@ def train_expert(cfg: ExpertConfig, out: str | Path, tensorboard_dir: str | Path
         env = make_carracing(privileged=True)
         return ActionRepeat(env, cfg.action_repeat) if cfg.action_repeat > 1 else env
 
-    eval_env = make_vec_env(make_eval, n_envs=1, seed=EVAL_SEED_BASE // 2)
+    eval_env = make_vec_env(make_eval, n_envs=1, seed=EXPERT_EVAL_SEED_BASE)
     model = PPO(
         "MlpPolicy", venv, n_steps=cfg.n_steps, batch_size=cfg.batch_size, n_epochs=cfg.n_epochs,
         learning_rate=cfg.learning_rate, gamma=cfg.gamma, gae_lambda=cfg.gae_lambda, ent_coef=cfg.ent_coef,

@@ -1,0 +1,242 @@
+"""Frame windows for behaviour cloning: one ``torch.utils.data.Dataset`` over either simulator's data.
+
+Shapes: T window (frames), H x W x C a frame as the policy's features extractor takes it
+(CarRacing 96 x 96 x 3 raw; Udacity 66 x 200 x 3 YUV, already through
+:func:`agent.data.udacity.preprocess`), B batch.
+
+A *source* holds sequences ("episodes"): CarRacing episodes of a Minari recording
+(:class:`DemonstrationSource`), or the session segments of Udacity recordings
+(:class:`UdacitySource`, segments split where the capture times jump by more than a second).
+A window never crosses a sequence's boundary. Sources split themselves for validation: by
+episode (CarRacing), or by holding out the last block of each recording (Udacity: consecutive
+frames are nearly identical, so a random split would leak).
+
+:class:`WindowDataset` cuts every sequence into non-overlapping windows of T frames; each epoch
+(``set_epoch``) moves the window borders by a random offset per sequence. An item is a dict of
+``obs`` (T, H, W, C) uint8, ``target`` (T,) int64 actions or float32 steering, ``t`` (T,) float64
+seconds from the window's first frame, and ``mask`` (T,) bool (short windows are right-padded and
+masked). Udacity windows are augmented in ``__getitem__`` (camera, flip, shift, shadow,
+brightness; one draw per window), so with ``DataLoader(num_workers=N)`` augmentation runs in the
+loader's worker processes; the draw depends on (seed, epoch, item), never on the worker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+
+def make_windows(lengths: list[int], window: int, rng: np.random.Generator | None) -> list[tuple[int, int, int]]:
+    """(sequence, start, length) of non-overlapping windows covering every sequence once.
+
+    With an rng each sequence's first full window starts at a random offset in [0, T) (the
+    frames before it form a shorter window), so window borders move between epochs; without
+    one, windows start at 0. A sequence's tail shorter than T is its own shorter window.
+    """
+    out = []
+    for e, n in enumerate(lengths):
+        if n <= 0:
+            continue
+        off = int(rng.integers(0, window)) if rng is not None and n > window else 0
+        if off:
+            out.append((e, 0, off))
+        out.extend((e, s, min(window, n - s)) for s in range(off, n, window))
+    return out
+
+
+class DemonstrationSource:
+    """CarRacing episodes (:class:`agent.data.recordings.Demonstrations`) as window sequences.
+
+    Targets are the recorded (or DAgger-relabelled) actions, (N,) int64; times are frame
+    indices times ``frame_dt`` seconds.
+    """
+
+    target_dtype = np.int64
+
+    def __init__(self, demos, frame_dt: float = 0.02):
+        self.demos, self.frame_dt = demos, frame_dt
+
+    @property
+    def lengths(self) -> list[int]:
+        return [len(a) for a in self.demos.actions]
+
+    @property
+    def frame_shape(self) -> tuple[int, ...]:
+        return tuple(self.demos.frames[0].shape[1:])
+
+    def window(self, e: int, start: int, n: int, rng: np.random.Generator | None = None):
+        """Frames (n, H, W, C) uint8, targets (n,), times (n,) float64 seconds from ``start``."""
+        return (self.demos.frames[e][start:start + n], self.demos.actions[e][start:start + n],
+                np.arange(n, dtype=np.float64) * self.frame_dt)
+
+    def split(self, val_fraction: float, seed: int) -> tuple["DemonstrationSource", "DemonstrationSource | None"]:
+        """(train, validation) by episode: a random ``val_fraction`` of the episodes (at least one
+        each when there are two or more; none held out with ``val_fraction`` 0).
+
+        Raises:
+            ValueError: ``val_fraction`` outside [0, 1).
+        """
+        if not 0.0 <= val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+        n = len(self.demos.actions)
+        if val_fraction == 0 or n < 2:
+            return self, None
+        order = np.random.default_rng(seed).permutation(n)
+        n_val = min(max(1, round(n * val_fraction)), n - 1)
+        train, val = sorted(order[n_val:].tolist()), sorted(order[:n_val].tolist())
+        return (DemonstrationSource(self.demos.subset(train), self.frame_dt),
+                DemonstrationSource(self.demos.subset(val), self.frame_dt))
+
+    def extend(self, demos) -> "DemonstrationSource":
+        """This source with more episodes (DAgger's relabelled rollouts)."""
+        return DemonstrationSource(self.demos.extend(demos), self.frame_dt)
+
+    def describe(self) -> str:
+        return f"{len(self.demos.actions)} episodes, {self.demos.n_frames} frames"
+
+
+class UdacitySource:
+    """Udacity recordings (:class:`agent.data.udacity.UdacityRecording`) as window sequences.
+
+    A sequence is one session segment of one recording. Frames are preprocessed to 66x200 YUV;
+    with ``augment`` (training) each window gets one augmentation draw from the rng given to
+    :meth:`window` (else the center camera as recorded). Targets: normalised steering (N,) float32
+    (1.0 = 25 degrees, + = right), optionally a centered moving average over ``smooth_labels``
+    frames (training only: keyboard taps are noisy labels). Times: capture times in seconds.
+    """
+
+    target_dtype = np.float32
+
+    def __init__(self, recordings: list, augment=None, smooth_labels: int = 1):
+        from agent.data.udacity import INPUT_SHAPE
+
+        self.raw_recordings = list(recordings)  # as recorded: the held-out split is scored on raw labels
+        self.augment, self.smooth_labels = augment, smooth_labels
+        self.recordings = [smooth_steering(r, smooth_labels) for r in self.raw_recordings]
+        self.index = [(r, int(s0), int(s1)) for r, rec in enumerate(self.recordings) for s0, s1 in rec.segments.tolist()]
+        self.frame_shape = tuple(INPUT_SHAPE)
+
+    @property
+    def lengths(self) -> list[int]:
+        return [s1 - s0 for _, s0, s1 in self.index]
+
+    def window(self, e: int, start: int, n: int, rng: np.random.Generator | None = None):
+        """Frames (n, 66, 200, 3) uint8 YUV, steering (n,) float32, times (n,) float64 s from the first."""
+        from agent.data.udacity import AugmentConfig, AugmentParams, augmented_window, preprocess
+
+        r, s0, _ = self.index[e]
+        rec = self.recordings[r]
+        idx = np.arange(s0 + start, s0 + start + n)
+        if self.augment is not None and rng is not None:
+            frames, steer = augmented_window(rec, idx, AugmentParams.sample(rng, self.augment), self.augment)
+        else:
+            frames, steer = augmented_window(rec, idx, AugmentParams(), AugmentConfig())
+        return preprocess(frames), steer.astype(np.float32), rec.timestamps[idx] - rec.timestamps[idx[0]]
+
+    def split(self, val_fraction: float, seed: int = 0) -> tuple["UdacitySource", "UdacitySource | None"]:
+        """(train, held-out): the last ``round(N * val_fraction)`` rows of each recording are held
+        out as one block (raw labels, no augmentation); ``seed`` is unused (the split is fixed).
+
+        Raises:
+            ValueError: ``val_fraction`` outside [0, 1), or a recording too short to split.
+        """
+        if not 0.0 <= val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+        train, val = [], []
+        for rec in self.raw_recordings:
+            n = len(rec)
+            n_val = int(round(n * val_fraction))
+            if n_val and n - n_val < 1:
+                raise ValueError(f"{rec.source}: too few rows ({n}) to hold out {val_fraction:.0%}")
+            train.append(rec.slice(0, n - n_val))
+            if n_val:
+                val.append(rec.slice(n - n_val, n))
+        return (UdacitySource(train, self.augment, self.smooth_labels),
+                UdacitySource(val) if val else None)
+
+    def describe(self) -> str:
+        return f"{len(self.recordings)} recording(s), {len(self.index)} segments, {sum(self.lengths)} frames"
+
+
+def smooth_steering(rec, frames: int):
+    """``rec`` with its steering replaced by a centered moving average over ``frames`` frames (odd),
+    computed inside each segment (the average shrinks at segment ends).
+
+    Keyboard drivers steer in short taps (drive-2018: 72% of the labels are exactly 0), so a raw
+    label is a noisy sample of the steering the image calls for.
+
+    Raises:
+        ValueError: ``frames`` not an odd number >= 1.
+    """
+    if frames < 1 or frames % 2 == 0:
+        raise ValueError(f"smooth_labels must be an odd number of frames >= 1, got {frames}")
+    if frames == 1:
+        return rec
+    out = rec.steering.astype(np.float64).copy()
+    kernel = np.ones(frames)
+    for s0, s1 in rec.segments.tolist():
+        y = rec.steering[s0:s1].astype(np.float64)
+        out[s0:s1] = np.convolve(y, kernel, mode="same") / np.convolve(np.ones_like(y), kernel, mode="same")
+    return dataclasses.replace(rec, steering=out.astype(np.float32))
+
+
+@dataclass
+class WindowItem:
+    """The fields of one window (see the module docstring); the DataLoader collates dicts of them."""
+
+    obs: np.ndarray
+    target: np.ndarray
+    t: np.ndarray
+    mask: np.ndarray
+
+
+class WindowDataset(Dataset):
+    """Non-overlapping windows of ``window`` frames over a source's sequences.
+
+    Args:
+        source: a :class:`DemonstrationSource` or :class:`UdacitySource`.
+        window: T.
+        shuffle_borders: draw a random border offset per sequence each epoch (training);
+            False: windows start at each sequence's first frame (deterministic).
+        seed: seeds the border offsets and the augmentation draws (with the epoch and item).
+
+    Raises:
+        ValueError: ``window`` < 1, or a source without frames.
+    """
+
+    def __init__(self, source, window: int, shuffle_borders: bool = True, seed: int = 0):
+        if window < 1:
+            raise ValueError(f"window must be >= 1 frame, got {window}")
+        if sum(source.lengths) == 0:
+            raise ValueError("no frames to train on (the recordings are empty)")
+        self.source, self.window, self.shuffle_borders, self.seed = source, window, shuffle_borders, seed
+        self.set_epoch(0)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Recut the windows for ``epoch`` (as ``DistributedSampler.set_epoch``); call before iterating."""
+        self.epoch = epoch
+        rng = np.random.default_rng([self.seed, epoch]) if self.shuffle_borders else None
+        self.items = make_windows(self.source.lengths, self.window, rng)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict:
+        e, start, n = self.items[i]
+        rng = np.random.default_rng([self.seed, self.epoch, i]) if self.shuffle_borders else None
+        frames, target, times = self.source.window(e, start, n, rng)
+        T = self.window
+        obs = np.zeros((T, *frames.shape[1:]), np.uint8)
+        tgt = np.zeros(T, self.source.target_dtype)
+        t = np.zeros(T, np.float64)
+        mask = np.zeros(T, bool)
+        obs[:n], tgt[:n], t[:n], mask[:n] = frames, target, times, True
+        return {"obs": torch.from_numpy(obs), "target": torch.from_numpy(tgt), "t": torch.from_numpy(t),
+                "mask": torch.from_numpy(mask)}
+
+
+__all__ = ["DemonstrationSource", "UdacitySource", "WindowDataset", "make_windows", "smooth_steering"]

@@ -1,0 +1,144 @@
+"""Offline scoring: what a policy outputs while streaming through recorded sequences, frame by frame.
+
+Shapes: N frames of a sequence, A the head's outputs, R sequences stepped side by side.
+
+:func:`stream_outputs` feeds each sequence (a CarRacing episode, a Udacity session segment) to
+the policy's streaming ``step`` in order, exactly as the policy acts when it drives (the window
+restarts at every sequence start), R sequences at a time as one batch. :func:`score_stream`
+reduces that to the head's metric (accuracy for discrete actions, mean squared error for
+steering), which the trainer uses to choose its checkpoint; :func:`evaluate_udacity` is
+``agent evaluate --env udacity``: the steering error on a recording with the trivial baselines.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+@torch.no_grad()
+def stream_outputs(policy, source, rows: int = 16, progress: bool = False) -> list[np.ndarray]:
+    """(N_e, A) outputs of ``policy.step`` on every frame of every sequence of ``source``, in order.
+
+    Args:
+        policy: a :class:`agent.nn.policy.DrivingPolicy` (put in eval mode; restored after).
+        source: a :class:`agent.data.windows.DemonstrationSource` or ``UdacitySource`` (unaugmented).
+        rows: sequences stepped side by side (a batch of ``rows`` frames per step).
+        progress: show a progress bar (only where stderr is a terminal).
+    """
+    from agent.log import progress as bar_for
+
+    was_training = policy.training
+    policy.eval()
+    lengths = source.lengths
+    outputs: list[np.ndarray | None] = [None] * len(lengths)
+    order = sorted((e for e in range(len(lengths)) if lengths[e] > 0), key=lambda e: -lengths[e])
+    bar = bar_for(total=sum(lengths), desc="scoring", unit="frame", disable=not progress, leave=False)
+    for c in range(0, len(order), rows):
+        chunk = order[c:c + rows]
+        data = [source.window(e, 0, lengths[e]) for e in chunk]
+        n = [lengths[e] for e in chunk]
+        state, res = None, []
+        for i in range(max(n)):
+            pos = [min(i, k - 1) for k in n]  # a finished sequence repeats its last frame (ignored)
+            frames = np.stack([d[0][p] for d, p in zip(data, pos)])
+            t = torch.tensor([float(d[2][p]) + (i - p) for d, p in zip(data, pos)], dtype=torch.float64)
+            out, state = policy.step(frames, state, t=t)
+            res.append(out.float().cpu().numpy())
+            bar.update(sum(1 for k in n if i < k))
+        res = np.stack(res, 1)  # (rows, N_max, A)
+        for j, e in enumerate(chunk):
+            outputs[e] = res[j, :n[j]]
+    bar.close()
+    policy.train(was_training)
+    return [o if o is not None else np.zeros((0, policy.head.out_dim), np.float32) for o in outputs]
+
+
+def score_stream(policy, source, rows: int = 16) -> tuple[float, int]:
+    """The head's metric (accuracy or MSE) over every frame of ``source``, streaming; (value, frames).
+
+    Returns NaN with 0 frames for an empty source.
+    """
+    outs = stream_outputs(policy, source, rows)
+    total, count = 0.0, 0
+    for e, out in enumerate(outs):
+        if not len(out):
+            continue
+        target = source.window(e, 0, len(out))[1]
+        s, c = policy.head.metric_sums(torch.from_numpy(out)[None], torch.from_numpy(np.asarray(target))[None],
+                                       torch.ones(1, len(out), dtype=torch.bool))
+        total, count = total + s, count + c
+    return (total / count if count else float("nan")), count
+
+
+def predict_recording(policy, rec, rows: int = 16) -> np.ndarray:
+    """Steering (N,) ``policy`` outputs streaming through a Udacity recording's center camera in
+    order, the window restarting at every session segment (as a live drive restarts)."""
+    from agent.data.windows import UdacitySource
+
+    outs = stream_outputs(policy, UdacitySource([rec]), rows)
+    return np.concatenate([o[:, 0] for o in outs]).astype(np.float32) if outs else np.zeros(0, np.float32)
+
+
+def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = True, train_mean: float | None = None,
+                     min_speed: float = 5.0) -> dict:
+    """Offline steering error on a Udacity recording (center camera, no augmentation, streaming in order).
+
+    Args:
+        policy: a steering policy (:class:`agent.nn.policy.DrivingPolicy` with a Box head).
+        data: a recording folder (or its ``driving_log.csv``) or a loaded recording.
+        on_bad_row: as :func:`agent.data.udacity.load_recording`.
+        train_mean: the training mean steering, for the predict-the-mean baseline (default: the
+            policy file's metadata ``train_mean_steering`` if present).
+        min_speed: mph; ``moving_*`` figures count only frames at least this fast.
+
+    Returns:
+        dict with ``mse``, ``mae`` (normalised steering; 1.0 = 25 degrees), ``n_frames``,
+        ``n_segments``, ``rmse_degrees``, the baselines ``zero_mse`` / ``zero_mae`` (predict 0)
+        and ``train_mean_mse`` (when known), ``moving_mse`` / ``moving_mae`` /
+        ``moving_zero_mse`` / ``n_moving`` on frames with speed >= ``min_speed`` (None when no
+        frame moves), ``data``, ``n_bad_rows_skipped`` and ``seconds``.
+
+    Raises:
+        ValueError: a policy that does not output steering.
+    """
+    from agent.data.udacity import UdacityRecording, load_recording
+
+    if getattr(policy, "output_kind", None) != "steering":
+        raise ValueError(f"offline Udacity evaluation needs a steering policy; this one outputs "
+                         f"{getattr(policy, 'output_kind', type(policy).__name__)!r}")
+    t0 = time.time()
+    rec = data if isinstance(data, UdacityRecording) else load_recording(Path(data), on_bad_row=on_bad_row,
+                                                                         progress=progress)
+    pred = predict_recording(policy, rec)
+    err = pred - rec.steering
+    mse = float(np.mean(err ** 2))
+    res = {
+        "mse": mse,
+        "mae": float(np.mean(np.abs(err))),
+        "n_frames": int(len(rec)),
+        "n_segments": int(len(rec.segments)),
+        "rmse_degrees": float(math.sqrt(mse) * 25.0),
+        "zero_mse": float(np.mean(rec.steering ** 2)),
+        "zero_mae": float(np.mean(np.abs(rec.steering))),
+        "data": rec.source,
+        "n_bad_rows_skipped": len(rec.bad_rows),
+    }
+    moving = rec.speed >= min_speed
+    res.update(min_speed_mph=min_speed, n_moving=int(moving.sum()),
+               moving_mse=float(np.mean(err[moving] ** 2)) if moving.any() else None,
+               moving_mae=float(np.mean(np.abs(err[moving]))) if moving.any() else None,
+               moving_zero_mse=float(np.mean(rec.steering[moving] ** 2)) if moving.any() else None)
+    if train_mean is None:
+        train_mean = (getattr(policy, "metadata", None) or {}).get("train_mean_steering")
+    if train_mean is not None:
+        res["train_mean_mse"] = float(np.mean((rec.steering - train_mean) ** 2))
+    res["seconds"] = time.time() - t0
+    return res
+
+
+__all__ = ["evaluate_udacity", "predict_recording", "score_stream", "stream_outputs"]

@@ -1,0 +1,38 @@
+"""Every shipped policy file loads through the public loader and acts: a format change fails here."""
+
+import numpy as np
+import pytest
+
+from agent.loading import POLICIES_DIR, load_policy
+
+SHIPPED = sorted(p.name for p in POLICIES_DIR.glob("*") if p.suffix in (".pt", ".zip"))
+
+
+def test_the_expected_files_ship():
+    assert {"nac.pt", "nac-bc.pt", "udacity-nac.pt", "carracing-expert.zip"} <= set(SHIPPED)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_policy_loads_and_acts(name, caplog):
+    policy = load_policy(name)
+    assert not any("format-1" in r.getMessage() for r in caplog.records), f"{name} needs `agent convert-policy`"
+    if name.endswith(".zip"):  # the PPO expert acts from the privileged state
+        from envs import make_carracing
+
+        env = make_carracing(render_pixels=False)
+        env.reset(seed=0)
+        a = policy.act(env)
+        assert isinstance(a, int) and 0 <= a < 5
+        env.close()
+        return
+    assert policy.metadata, "a shipped policy carries its training metadata"
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 255, (3, *policy.config.obs_shape), dtype=np.uint8)
+    state = None
+    for f in frames:
+        action, state = policy.predict(f, state)
+    if policy.config.env == "carracing":
+        assert isinstance(action, int) and 0 <= action < 5
+    else:
+        assert isinstance(action, float) and -1.0 <= action <= 1.0
+    assert state.steps.tolist() == [3]
