@@ -68,6 +68,10 @@ class DemonstrationSource:
     def frame_shape(self) -> tuple[int, ...]:
         return tuple(self.demos.frames[0].shape[1:])
 
+    def targets(self, e: int) -> np.ndarray:
+        """The (N_e,) int64 action targets of sequence ``e`` (no frames are read)."""
+        return self.demos.actions[e]
+
     def window(self, e: int, start: int, n: int, rng: np.random.Generator | None = None):
         """Frames (n, H, W, C) uint8, targets (n,), times (n,) float64 seconds from ``start``."""
         return (self.demos.frames[e][start:start + n], self.demos.actions[e][start:start + n],
@@ -123,6 +127,11 @@ class UdacitySource:
     @property
     def lengths(self) -> list[int]:
         return [s1 - s0 for _, s0, s1 in self.index]
+
+    def targets(self, e: int) -> np.ndarray:
+        """The (N_e,) float32 steering targets of sequence ``e`` (center camera; no frames are read)."""
+        r, s0, s1 = self.index[e]
+        return self.recordings[r].steering[s0:s1].astype(np.float32)
 
     def window(self, e: int, start: int, n: int, rng: np.random.Generator | None = None):
         """Frames (n, 66, 200, 3) uint8 YUV, steering (n,) float32, times (n,) float64 s from the first."""

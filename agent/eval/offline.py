@@ -68,7 +68,7 @@ def score_stream(policy, source, rows: int = 16) -> tuple[float, int]:
     for e, out in enumerate(outs):
         if not len(out):
             continue
-        target = source.window(e, 0, len(out))[1]
+        target = source.targets(e)
         s, c = policy.head.metric_sums(torch.from_numpy(out)[None], torch.from_numpy(np.asarray(target))[None],
                                        torch.ones(1, len(out), dtype=torch.bool))
         total, count = total + s, count + c

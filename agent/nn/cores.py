@@ -192,13 +192,10 @@ class NACCore(TemporalCore):
         """(B, D) newest features -> (B, d); the state is the NAC cache of the window."""
         _check_step(self, x, t)
         B = x.shape[0]
-        if t is None:  # the newest frame of each row sits one frame_dt after the previous one
-            n = 0 if state is None else state.length
-            t = torch.full((B,), n * self.frame_dt, dtype=torch.float32, device=x.device)
-            if state is not None and state.times is not None and n:
-                t = state.times[:, -1].to(torch.float32) + self.frame_dt
-        out = self.nac.step(x, state, t=t.to(x.device), window=self.window, return_intermediates=return_intermediates)
-        return out
+        if t is None:  # the newest frame sits one frame_dt after the previous one (NAC reads only ages)
+            t = torch.zeros(B, dtype=torch.float32, device=x.device) if state is None else \
+                state.times[:, -1].to(torch.float32) + self.frame_dt
+        return self.nac.step(x, state, t=t.to(x.device), window=self.window, return_intermediates=return_intermediates)
 
     def reset_rows(self, state, rows):
         return None if state is None else state.reset_rows(rows)

@@ -250,11 +250,11 @@ def train(source, policy_config: PolicyConfig, cfg: TrainConfig, tensorboard_dir
                          n_train_sequences=len(train_src.lengths),
                          n_val_sequences=len(val_src.lengths) if val_src is not None else 0)
     if policy.head.kind == "continuous":  # the trivial baselines on the held-out frames
-        ys = [train_src.window(e, 0, n)[1] for e, n in enumerate(train_src.lengths) if n]
+        ys = [train_src.targets(e) for e, n in enumerate(train_src.lengths) if n]
         mean = float(np.mean(np.concatenate(ys))) if ys else 0.0
         report.baselines["train_mean_steering"] = mean
         if val_src is not None:
-            vy = np.concatenate([val_src.window(e, 0, n)[1] for e, n in enumerate(val_src.lengths) if n])
+            vy = np.concatenate([val_src.targets(e) for e, n in enumerate(val_src.lengths) if n])
             report.baselines.update(val_zero_mse=float(np.mean(vy ** 2)), val_mean_mse=float(np.mean((vy - mean) ** 2)))
     tb = None
     if tensorboard_dir:
