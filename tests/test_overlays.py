@@ -468,3 +468,27 @@ def test_bench_drive_prints_four_configurations(policy_file, same_policy, capsys
     assert [r["config"] for r in rows] == [c[0] for c in CONFIGS]
     assert all(r["fps"] > 0 and r["steps"] == 10 and r["step_p99_ms"] >= r["step_p50_ms"] for r in rows)
     assert "| all on |" in out and "FPS target" in out
+
+
+def test_non_nac_core_gets_saliency_and_a_reason_in_the_panel():
+    from agent.drive.explain import Overlays
+    from agent.drive.overlays import PanelNote
+    from agent.nn.policy import DrivingPolicy, default_config
+    from agent.rollout import PolicyActor
+
+    gru = DrivingPolicy(default_config("carracing", core="gru", window=3)).eval()
+    actor = PolicyActor(gru, label="gru.pt")
+    r = Renderer(scale=4, panel_width=300)
+    ov = Overlays(gru, actor, r, saliency=True, traces=True)
+    try:
+        assert ov.saliency is not None and "saliency" not in ov.reasons  # Grad-CAM attributes to the CNN
+        assert "gru core has no NAC neurons" in ov.reasons["traces"]
+        notes = [p for p in r.panels if isinstance(p, PanelNote)]
+        assert len(notes) == 1 and "gru" in notes[0].text and notes[0].surfaces
+        frame = np.random.default_rng(0).integers(0, 255, (96, 96, 3), dtype=np.uint8)
+        d = actor.act(frame, None)
+        extras: dict = {}
+        ov.explain(frame, d, extras)
+        assert extras["saliency"].cam.shape == (96, 96) and d.intermediates is None
+    finally:
+        ov.close()

@@ -54,6 +54,11 @@ class Overlays:
         if (traces and renderer is not None) or dump:
             if not policy_actor or driver.traces_reason:
                 self.reasons["traces"] = driver.traces_reason
+                if traces and renderer is not None and renderer.panel_rect.width:
+                    from agent.drive.overlays import PanelNote
+
+                    renderer.panels.append(PanelNote(f"NAC traces off: {driver.traces_reason}",
+                                                     renderer.panel_rect.width))
             else:
                 from agent.drive.traces import TraceHistory, TraceRecorder
 

@@ -56,6 +56,32 @@ class SaliencyDrawer:
         return blend_heatmap(frame, sal.cam, self.opacity)
 
 
+class PanelNote:
+    """A panel drawer that says, in the panel itself, why the panel is empty (e.g. a core without NAC
+    neurons to trace). The text is rendered once, word-wrapped to the panel width."""
+
+    def __init__(self, text: str, width: int):
+        import pygame
+
+        pygame.font.init()
+        font = pygame.font.Font(None, 22)
+        lines, line = [], ""
+        for word in text.split():
+            trial = f"{line} {word}".strip()
+            if font.size(trial)[0] > width - 24 and line:
+                lines.append(line)
+                line = word
+            else:
+                line = trial
+        lines.append(line)
+        self.text = text
+        self.surfaces = [font.render(s, True, _TEXT) for s in lines]
+
+    def __call__(self, surf, view) -> None:
+        for i, s in enumerate(self.surfaces):
+            surf.blit(s, (12, 16 + 22 * i))
+
+
 class TracePanel:
     """The NAC trace panel: four scrolling line plots and four neuron heat strips for one head.
 
