@@ -297,11 +297,8 @@ def _add_evaluate(sub) -> None:
     p.add_argument("--json", default=None, help="write the results as JSON here")
 
 
-def _policy_env(path) -> str | None:
-    """The simulator a policy file is for ("carracing" for the expert zip), or None if unknown."""
-    from agent.loading import file_kind
-
-    kind, payload = file_kind(path)
+def _policy_env(kind: str, payload) -> str | None:
+    """The simulator a policy file (its kind and contents, :func:`agent.loading.file_kind`) is for."""
     if kind == "sb3-ppo-expert":
         return "carracing"
     if kind == "nac-udacity-policy":
@@ -310,15 +307,16 @@ def _policy_env(path) -> str | None:
 
 
 def _cmd_evaluate(args) -> int:
-    from agent.loading import resolve_policy_path
+    from agent.loading import file_kind, resolve_policy_path
 
     path = resolve_policy_path(args.policy)
-    env = _policy_env(path)
+    kind, payload = file_kind(path)  # read once; the Udacity evaluation builds the policy from it
+    env = _policy_env(kind, payload)
     if env is not None and env != args.env:
         hint = " --data RECORDING" if env == "udacity" else ""
         raise CLIError(f"{path} is a policy for --env {env}; evaluate it with --env {env}{hint}")
     if args.env == "udacity":
-        return _evaluate_udacity(args, path)
+        return _evaluate_udacity(args, path, kind, payload)
     if args.data:
         raise CLIError("--data is for --env udacity; CarRacing policies are evaluated in closed loop on tracks")
     from agent.eval.closed_loop import evaluate
@@ -332,17 +330,19 @@ def _cmd_evaluate(args) -> int:
     return 0
 
 
-def _evaluate_udacity(args, path) -> int:
+def _evaluate_udacity(args, path, kind, payload) -> int:
     """`agent evaluate --env udacity`: offline steering MSE / MAE on a recording, printed and as JSON."""
     from agent.eval.offline import evaluate_udacity
-    from agent.loading import load_policy
+    from agent.loading import LOADERS
     from agent.nn.policy import file_digest
 
     if not args.data:
         raise CLIError("--env udacity needs --data: a recording folder holding driving_log.csv and IMG/")
     if not (Path(args.data) / "driving_log.csv").is_file() and not Path(args.data).is_file():
         raise CLIError(f"{args.data} is not a Udacity recording (no driving_log.csv in it)")
-    policy = load_policy(path)
+    if kind not in LOADERS:
+        raise CLIError(f"{path} holds a policy of kind {kind!r}, which this version cannot load")
+    policy = LOADERS[kind](path, payload, "cpu")
     if getattr(policy, "output_kind", None) != "steering" or getattr(policy.config, "env", None) != "udacity":
         raise CLIError(f"{path} is not a Udacity steering policy (make one with `agent train --env udacity`)")
     res = {"policy": str(path), "policy_sha256": file_digest(path), "env": "udacity", "core": policy.config.core,

@@ -103,14 +103,6 @@ def load_policy(name: str | Path, device: str = "cpu"):
     return LOADERS[kind](path, payload, device)
 
 
-def policy_file_kind(path: str | Path) -> str | None:
-    """The kind of a policy file, or None when it is not readable as one."""
-    try:
-        return file_kind(path)[0]
-    except (FileNotFoundError, ValueError):
-        return None
-
-
 def make_actor(policy, deterministic: bool = True, label: str | None = None):
     """The actor (:mod:`agent.rollout`) for a loaded policy: the expert acts from privileged state.
 

@@ -23,7 +23,6 @@ loader's worker processes; the draw depends on (seed, epoch, item), never on the
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -191,16 +190,6 @@ def smooth_steering(rec, frames: int):
         y = rec.steering[s0:s1].astype(np.float64)
         out[s0:s1] = np.convolve(y, kernel, mode="same") / np.convolve(np.ones_like(y), kernel, mode="same")
     return dataclasses.replace(rec, steering=out.astype(np.float32))
-
-
-@dataclass
-class WindowItem:
-    """The fields of one window (see the module docstring); the DataLoader collates dicts of them."""
-
-    obs: np.ndarray
-    target: np.ndarray
-    t: np.ndarray
-    mask: np.ndarray
 
 
 class WindowDataset(Dataset):

@@ -197,9 +197,6 @@ class NACCore(TemporalCore):
                 state.times[:, -1].to(torch.float32) + self.frame_dt
         return self.nac.step(x, state, t=t.to(x.device), window=self.window, return_intermediates=return_intermediates)
 
-    def reset_rows(self, state, rows):
-        return None if state is None else state.reset_rows(rows)
-
 
 # --------------------------------------------------------------------------------------------
 # Recurrent cores
