@@ -56,17 +56,75 @@ def _add_expert(sub) -> None:
     t.add_argument("--device", default="auto", help="torch device for PPO updates (auto: cuda if available)")
     t.add_argument("--tensorboard", default="runs/expert", help="TensorBoard log folder ('' for none)")
     t.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    t.add_argument("--continuous", action="store_true",
+                   help="the continuous configuration: (steering, throttle) actions in [-1, 1] and a Gaussian PPO "
+                        "policy, instead of the paper's five discrete actions (gas 0.2, no gas while steering)")
+    t.add_argument("--ent-coef", type=float, default=None, help="PPO entropy bonus (default 0.003, continuous 0.0)")
+    t.add_argument("--disturbed-starts", type=float, default=0.0,
+                   help="share of training episodes that start off the road or at a standstill (a centre-line "
+                        "follower drives a random stretch, then a disturbance), so the expert learns to recover")
+    t.add_argument("--offtrack-patience", type=int, default=50,
+                   help="steps with all wheels off the road before a training episode is cut")
+    t.add_argument("--init", default=None, help="fine-tune: start from this expert .zip's weights")
+    t.add_argument("--lr", type=float, default=3e-4, help="PPO learning rate (lower it when fine-tuning with --init)")
+    r = esub.add_parser("check-recovery", formatter_class=FMT, help="does the expert recover from off-road and standstill?",
+                        description="Before the expert labels recoveries in DAgger, check that it recovers itself. "
+                                    "On each track the expert drives; at --start one disturbance steers it off the "
+                                    "road (40 steps of hard steering) or brakes it to a standstill (100 steps); then "
+                                    "it drives on its own. Recovered = back on the road and moving within --limit "
+                                    "steps. Also runs each track undisturbed for the return it loses.")
+    r.add_argument("--expert", default="carracing-expert.zip", help="the PPO expert .zip (a bare name is looked up in policies/)")
+    r.add_argument("--episodes", type=int, default=20, help="tracks")
+    r.add_argument("--seed", type=int, default=600_000, help="first track (default: outside training and evaluation)")
+    r.add_argument("--start", type=int, default=250, help="step at which the disturbance begins")
+    r.add_argument("--limit", type=int, default=250, help="steps after the disturbance within which it must recover")
+    r.add_argument("--max-steps", type=int, default=None, help="cap on episode length")
+    r.add_argument("--json", default=None, help="write every episode and the summary here")
+
+
+def _cmd_expert_recovery(args) -> int:
+    from agent.eval.recovery import recovery_check, summarize
+    from agent.loading import load_policy, make_actor
+    from envs.carracing import make_carracing
+
+    if args.episodes < 1:
+        raise CLIError("--episodes must be >= 1")
+    expert = load_policy(args.expert)
+    if not hasattr(expert, "continuous"):
+        raise CLIError(f"{args.expert} is not a PPO expert .zip")
+    env = make_carracing(privileged=True, continuous=expert.continuous)
+    results = recovery_check(env, make_actor(expert), range(args.seed, args.seed + args.episodes), start=args.start,
+                             limit=args.limit, max_steps=args.max_steps)
+    out = summarize(results)
+    for kind, s in out["summary"].items():
+        med = "-" if s["median_steps_to_recover"] is None else f"{s['median_steps_to_recover']:.0f}"
+        print(f"{kind:9s} recovered {s['recovered']}/{s['episodes']}  median steps to recover {med}  "
+              f"return {s['mean_disturbed_return']:.1f} disturbed vs {s['mean_undisturbed_return']:.1f} undisturbed")
+    if args.json:
+        _write_json(args.json, {"expert": str(args.expert), "seed": args.seed, **out})
+    return 0
 
 
 def _cmd_expert(args) -> int:
     import torch
 
+    if args.expert_command == "check-recovery":
+        return _cmd_expert_recovery(args)
+
+    from agent.loading import resolve_policy_path
     from agent.train.expert import ExpertConfig, train_expert
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    extra = {}
+    if args.ent_coef is not None:
+        extra["ent_coef"] = args.ent_coef
+    elif args.continuous:
+        extra["ent_coef"] = 0.0
     cfg = ExpertConfig(timesteps=args.timesteps, seed=args.seed, n_envs=args.n_envs,
-                       action_repeat=args.action_repeat, device=args.device)
+                       action_repeat=args.action_repeat, device=args.device, continuous=args.continuous,
+                       learning_rate=args.lr, disturbed_starts=args.disturbed_starts, offtrack_patience=args.offtrack_patience,
+                       init=str(resolve_policy_path(args.init)) if args.init else None, **extra)
     train_expert(cfg, args.out, tensorboard_dir=args.tensorboard or None)
     return 0
 
@@ -77,7 +135,9 @@ def _add_collect(sub) -> None:
                        formatter_class=FMT,
                        description="Step the real, rendered env with the expert (or you, --keyboard) acting and "
                                    "record the 96x96 frames the student sees, the actions, rewards, terminations, "
-                                   "truncations and each episode's track seed. Episodes run on tracks --seed, "
+                                   "truncations and each episode's track seed. A continuous expert (`agent expert "
+                                   "train --continuous`) drives and records the continuous configuration: actions "
+                                   "(steering, throttle) in [-1, 1]. Episodes run on tracks --seed, "
                                    "--seed+1, ... Every finished episode is on disk at once: Ctrl-C keeps them.")
     p.add_argument("--env", default="carracing", choices=["carracing"], help="simulator")
     src = p.add_mutually_exclusive_group(required=True)
@@ -106,16 +166,23 @@ def _cmd_collect(args) -> int:
     if args.seed + args.episodes > EVAL_SEED_BASE:
         get_logger(__name__).warning("tracks >= %d are the evaluation tracks; recording on them leaks test data",
                                      EVAL_SEED_BASE)
+    description = None
     if args.keyboard:
-        actor, name = KeyboardActor(), "keyboard"
+        actor, name, env = KeyboardActor(), "keyboard", make_carracing()
     else:
-        from agent.loading import load_policy, make_actor
+        from agent.loading import is_continuous, load_policy, make_actor, make_carracing_for
 
-        actor, name = make_actor(load_policy(args.expert)), "ppo-expert"
-    env = make_carracing()
+        expert = load_policy(args.expert)
+        actor, name = make_actor(expert), "ppo-expert"
+        env = make_carracing_for(expert)  # the continuous configuration for a continuous expert
+        if is_continuous(expert):
+            description = ("CarRacing demonstrations by ppo-expert, continuous configuration: actions (steering, "
+                           "throttle) in [-1, 1] (envs.carracing.ThrottleAction)")
     writer = collect(env, actor, args.episodes, args.seed, out, name, overwrite=args.overwrite,
-                     max_steps=args.max_steps)
-    print(f"recorded {writer.episodes} episode(s), {writer.steps} steps -> {out} (Minari dataset {dataset_id})")
+                     max_steps=args.max_steps, description=description)
+    kind = "continuous (steering, throttle)" if description else "discrete"
+    print(f"recorded {writer.episodes} episode(s), {writer.steps} steps, {kind} actions -> {out} "
+          f"(Minari dataset {dataset_id})")
     return 0 if writer.episodes else 1
 
 
@@ -128,7 +195,9 @@ def _add_train(sub) -> None:
                        description="One trainer for both simulators and every temporal core: a features extractor "
                                    "(the paper's CNN for CarRacing, PilotNet for Udacity), a temporal core (--core) "
                                    "and an action head derived from the env's action space (five action logits with "
-                                   "cross-entropy for CarRacing, one steering output with MSE for Udacity), trained "
+                                   "cross-entropy for CarRacing; steering and throttle with MSE for recordings of "
+                                   "CarRacing's continuous configuration, read from the data; one steering output "
+                                   "with MSE for Udacity), trained "
                                    "on windows of --window consecutive frames. Validation data is held out by "
                                    "episode (Udacity: the last --val-fraction of each recording's rows) and scored "
                                    "streaming, frame by frame, as the policy drives; the best checkpoint by the "
@@ -149,6 +218,10 @@ def _add_train(sub) -> None:
                    help="policy file to write (per env: policies/nac.pt, policies/udacity-nac.pt)")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     p.add_argument("--window", type=int, default=argparse.SUPPRESS, help="T: frames the core sees (per env: 4; 8)")
+    p.add_argument("--dashboard", choices=["visible", "speed", "hidden"], default=argparse.SUPPRESS,
+                   help="carracing: what the CNN sees of the dashboard strip (bottom 12 rows, which shows the car's "
+                        "own controls): visible, speed (blanked except the speed bar) or hidden (cropped); "
+                        "default per agent.nn.policy.default_config")
     p.add_argument("--d-model", type=int, default=argparse.SUPPRESS, help="core width d (per env: 64; 100)")
     p.add_argument("--epochs", type=int, default=argparse.SUPPRESS, help="behaviour-cloning epochs (per env: 8; 40)")
     p.add_argument("--batch-frames", type=int, default=argparse.SUPPRESS,
@@ -162,12 +235,23 @@ def _add_train(sub) -> None:
                         "recording as one block (udacity, 0.15)")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights, split, batches and augmentation")
     p.add_argument("--workers", type=int, default=0, help="DataLoader worker processes (augmentation runs there)")
-    p.add_argument("--expert", default=None, help="carracing: PPO expert .zip for DAgger relabelling")
+    p.add_argument("--expert", default=None,
+                   help="carracing: PPO expert .zip for DAgger relabelling (of the same action kind as --data: a "
+                        "continuous expert for continuous recordings)")
     p.add_argument("--dagger-rounds", type=int, default=0, help="carracing: DAgger rounds after BC")
     p.add_argument("--dagger-episodes", type=int, default=8, help="carracing: student episodes per DAgger round")
     p.add_argument("--dagger-epochs", type=int, default=3, help="carracing: epochs on the aggregate after each round")
-    p.add_argument("--dagger-beta", type=float, default=0.0,
-                   help="carracing: probability that the expert's action is executed in DAgger rollouts")
+    p.add_argument("--dagger-beta", type=float, default=0.5,
+                   help="carracing: probability that the expert's action is executed in round 1's rollouts "
+                        "(Ross et al.'s mixture; the demonstrations themselves are round 0, beta 1)")
+    p.add_argument("--dagger-beta-decay", type=float, default=0.5,
+                   help="carracing: beta of round r = dagger-beta * decay^(r-1) (0.5: 0.5, 0.25, 0.125, ...)")
+    p.add_argument("--dagger-disturb", type=float, default=0.0,
+                   help="carracing: disturbances per 1000 steps in DAgger rollouts (hard steering off the road, or "
+                        "braking to a standstill), so the expert labels the recoveries (DART-like; 0: none)")
+    p.add_argument("--dagger-out", default=None,
+                   help="carracing: also write each round's relabelled episodes as Minari datasets "
+                        "DAGGER_OUT-r<round>-v0, e.g. recordings/nac-drive/nac-dagger")
     p.add_argument("--dagger-max-steps", type=int, default=None, help="carracing: cap on DAgger episode length")
     p.add_argument("--save-bc", default=None, help="also save the policy after BC, before DAgger, here")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
@@ -186,7 +270,8 @@ def _add_train(sub) -> None:
 
 #: `agent train` options that only one simulator uses, with the value that means "not given"
 _ENV_ONLY = {"udacity": {"augment_prob": 0.6, "smooth_labels": 1, "on_bad_row": "skip"},
-             "carracing": {"expert": None, "dagger_rounds": 0, "dagger_beta": 0.0, "dagger_max_steps": None,
+             "carracing": {"expert": None, "dagger_rounds": 0, "dagger_beta": 0.5, "dagger_beta_decay": 0.5,
+                           "dagger_disturb": 0.0, "dagger_out": None, "dagger_max_steps": None,
                            "save_bc": None}}
 
 
@@ -197,11 +282,7 @@ def _load_source(env: str, data: list[str], args):
     if env == "carracing":
         from agent.data.recordings import load_demonstrations
 
-        demos = None
-        for d in data:
-            part = load_demonstrations(d)
-            demos = part if demos is None else demos.extend(part)
-        return DemonstrationSource(demos)
+        return DemonstrationSource(load_demonstrations(data))  # RecordingError if they mix action kinds
     from agent.data.udacity import AugmentConfig, load_recording
 
     for d in data:
@@ -209,6 +290,28 @@ def _load_source(env: str, data: list[str], args):
             raise CLIError(f"{d} is not a Udacity recording (no driving_log.csv in it)")
     recs = [load_recording(d, on_bad_row=args.on_bad_row) for d in data]
     return UdacitySource(recs, AugmentConfig(p_augment=args.augment_prob), smooth_labels=args.smooth_labels)
+
+
+def _carracing_continuous(source) -> bool:
+    """Whether CarRacing recordings hold the continuous configuration's actions (inferred from the
+    data, so `agent train` needs no flag); False for the five discrete actions.
+
+    Raises:
+        CLIError: continuous actions of another space than Box(-1, 1, (2,)) (steering, throttle).
+    """
+    import gymnasium as gym
+    import numpy as np
+
+    demos = source.demos
+    if not demos.continuous:
+        return False
+    space = demos.action_space
+    if space is None or not isinstance(space, gym.spaces.Box) or space.shape != (2,) or \
+            not (np.allclose(space.low, -1.0) and np.allclose(space.high, 1.0)):
+        raise CLIError(f"the recordings hold continuous actions in {space}, but CarRacing's continuous "
+                       "configuration drives with (steering, throttle) in Box(-1, 1, (2,)); record them with "
+                       "`agent collect --expert` and an expert trained with `agent expert train --continuous`")
+    return True
 
 
 def _cmd_train(args) -> int:
@@ -234,7 +337,6 @@ def _cmd_train(args) -> int:
     given = {k: getattr(args, k) for k in ("window", "d_model") if hasattr(args, k)}
     if any(v < 1 for v in given.values()):
         raise CLIError("--window and --d-model must be >= 1")
-    pcfg = default_config(args.env, getattr(args, "core", None), seed=22222 + args.seed, **given)
     tcfg = dict(TRAIN_DEFAULTS[args.env])
     tcfg.update({k: getattr(args, k) for k in ("epochs", "batch_frames", "lr", "weight_decay", "schedule",
                                                 "val_fraction") if hasattr(args, k)})
@@ -242,16 +344,30 @@ def _cmd_train(args) -> int:
                       time_limit_s=args.time_limit * 60 if args.time_limit else None,
                       dagger_rounds=args.dagger_rounds, dagger_episodes=args.dagger_episodes,
                       dagger_epochs=args.dagger_epochs, dagger_beta=args.dagger_beta,
+                      dagger_beta_decay=args.dagger_beta_decay, dagger_disturb=args.dagger_disturb,
+                      dagger_out=args.dagger_out,
                       dagger_max_steps=args.dagger_max_steps)
+    if hasattr(args, "dashboard"):
+        if args.env != "carracing":
+            raise CLIError("--dashboard only applies to --env carracing")
+        given["features_kwargs"] = {**default_config("carracing").features_kwargs, "dashboard": args.dashboard}
     if args.threads:
         torch.set_num_threads(args.threads)
     source = _load_source(args.env, args.data, args)
+    continuous = _carracing_continuous(source) if args.env == "carracing" else False
+    pcfg = default_config(args.env, getattr(args, "core", None), continuous=continuous, seed=22222 + args.seed,
+                          **given)
     expert = env = None
     if args.dagger_rounds:
-        from agent.loading import load_policy
-        from envs.carracing import make_carracing
+        from agent.loading import is_continuous, load_policy, make_carracing_for
 
-        expert, env = load_policy(args.expert), make_carracing()
+        expert = load_policy(args.expert)
+        if is_continuous(expert) != continuous:
+            kinds = {True: "continuous (steering, throttle)", False: "discrete"}
+            raise CLIError(f"--expert {args.expert} drives with {kinds[is_continuous(expert)]} actions but the "
+                           f"recordings hold {kinds[continuous]} actions; DAgger needs an expert of the same kind "
+                           "as the data (record with that expert, or pass the matching one)")
+        env = make_carracing_for(expert)  # the continuous configuration for a continuous expert
     policy, report = train(source, pcfg, cfg, tensorboard_dir=args.tensorboard or None, expert=expert, env=env,
                            bc_checkpoint=args.save_bc)
     command = "agent train " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["train"] else "agent train"
@@ -279,7 +395,9 @@ def _add_evaluate(sub) -> None:
                        formatter_class=FMT,
                        description="Run a policy (any core, or the expert .zip) for --episodes episodes on tracks "
                                    f"--seed, --seed+1, ... (tracks >= {EVAL_SEED_BASE} are never used for "
-                                   "training) and print the mean ± std episode return. With --env udacity: "
+                                   "training) and print the mean ± std episode return (a policy or expert with "
+                                   "continuous actions drives CarRacing's continuous configuration). "
+                                   "With --env udacity: "
                                    "offline steering MSE and MAE of a Udacity steering policy on a recording "
                                    "(--data; center camera, no augmentation, frames streamed in order with their "
                                    "timestamps, the window restarting at session breaks), beside the predict-0 "
@@ -294,7 +412,9 @@ def _add_evaluate(sub) -> None:
     p.add_argument("--seed", type=int, default=EVAL_SEED_BASE, help="carracing: track seed of the first episode")
     p.add_argument("--max-steps", type=int, default=None, help="carracing: cap on episode length (default: 1000)")
     p.add_argument("--workers", type=int, default=2, help="carracing: parallel processes")
-    p.add_argument("--json", default=None, help="write the results as JSON here")
+    p.add_argument("--json", default=None,
+                   help="write the results as JSON here (carracing: per-episode returns, steps, "
+                        "longest_standstill_steps and off_road_steps, and their aggregates)")
 
 
 def _policy_env(kind: str, payload) -> str | None:
@@ -322,8 +442,7 @@ def _cmd_evaluate(args) -> int:
     from agent.eval.closed_loop import evaluate
 
     res = evaluate(path, args.episodes, args.seed, env=args.env, max_steps=args.max_steps, workers=args.workers)
-    print(f"{res.policy}: mean return {res.mean_return:.1f} ± {res.std_return:.1f} over {len(res.returns)} "
-          f"tracks (seeds {res.seeds[0]}..{res.seeds[-1]}), {res.steps_per_second:.0f} env steps/s")
+    print("\n".join(res.summary_lines()))
     if args.json:
         res.to_json(args.json)
         print(f"wrote {args.json}")

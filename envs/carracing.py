@@ -5,7 +5,10 @@ of privileged state read from the Box2D simulation ("learning by cheating", DESI
 car speed in its own frame, yaw rate, wheel states and the next track waypoints in the car's
 frame. While the expert trains, the pixel rendering (the costly part of a step) is skipped.
 
-Discrete actions (``continuous=False``): 0 nothing, 1 left, 2 right, 3 gas, 4 brake.
+Discrete actions (``continuous=False``, the paper's setting and the default): 0 nothing, 1 left,
+2 right, 3 gas (0.2), 4 brake (0.8). The continuous configuration (``continuous=True``) drives with
+two controls in [-1, 1], steering and throttle (:class:`ThrottleAction`): full gas and gas while
+steering are possible there, which the five discrete actions do not allow.
 """
 
 from __future__ import annotations
@@ -121,6 +124,31 @@ class PrivilegedObservation(gym.ObservationWrapper):
         return self.env.unwrapped.privileged_observation()
 
 
+class ThrottleAction(gym.ActionWrapper):
+    """CarRacing's continuous controls as two numbers: (steering, throttle), each in [-1, 1].
+
+    steering is CarRacing's own (-1 full left, +1 full right); throttle > 0 is gas (its value),
+    throttle < 0 is brake (its magnitude), so gas and brake are never pressed together. Two
+    signed controls are the usual parameterisation of a continuous CarRacing policy: they keep a
+    Gaussian policy (PPO) and a regression head (the student) from asking for gas and brake at once.
+
+    Raises:
+        ValueError: if the wrapped env does not have CarRacing's continuous (3,) action space.
+    """
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        space = env.action_space
+        if not isinstance(space, gym.spaces.Box) or space.shape != (3,):
+            raise ValueError(f"ThrottleAction needs CarRacing's continuous (steer, gas, brake) actions, got {space}; "
+                             "create the env with continuous=True")
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+    def action(self, action):
+        a = np.clip(np.asarray(action, dtype=np.float64).reshape(2), -1.0, 1.0)
+        return np.array([a[0], max(a[1], 0.0), max(-a[1], 0.0)], dtype=np.float64)
+
+
 class OffTrackTermination(gym.Wrapper):
     """End an episode early once all four wheels have been off the road for ``patience`` steps.
 
@@ -151,21 +179,28 @@ def make_carracing(
     privileged: bool = False,
     render_pixels: bool | None = None,
     max_episode_steps: int = EPISODE_STEPS,
+    continuous: bool = False,
 ) -> gym.Env:
-    """Create discrete CarRacing-v3 (the paper's five actions); ``reset(seed=s)`` always gives track s.
+    """Create CarRacing-v3, by default with the paper's five discrete actions; ``reset(seed=s)``
+    always gives track s.
 
     Args:
         render_mode: None, "rgb_array" (600x400 frames) or "human" (gymnasium's own window).
         privileged: observations are the expert's state vector (PRIVILEGED_DIM,) instead of pixels.
         render_pixels: render the 96x96 frame each step; defaults to ``not privileged``.
         max_episode_steps: the time limit, 1000 steps (20 s at 50 FPS) as registered by gymnasium.
+        continuous: the continuous configuration: actions are (steering, throttle) in [-1, 1]^2
+            (:class:`ThrottleAction`) instead of the five discrete actions.
 
     Returns:
         A ``gymnasium.Env`` whose ``unwrapped`` is a :class:`CarRacingEnv`.
     """
     if render_pixels is None:
         render_pixels = not privileged
-    env = gym.make(ENV_ID, render_mode=render_mode, render_pixels=render_pixels, max_episode_steps=max_episode_steps)
+    env = gym.make(ENV_ID, render_mode=render_mode, render_pixels=render_pixels, max_episode_steps=max_episode_steps,
+                   continuous=continuous)
+    if continuous:
+        env = ThrottleAction(env)
     if privileged:
         env = PrivilegedObservation(env)
     return env
@@ -176,5 +211,5 @@ if ENV_ID not in gym.registry:
 
 __all__ = [
     "ACTION_NAMES", "CarRacingEnv", "EPISODE_STEPS", "EVAL_SEED_BASE", "FPS", "OffTrackTermination",
-    "PRIVILEGED_DIM", "PrivilegedObservation", "make_carracing",
+    "PRIVILEGED_DIM", "PrivilegedObservation", "ThrottleAction", "make_carracing",
 ]

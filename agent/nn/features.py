@@ -54,28 +54,71 @@ class FeaturesExtractor(nn.Module):
         return next(self.parameters()).device
 
 
+def dashboard_rows(height: int) -> int:
+    """Rows of CarRacing's dashboard strip at the bottom of a frame of ``height`` rows: 12 of 96.
+
+    gymnasium's ``CarRacing._render_indicators`` draws it 5/40 of the window high.
+    """
+    return int(round(height * 5 / 40))
+
+
+def speed_bar_columns(width: int) -> tuple[int, int]:
+    """[first, last + 1) columns of the dashboard's speed bar in a frame ``width`` wide: 12-14 of 96.
+
+    gymnasium draws the speed bar at place 5 of 40 (``vertical_ind(5, ...)``), one place wide.
+    """
+    return int(np.floor(width * 5 / 40)), int(np.ceil(width * 6 / 40))
+
+
 class CarRacingCNN(FeaturesExtractor):
     """The paper's CarRacing CNN: (N, 96, 96, 3) uint8 -> (N, F) features.
 
     Conv 10@3x3/2, 20@5x5/2, 30@5x5/2 with ReLU, then dropout (arXiv 2512.10282, Appendix D).
     Input: x / 255 in [0, 1], channels first. F = 30 x 9 x 9 = 2430 for 96x96 frames.
 
+    The dashboard. CarRacing draws a black strip over the bottom eighth of the frame (rows 84-95
+    of 96) with the score, the speed bar (columns 12-14), the four ABS bars, the steering
+    indicator and the gyroscope. The steering and wheel indicators show the car's *current
+    controls*, so a student that reads them predicts the expert's next action from its own last
+    one: the causal confusion of behaviour cloning (de Haan, Jayaraman and Levine, "Causal
+    Confusion in Imitation Learning", NeurIPS 2019). ``dashboard`` chooses what the CNN sees:
+
+    - ``"visible"``: the whole frame (the paper's input, and the files made before this option);
+    - ``"speed"``: the strip blanked to black except the speed bar, a legitimate state;
+    - ``"hidden"``: the strip cropped away (input (H - H/8) x W); speed is left to the window.
+
     Args:
         obs_shape: (H, W, C) of the frames.
         channels: output channels of the three convolutions.
         dropout: dropout on the flattened features (paper: 0.2).
+        dashboard: "visible", "speed" or "hidden" (above).
 
     Raises:
-        ValueError: ``obs_shape`` is not (H, W, C), or too small for the convolutions.
+        ValueError: ``obs_shape`` is not (H, W, C), or too small for the convolutions; an unknown
+            ``dashboard``.
     """
 
-    def __init__(self, obs_shape=(96, 96, 3), channels=(10, 20, 30), dropout: float = 0.2):
+    DASHBOARD_MODES = ("visible", "speed", "hidden")
+
+    def __init__(self, obs_shape=(96, 96, 3), channels=(10, 20, 30), dropout: float = 0.2,
+                 dashboard: str = "visible"):
         super().__init__()
         shape = tuple(int(s) for s in obs_shape)
         if len(shape) != 3:
             raise ValueError(f"CarRacingCNN needs image observations (H, W, C), got shape {shape}")
+        if dashboard not in self.DASHBOARD_MODES:
+            raise ValueError(f"dashboard must be one of {', '.join(self.DASHBOARD_MODES)}, got {dashboard!r}")
         h, w, c = shape
-        self.obs_shape = shape
+        self.obs_shape, self.dashboard = shape, dashboard
+        strip = dashboard_rows(h)
+        mask = torch.ones(1, 1, h, w)
+        if dashboard == "speed":
+            c0, c1 = speed_bar_columns(w)
+            mask[..., h - strip:, :c0] = 0.0
+            mask[..., h - strip:, c1:] = 0.0
+        self.register_buffer("dashboard_mask", mask, persistent=False)
+        self.input_rows = h - strip if dashboard == "hidden" else h
+        h = self.input_rows
         self.cnn = nn.Sequential(
             nn.Conv2d(c, channels[0], 3, stride=2), nn.ReLU(),
             nn.Conv2d(channels[0], channels[1], 5, stride=2), nn.ReLU(),
@@ -90,7 +133,8 @@ class CarRacingCNN(FeaturesExtractor):
         self.dropout = nn.Dropout(dropout)
 
     def preprocess(self, obs) -> Tensor:
-        """(N, H, W, C) frames in [0, 255] (uint8 or float; array or tensor) -> (N, C, H, W) float in [0, 1].
+        """(N, H, W, C) frames in [0, 255] (uint8 or float; array or tensor) -> (N, C, H', W) float in [0, 1],
+        with the dashboard blanked (``"speed"``, H' = H) or cropped (``"hidden"``, H' = H - H/8).
 
         Raises:
             ValueError: frames of another shape than ``obs_shape``.
@@ -98,11 +142,21 @@ class CarRacingCNN(FeaturesExtractor):
         x = obs if isinstance(obs, Tensor) else torch.from_numpy(np.ascontiguousarray(obs))
         if tuple(x.shape[1:]) != self.obs_shape:
             raise ValueError(f"frames must be (N, {', '.join(map(str, self.obs_shape))}), got {tuple(x.shape)}")
-        return x.to(self._device()).float().permute(0, 3, 1, 2) / 255.0
+        x = x.to(self._device()).float().permute(0, 3, 1, 2) / 255.0
+        if self.dashboard == "hidden":
+            return x[:, :, : self.input_rows]
+        if self.dashboard == "speed":
+            return x * self.dashboard_mask
+        return x
 
     def from_preprocessed(self, x: Tensor) -> Tensor:
-        """(N, C, H, W) preprocessed frames -> (N, F)."""
+        """(N, C, H', W) preprocessed frames -> (N, F)."""
         return self.dropout(self.cnn(x))
+
+    def region(self, frame_hw: tuple[int, int]) -> tuple[int, int, int, int]:
+        """(top, bottom, left, right) of the raw frame the input covers (without the strip when hidden)."""
+        h, w = int(frame_hw[0]), int(frame_hw[1])
+        return 0, (h - dashboard_rows(h) if self.dashboard == "hidden" else h), 0, w
 
     @property
     def last_conv(self) -> nn.Conv2d:

@@ -76,7 +76,10 @@ class TrainConfig:
     dagger_epochs: int = 3
     dagger_seed: int = DAGGER_SEED_BASE
     dagger_beta: float = 0.0
+    dagger_beta_decay: float = 1.0
     dagger_max_steps: int | None = None
+    dagger_disturb: float = 0.0
+    dagger_out: str | None = None
 
     def __post_init__(self):
         if self.epochs < 1 or self.batch_frames < 1:
@@ -85,6 +88,11 @@ class TrainConfig:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if self.lr <= 0 or self.workers < 0:
             raise ValueError("lr must be > 0 and workers >= 0")
+        if not (0.0 <= self.dagger_beta <= 1.0 and 0.0 <= self.dagger_beta_decay <= 1.0):
+            raise ValueError(f"dagger_beta and dagger_beta_decay must be in [0, 1], got {self.dagger_beta} and "
+                             f"{self.dagger_beta_decay}")
+        if self.dagger_disturb < 0:
+            raise ValueError(f"dagger_disturb must be >= 0 disturbances per 1000 steps, got {self.dagger_disturb}")
 
 
 #: Each simulator's training defaults (the settings that made the shipped policies).
@@ -251,8 +259,13 @@ def train(source, policy_config: PolicyConfig, cfg: TrainConfig, tensorboard_dir
                          n_val_sequences=len(val_src.lengths) if val_src is not None else 0)
     if policy.head.kind == "continuous":  # the trivial baselines on the held-out frames
         ys = [train_src.targets(e) for e, n in enumerate(train_src.lengths) if n]
-        mean = float(np.mean(np.concatenate(ys))) if ys else 0.0
-        report.baselines["train_mean_steering"] = mean
+        # per output: (A,) for (N, A) targets (CarRacing's steering and throttle), a scalar for (N,) steering
+        mean = np.mean(np.concatenate(ys), axis=0) if ys else 0.0
+        if np.ndim(mean) == 0:
+            mean = float(mean)
+            report.baselines["train_mean_steering"] = mean
+        else:
+            report.baselines["train_mean_action"] = [float(m) for m in mean]
         if val_src is not None:
             vy = np.concatenate([val_src.targets(e) for e, n in enumerate(val_src.lengths) if n])
             report.baselines.update(val_zero_mse=float(np.mean(vy ** 2)), val_mean_mse=float(np.mean((vy - mean) ** 2)))

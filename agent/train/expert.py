@@ -41,9 +41,67 @@ class ActionRepeat(gym.Wrapper):
         return obs, total, terminated, truncated, info
 
 
-def make_expert_train_env(action_repeat: int = 1, offtrack_patience: int = 50) -> gym.Env:
-    """The env the expert trains on: privileged state, no pixels, early stop when lost."""
-    env = make_carracing(privileged=True)
+class DisturbedStart(gym.Wrapper):
+    """Start a share of the training episodes in a failure state: off the road, or standing still.
+
+    An expert trained only from the start line, and stopped 50 steps after it leaves the road,
+    never learns the way back (``agent expert check-recovery`` measures this). With probability
+    ``p`` a reset is followed by hidden steps: a simple centre-line follower (steering towards the
+    third waypoint ahead, gas up to ``cruise`` speed) drives a random 20-600 steps along the track,
+    then one disturbance of :mod:`agent.train.perturb` (off-road: 15-60 steps of hard steering;
+    stop: 60-150 steps of braking). The episode the learner sees starts there; the hidden steps'
+    rewards are not given to it, and they count towards the 1000-step limit.
+
+    Args:
+        env: the privileged CarRacing env (:func:`envs.carracing.make_carracing` with ``privileged=True``).
+        p: share of episodes with a disturbed start.
+        seed: seeds the draws.
+        cruise: the follower's target speed, simulator units per second.
+    """
+
+    def __init__(self, env: gym.Env, p: float = 0.5, seed: int = 0, cruise: float = 40.0):
+        super().__init__(env)
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"p must be in [0, 1], got {p}")
+        self.p, self.cruise, self.rng = p, cruise, np.random.default_rng(seed)
+
+    def _follow(self, obs: np.ndarray):
+        """The centre-line follower's action for a privileged observation."""
+        from envs.carracing import N_WAYPOINTS
+
+        wp = obs[-2 * N_WAYPOINTS:].reshape(N_WAYPOINTS, 2)[2]  # (x right, y forward) / 50
+        steer = float(np.clip(np.arctan2(wp[0], max(wp[1], 1e-3)) * 2.0, -1.0, 1.0))
+        slow = self.env.unwrapped.speed < self.cruise
+        if isinstance(self.action_space, gym.spaces.Discrete):
+            # discrete action 1 turns right and 2 left (gymnasium issue #1369; envs.carracing.ACTION_NAMES)
+            return 1 if steer > 0.3 else 2 if steer < -0.3 else (3 if slow else 0)
+        return np.array([steer, 0.5 if slow else 0.0], np.float32)
+
+    def reset(self, **kwargs):
+        from agent.train.perturb import disturbance_action
+
+        obs, info = self.env.reset(**kwargs)
+        if self.rng.random() >= self.p:
+            return obs, info
+        kind = "off-road" if self.rng.random() < 0.6 else "stop"
+        length = int(self.rng.integers(15, 61) if kind == "off-road" else self.rng.integers(60, 151))
+        action = disturbance_action(kind, int(self.rng.choice([-1, 1])), self.action_space)
+        plan = [None] * int(self.rng.integers(20, 601)) + [action] * length
+        for a in plan:
+            obs, _, terminated, truncated, info = self.env.step(self._follow(obs) if a is None else a)
+            if terminated or truncated:
+                return self.env.reset(**kwargs)
+        info = dict(info, disturbed_start=kind)
+        return obs, info
+
+
+def make_expert_train_env(action_repeat: int = 1, offtrack_patience: int = 50, continuous: bool = False,
+                          disturbed_starts: float = 0.0, seed: int = 0) -> gym.Env:
+    """The env the expert trains on: privileged state, no pixels, early stop when lost, and
+    optionally a share of episodes starting in a failure state (:class:`DisturbedStart`)."""
+    env = make_carracing(privileged=True, continuous=continuous)
+    if disturbed_starts > 0:
+        env = DisturbedStart(env, disturbed_starts, seed=seed)
     env = OffTrackTermination(env, patience=offtrack_patience)
     if action_repeat > 1:
         env = ActionRepeat(env, action_repeat)
@@ -68,6 +126,16 @@ class ExpertConfig:
     clip_range: float = 0.2
     net_arch: tuple[int, ...] = (256, 256)
     device: str = "auto"
+    #: the continuous configuration ((steering, throttle) actions, a Gaussian policy) instead of 5 actions
+    continuous: bool = False
+    #: initial log standard deviation of the Gaussian policy (continuous only)
+    log_std_init: float = -1.0
+    #: share of training episodes that start off the road or at a standstill (:class:`DisturbedStart`)
+    disturbed_starts: float = 0.0
+    #: steps with all wheels off the road before a training episode is cut (evaluation never cuts)
+    offtrack_patience: int = 50
+    #: start from this expert's weights (fine-tuning; a .zip read by :meth:`ExpertPolicy.load`)
+    init: str | None = None
 
 
 #: keys of a plain-JSON ``policy_kwargs`` the loader accepts (only net_arch and share_features_extractor shape the
@@ -126,9 +194,17 @@ class ExpertPolicy:
         """The network (kept under its old name: it was a PPO model before loading became pickle-free)."""
         return self.policy
 
+    @property
+    def continuous(self) -> bool:
+        """Whether the expert drives the continuous configuration ((steering, throttle) actions)."""
+        from gymnasium import spaces
+
+        return isinstance(self.policy.action_space, spaces.Box)
+
     @staticmethod
-    def spaces():
-        """The spaces the expert is defined on: (Box(-5, 5, (PRIVILEGED_DIM,), float32), Discrete(5)).
+    def spaces(continuous: bool = False):
+        """The spaces the expert is defined on: (Box(-5, 5, (PRIVILEGED_DIM,), float32), Discrete(5)),
+        or with ``continuous`` the action space Box(-1, 1, (2,)) of :class:`envs.carracing.ThrottleAction`.
 
         The same Box as :class:`envs.carracing.PrivilegedObservation`, the view ``agent expert train`` trains on.
         """
@@ -136,7 +212,8 @@ class ExpertPolicy:
 
         from envs.carracing import PRIVILEGED_DIM
 
-        return spaces.Box(-5.0, 5.0, (PRIVILEGED_DIM,), np.float32), spaces.Discrete(5)
+        action = spaces.Box(-1.0, 1.0, (2,), np.float32) if continuous else spaces.Discrete(5)
+        return spaces.Box(-5.0, 5.0, (PRIVILEGED_DIM,), np.float32), action
 
     @classmethod
     def load(cls, path: str | Path, device: str = "cpu") -> "ExpertPolicy":
@@ -191,15 +268,21 @@ class ExpertPolicy:
         if not isinstance(data, dict):
             raise ValueError(f"{path}: its 'data' entry is not a JSON object; {hint}")
 
-        observation_space, action_space = cls.spaces()
+        stored_act = data.get("action_space")
+        continuous = isinstance(stored_act, dict) and "Box" in str(stored_act.get(":type:", ""))
+        observation_space, action_space = cls.spaces(continuous)
         stored_obs = data.get("observation_space")
         if isinstance(stored_obs, dict):  # SB3 writes the plain attributes beside the blob; read only those
             shape = stored_obs.get("_shape", stored_obs.get("shape"))
             if isinstance(shape, list) and tuple(shape) != observation_space.shape:
                 raise ValueError(f"{path} expects observations of shape {tuple(shape)}, but the privileged CarRacing "
                                  f"view has {observation_space.shape}: {hint}")
-        stored_act = data.get("action_space")
-        if isinstance(stored_act, dict) and "n" in stored_act and str(stored_act["n"]) != str(action_space.n):
+        if continuous:
+            shape = stored_act.get("_shape")
+            if isinstance(shape, list) and tuple(shape) != action_space.shape:
+                raise ValueError(f"{path} has continuous actions of shape {tuple(shape)}, but the continuous "
+                                 f"configuration drives with (steering, throttle), shape {action_space.shape}: {hint}")
+        elif isinstance(stored_act, dict) and "n" in stored_act and str(stored_act["n"]) != str(action_space.n):
             raise ValueError(f"{path} has {stored_act['n']} actions, but the expert drives with "
                              f"{action_space.n} discrete actions: {hint}")
 
@@ -241,13 +324,16 @@ class ExpertPolicy:
         return cls(policy)
 
     def act_on_state(self, state: np.ndarray, deterministic: bool = True) -> np.ndarray:
-        """Actions for privileged states: (N, PRIVILEGED_DIM) -> (N,) int64, (PRIVILEGED_DIM,) -> () int64."""
+        """Actions for privileged states: (N, PRIVILEGED_DIM) -> (N,) int64, (PRIVILEGED_DIM,) -> () int64;
+        continuous experts give (N, 2) / (2,) float32 (steering, throttle), clipped to [-1, 1]."""
         action, _ = self.policy.predict(state, deterministic=deterministic)
-        return action
+        return action.astype(np.float32) if self.continuous else action
 
-    def act(self, env: gym.Env, deterministic: bool = True) -> int:
-        """The expert's discrete action (0..4) for the env's current state."""
-        return int(self.act_on_state(env.unwrapped.privileged_observation(), deterministic))
+    def act(self, env: gym.Env, deterministic: bool = True):
+        """The expert's action for the env's current state: a discrete action (int, 0..4), or for a
+        continuous expert a (2,) float32 array (steering, throttle)."""
+        action = self.act_on_state(env.unwrapped.privileged_observation(), deterministic)
+        return action if self.continuous else int(action)
 
     def predict(self, obs, state=None, episode_start=None, deterministic=True):
         """stable-baselines3 interface, on privileged observations: returns (actions, None)."""
@@ -273,20 +359,36 @@ def train_expert(cfg: ExpertConfig, out: str | Path, tensorboard_dir: str | Path
     device = cfg.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    venv = make_vec_env(lambda: make_expert_train_env(cfg.action_repeat), n_envs=cfg.n_envs, seed=cfg.seed,
+    counter = iter(range(10**6))
+    venv = make_vec_env(lambda: make_expert_train_env(cfg.action_repeat, cfg.offtrack_patience, cfg.continuous,
+                                                      cfg.disturbed_starts, seed=cfg.seed * 1000 + next(counter)),
+                        n_envs=cfg.n_envs, seed=cfg.seed,
                         vec_env_cls=DummyVecEnv)
 
     def make_eval():
-        env = make_carracing(privileged=True)
+        env = make_carracing(privileged=True, continuous=cfg.continuous)
         return ActionRepeat(env, cfg.action_repeat) if cfg.action_repeat > 1 else env
 
     eval_env = make_vec_env(make_eval, n_envs=1, seed=EXPERT_EVAL_SEED_BASE)
+    policy_kwargs = dict(net_arch=list(cfg.net_arch))
+    if cfg.continuous:
+        policy_kwargs["log_std_init"] = cfg.log_std_init
     model = PPO(
         "MlpPolicy", venv, n_steps=cfg.n_steps, batch_size=cfg.batch_size, n_epochs=cfg.n_epochs,
         learning_rate=cfg.learning_rate, gamma=cfg.gamma, gae_lambda=cfg.gae_lambda, ent_coef=cfg.ent_coef,
-        clip_range=cfg.clip_range, policy_kwargs=dict(net_arch=list(cfg.net_arch)), seed=cfg.seed,
+        clip_range=cfg.clip_range, policy_kwargs=policy_kwargs, seed=cfg.seed,
         tensorboard_log=str(tensorboard_dir) if tensorboard_dir else None, device=device, verbose=0,
     )
+    if cfg.init:
+        init = ExpertPolicy.load(cfg.init, device=device)
+        if init.continuous != cfg.continuous:
+            raise ValueError(f"{cfg.init} is a {'continuous' if init.continuous else 'discrete'} expert; "
+                             f"pass --continuous only with a continuous one")
+        try:
+            model.policy.load_state_dict(init.policy.state_dict())
+        except RuntimeError as exc:
+            raise ValueError(f"{cfg.init} does not fit the network of this run (net_arch {cfg.net_arch}): {exc}") from exc
+        _log.info("starting from the weights of %s", cfg.init)
     best_dir = out.parent / (out.stem + "_best")
     callback = EvalCallback(eval_env, n_eval_episodes=eval_episodes, eval_freq=max(eval_every // cfg.n_envs, 1),
                             best_model_save_path=str(best_dir), deterministic=True, verbose=1)
@@ -301,4 +403,6 @@ def train_expert(cfg: ExpertConfig, out: str | Path, tensorboard_dir: str | Path
         print(f"best checkpoint (mean eval return {callback.best_mean_reward:.1f}) -> {out}")
     else:
         model.save(out)
+        if best_dir.is_dir() and not any(best_dir.iterdir()):
+            best_dir.rmdir()
     return out

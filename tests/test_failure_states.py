@@ -1,0 +1,182 @@
+"""The dashboard masks, disturbances, DAgger's mixing schedule and the expert's recovery check."""
+
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from agent.cli import main
+from agent.nn.features import CarRacingCNN, dashboard_rows, speed_bar_columns
+from agent.rollout import Decision
+from agent.train.dagger import beta_schedule
+from agent.train.perturb import DisturbanceConfig, PerturbedActor, disturbance_action
+
+
+# ------------------------------------------------------------------------------------------- dashboard
+def test_dashboard_geometry_matches_gymnasium_frames():
+    """The strip and the speed bar sit where gymnasium draws them in a real 96x96 frame."""
+    from envs.carracing import make_carracing
+
+    env = make_carracing()
+    obs, _ = env.reset(seed=3)
+    for _ in range(40):
+        obs, *_ = env.step(3)  # gas: the speed bar grows
+    rows = dashboard_rows(96)
+    assert rows == 12
+    c0, c1 = speed_bar_columns(96)
+    assert (c0, c1) == (12, 15)
+    strip = obs[-rows:].astype(int).sum(-1)
+    assert strip[:, c0:c1].max() > 0, "the speed bar is lit after 40 steps of gas"
+    above = obs[: 96 - rows].astype(int).sum(-1)
+    assert (above[-1] > 0).any(), "the rows above the strip are the road scene"
+
+
+def _frames(n=2, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, (n, 96, 96, 3), dtype=np.uint8)
+
+
+def test_dashboard_speed_mode_keeps_only_the_speed_bar():
+    cnn = CarRacingCNN(dashboard="speed").eval()
+    x = cnn.preprocess(_frames())
+    assert x.shape == (2, 3, 96, 96)
+    ref = CarRacingCNN(dashboard="visible").preprocess(_frames())
+    assert torch.equal(x[:, :, :84], ref[:, :, :84])
+    assert x[:, :, 84:, :12].abs().sum() == 0 and x[:, :, 84:, 15:].abs().sum() == 0
+    assert torch.equal(x[:, :, 84:, 12:15], ref[:, :, 84:, 12:15])
+
+
+def test_dashboard_speed_mode_output_ignores_the_indicators():
+    """Changing only the steering/ABS/gyro pixels cannot change what the network computes."""
+    torch.manual_seed(0)
+    for mode, same in (("speed", True), ("hidden", True), ("visible", False)):
+        cnn = CarRacingCNN(dashboard=mode).eval()
+        a = _frames(1)
+        b = a.copy()
+        b[0, 84:, 40:80] = 255 - b[0, 84:, 40:80]  # steering indicator and gyroscope region
+        with torch.no_grad():
+            fa, fb = cnn(a), cnn(b)
+        assert torch.allclose(fa, fb) == same, mode
+
+
+def test_dashboard_hidden_mode_crops_and_reports_its_region():
+    cnn = CarRacingCNN(dashboard="hidden")
+    assert cnn.preprocess(_frames()).shape == (2, 3, 84, 96)
+    assert cnn.region((96, 96)) == (0, 84, 0, 96)
+    assert CarRacingCNN().region((96, 96)) == (0, 96, 0, 96)
+    assert cnn.features_dim < CarRacingCNN().features_dim
+
+
+def test_dashboard_rejects_unknown_mode():
+    with pytest.raises(ValueError, match="dashboard must be one of"):
+        CarRacingCNN(dashboard="masked")
+
+
+# ------------------------------------------------------------------------------------------- disturbances
+class _Constant:
+    label, has_probs, traces_reason = "const", False, None
+
+    def __init__(self):
+        self.calls = 0
+
+    def reset(self):
+        self.calls = 0
+
+    def act(self, obs, env, info=None):
+        self.calls += 1
+        return Decision(0, 0)
+
+
+class _Env:
+    action_space = gym.spaces.Discrete(5)
+
+
+def test_disturbance_actions():
+    d5 = gym.spaces.Discrete(5)
+    assert disturbance_action("stop", 1, d5) == 4
+    assert {disturbance_action("off-road", s, d5) for s in (-1, 1)} == {1, 2}
+    box = gym.spaces.Box(-1, 1, (2,), np.float32)
+    assert np.allclose(disturbance_action("stop", 1, box), [0, -1])
+    assert disturbance_action("off-road", -1, box)[0] == -1.0
+    with pytest.raises(ValueError):
+        disturbance_action("spin", 1, d5)
+    with pytest.raises(ValueError):
+        disturbance_action("stop", 1, gym.spaces.Discrete(3))
+
+
+def test_perturbed_actor_fixed_schedule_overrides_then_returns_control():
+    inner = _Constant()
+    actor = PerturbedActor(inner, DisturbanceConfig(per_episode=0), np.random.default_rng(0),
+                           schedule=[(3, "stop", 4, 1)])
+    actor.reset()
+    actions = [actor.act(None, _Env()).action for _ in range(10)]
+    assert actions == [0, 0, 0, 4, 4, 4, 4, 0, 0, 0]
+    assert inner.calls == 10, "the wrapped actor is asked on every step (its window advances)"
+    assert actor.events == [(3, "stop", 4)]
+
+
+def test_perturbed_actor_random_rate():
+    cfg = DisturbanceConfig(per_episode=20.0, warmup=0, kinds=("stop",), stop_steps=(1, 1))
+    actor = PerturbedActor(_Constant(), cfg, np.random.default_rng(1))
+    actor.reset()
+    for _ in range(5000):
+        actor.act(None, _Env())
+    assert 60 <= len(actor.events) <= 140  # about 20 per 1000 steps
+    with pytest.raises(ValueError):
+        DisturbanceConfig(per_episode=-1)
+
+
+def test_beta_schedule_decays_from_the_given_beta():
+    assert beta_schedule(0.5, 0.5, 3) == [0.5, 0.25, 0.125]
+    assert beta_schedule(0.0, 0.5, 2) == [0.0, 0.0]
+
+
+def test_disturbed_start_puts_the_car_off_the_road_or_at_rest():
+    from agent.train.expert import make_expert_train_env
+
+    env = make_expert_train_env(disturbed_starts=1.0, seed=3)
+    kinds = []
+    for i in range(4):
+        _, info = env.reset(seed=700_000 + i)
+        car = env.unwrapped.car
+        kinds.append(info.get("disturbed_start"))
+        if info.get("disturbed_start") == "stop":
+            assert env.unwrapped.speed < 1.0
+        assert env.unwrapped.t > 0.3, "hidden steps were driven before the episode starts"
+    assert any(k is not None for k in kinds)
+    assert car is not None
+
+
+def test_check_recovery_cli(tiny_expert, tmp_path, capsys):
+    out = tmp_path / "rec.json"
+    rc = main(["expert", "check-recovery", "--expert", str(tiny_expert), "--episodes", "1", "--start", "5",
+               "--limit", "10", "--max-steps", "40", "--json", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "off-road" in text and "stop" in text
+    res = json.loads(out.read_text())
+    assert set(res["summary"]) == {"off-road", "stop"}
+    for ep in res["episodes"]:
+        assert ep["recovered"] == (ep["steps_to_recover"] is not None)
+
+
+def test_dagger_with_disturbances_writes_each_round(tiny_expert, tmp_path, capsys):
+    from agent.data.recordings import load_demonstrations
+
+    rec = tmp_path / "recordings" / "nac-drive" / "demo-v0"
+    assert main(["collect", "--expert", str(tiny_expert), "--episodes", "2", "--max-steps", "20", "--seed", "0",
+                 "--out", str(rec)]) == 0
+    out = tmp_path / "nac.pt"
+    dag = tmp_path / "recordings" / "nac-drive" / "nac-dagger"
+    rc = main(["train", "--data", str(rec), "--out", str(out), "--window", "2", "--epochs", "1", "--batch-frames", "8",
+               "--expert", str(tiny_expert), "--dagger-rounds", "2", "--dagger-episodes", "1", "--dagger-epochs", "1",
+               "--dagger-max-steps", "30", "--dagger-disturb", "200", "--dagger-out", str(dag),
+               "--dashboard", "speed", "--tensorboard", ""])
+    assert rc == 0
+    for r in (1, 2):
+        demos = load_demonstrations(f"{dag}-r{r}-v0")
+        assert demos.n_frames == 30 and len(demos.frames) == 1
+    from agent.loading import load_policy
+
+    assert load_policy(out).features.dashboard == "speed"
