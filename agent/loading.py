@@ -116,3 +116,45 @@ def make_actor(policy, deterministic: bool = True, label: str | None = None):
     if label is not None:
         label = f"{policy.config.core} policy {label} (window {policy.config.window})"
     return PolicyActor(policy, deterministic=deterministic, label=label)
+
+
+def action_space_of(policy):
+    """The gymnasium action space a loaded policy acts in (the expert's, or a DrivingPolicy's head's)."""
+    from agent.train.expert import ExpertPolicy
+
+    return policy.policy.action_space if isinstance(policy, ExpertPolicy) else policy.action_space
+
+
+def is_continuous(policy) -> bool:
+    """Whether a loaded policy has continuous actions (a Box action space) rather than discrete ones.
+
+    True for a continuous PPO expert (:attr:`agent.train.expert.ExpertPolicy.continuous`) and for a
+    :class:`agent.nn.policy.DrivingPolicy` with a Box head (CarRacing's continuous configuration,
+    or Udacity steering); False for CarRacing's five discrete actions.
+    """
+    import gymnasium as gym
+
+    return isinstance(action_space_of(policy), gym.spaces.Box)
+
+
+def make_carracing_for(policy, **kwargs):
+    """The CarRacing env ``policy`` drives: :func:`envs.carracing.make_carracing` with
+    ``continuous=True`` when :func:`is_continuous` (actions Box(-1, 1, (2,)): steering, throttle),
+    else the default five discrete actions. ``kwargs`` go to ``make_carracing``.
+
+    Raises:
+        ValueError: a continuous policy whose action space is not CarRacing's continuous
+            Box(-1, 1, (2,)) (e.g. a Udacity steering policy, one output).
+    """
+    import gymnasium as gym
+    import numpy as np
+
+    from envs.carracing import make_carracing
+
+    continuous = is_continuous(policy)
+    if continuous:
+        space = action_space_of(policy)
+        if space.shape != (2,) or not (np.allclose(space.low, -1.0) and np.allclose(space.high, 1.0)):
+            raise ValueError(f"this policy's actions are {space}, but CarRacing's continuous configuration takes "
+                             f"{gym.spaces.Box(-1.0, 1.0, (2,), np.float32)} (steering, throttle)")
+    return make_carracing(continuous=continuous, **kwargs)

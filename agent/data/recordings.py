@@ -21,6 +21,9 @@ so the student trains on exactly the pixels it will see.
 Per step the dataset stores the 96x96x3 frame the student sees, the action executed (the
 expert's, or the person's with ``--keyboard``), the reward, termination and truncation; the
 episode's track seed is Minari's per-episode ``seed``; ``infos["speed"]`` holds the car speed.
+Actions are the env's: an int64 index for the five discrete actions (the default), or a float32
+(steering, throttle) pair for the continuous configuration (``make_carracing(continuous=True)``);
+the dataset's ``action_space`` says which, and :func:`load_demonstrations` reads both.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -172,22 +176,45 @@ class RecordingWriter:
         self.steps += ep.steps
 
 
+def describe_actions(space) -> str:
+    """A short human description of an action space: "discrete (5 actions)" or "continuous Box(-1.0, 1.0, (2,))"."""
+    import gymnasium as gym
+
+    if isinstance(space, gym.spaces.Discrete):
+        return f"discrete ({int(space.n)} actions)"
+    if isinstance(space, gym.spaces.Box):
+        return f"continuous {space}"
+    return str(space)
+
+
 @dataclass
 class Demonstrations:
     """Episodes read back from a recording, ready for behaviour cloning.
 
+    One kind of action throughout: discrete (every ``actions[e]`` is (N_e,) int64) or
+    continuous (every ``actions[e]`` is (N_e, A) float32, CarRacing's continuous configuration:
+    A = 2, steering and throttle in [-1, 1]).
+
     Attributes:
         frames: list of (N_e, H, W, C) uint8 arrays (the last frame of each episode dropped, so
             frames[e][i] is the observation on which actions[e][i] was taken).
-        actions: list of (N_e,) int64 arrays.
+        actions: list of (N_e,) int64 or (N_e, A) float32 arrays.
         seeds: the track seed of each episode.
         returns: the episode return of each episode.
+        action_space: the recording's gymnasium action space (``Discrete(5)`` or
+            ``Box(-1, 1, (2,))``), or None when not known (DAgger's relabelled episodes); then the
+            kind is read from the arrays.
+
+    Raises:
+        ValueError: lists of different lengths, frames that do not match their actions.
+        RecordingError: discrete and continuous episodes mixed.
     """
 
     frames: list[np.ndarray]
     actions: list[np.ndarray]
     seeds: list[int]
     returns: list[float]
+    action_space: Any = None
 
     def __post_init__(self):
         if not (len(self.frames) == len(self.actions) == len(self.seeds) == len(self.returns)):
@@ -195,6 +222,22 @@ class Demonstrations:
         for i, (f, a) in enumerate(zip(self.frames, self.actions)):
             if f.ndim != 4 or f.dtype != np.uint8 or len(f) != len(a):
                 raise ValueError(f"episode {i}: frames {f.shape} {f.dtype} do not match {len(a)} actions")
+        shapes = {tuple(np.shape(a)[1:]) for a in self.actions}
+        if len(shapes) > 1:
+            raise RecordingError(f"the episodes mix actions of shapes {sorted(shapes)}: discrete and continuous "
+                                 "recordings (or continuous ones of different sizes) cannot be trained on together")
+        if self.action_space is not None and shapes and shapes != {tuple(self.action_space.shape)}:
+            raise RecordingError(f"actions of shape {shapes.pop()} per step do not fit the action space "
+                                 f"{self.action_space}")
+
+    @property
+    def continuous(self) -> bool:
+        """Whether the actions are continuous ((N_e, A) float32) rather than discrete indices."""
+        import gymnasium as gym
+
+        if self.action_space is not None:
+            return isinstance(self.action_space, gym.spaces.Box)
+        return bool(self.actions) and np.ndim(self.actions[0]) == 2
 
     @property
     def n_frames(self) -> int:
@@ -203,11 +246,27 @@ class Demonstrations:
     def subset(self, episodes: list[int]) -> "Demonstrations":
         """The given episodes (by index), in that order."""
         return Demonstrations([self.frames[i] for i in episodes], [self.actions[i] for i in episodes],
-                              [self.seeds[i] for i in episodes], [self.returns[i] for i in episodes])
+                              [self.seeds[i] for i in episodes], [self.returns[i] for i in episodes],
+                              self.action_space)
 
     def extend(self, other: "Demonstrations") -> "Demonstrations":
+        """These episodes followed by ``other``'s.
+
+        Raises:
+            RecordingError: the two hold different kinds of actions (discrete and continuous) or
+                different action spaces.
+        """
+        a, b = self.action_space, other.action_space
+        if (a is not None and b is not None and a != b) or \
+                (self.actions and other.actions and self.continuous != other.continuous):
+            raise RecordingError(
+                f"cannot train on discrete and continuous recordings together: one holds "
+                f"{describe_actions(a) if a is not None else ('continuous' if self.continuous else 'discrete')} "
+                f"actions, the other "
+                f"{describe_actions(b) if b is not None else ('continuous' if other.continuous else 'discrete')}")
         return Demonstrations(self.frames + other.frames, self.actions + other.actions,
-                              self.seeds + other.seeds, self.returns + other.returns)
+                              self.seeds + other.seeds, self.returns + other.returns,
+                              a if a is not None else b)
 
 
 def resolve_recording(path: str | Path) -> Path:
@@ -236,21 +295,46 @@ def resolve_recording(path: str | Path) -> Path:
                          f"with `agent collect --out recordings/{NAMESPACE}/NAME-v0`)")
 
 
-def load_demonstrations(path: str | Path, n_actions: int | None = 5) -> Demonstrations:
-    """Read every episode of a recording into memory.
+def load_demonstrations(path: str | Path | Sequence[str | Path], n_actions: int | None = 5) -> Demonstrations:
+    """Read every episode of one recording, or of several of the same kind, into memory.
 
     Args:
         path: the dataset folder (``recordings/nac-drive/sample-v0``, or its ``data/``), or a Minari
-            dataset id (``nac-drive/sample-v0``) resolved by :func:`resolve_recording`.
-        n_actions: actions must lie in [0, n_actions) (None: no check).
+            dataset id (``nac-drive/sample-v0``) resolved by :func:`resolve_recording`; or a list
+            of them, read in order and concatenated.
+        n_actions: discrete recordings: actions must lie in [0, n_actions) (None: no check).
+            Continuous recordings are checked against their own action space instead.
 
     Returns:
-        :class:`Demonstrations`: per episode (N_e, 96, 96, 3) uint8 frames and (N_e,) int64 actions.
+        :class:`Demonstrations`: per episode (N_e, 96, 96, 3) uint8 frames and the actions, as
+        the dataset's ``action_space`` says: a ``Discrete`` space gives (N_e,) int64 indices; a
+        1-D ``Box`` of A values (the continuous configuration: A = 2, steering and throttle)
+        gives (N_e, A) float32. ``action_space`` is set to the dataset's.
 
     Raises:
-        RecordingError: the folder is missing, is not a Minari dataset, holds no episodes, or
-            holds actions outside [0, n_actions). Nothing is returned half-read.
+        RecordingError: the folder is missing, is not a Minari dataset, holds no episodes, has an
+            action space that is neither Discrete nor a 1-D Box, holds discrete actions outside
+            [0, n_actions) or continuous actions that are not finite or lie outside the space's
+            bounds; or the recordings of a list mix discrete and continuous actions (or Boxes of
+            different bounds). Nothing is returned half-read.
     """
+    if not isinstance(path, (str, Path)):
+        paths = list(path)
+        if not paths:
+            raise RecordingError("no recording given")
+        parts = [(p, load_demonstrations(p, n_actions)) for p in paths]
+        first_path, demos = parts[0]
+        for p, part in parts[1:]:
+            if part.action_space != demos.action_space:
+                raise RecordingError(
+                    f"cannot train on {first_path} and {p} together: {first_path} holds "
+                    f"{describe_actions(demos.action_space)} actions, {p} holds "
+                    f"{describe_actions(part.action_space)} actions (record both with the same kind of "
+                    "expert: discrete, or continuous with `agent expert train --continuous`)")
+            demos = demos.extend(part)
+        return demos
+
+    import gymnasium as gym
     from minari import MinariDataset
 
     path = resolve_recording(path)
@@ -259,11 +343,21 @@ def load_demonstrations(path: str | Path, n_actions: int | None = 5) -> Demonstr
         raise RecordingError(f"{path} is not a Minari dataset (no data/metadata.json)")
     try:
         ds = MinariDataset(data)
+        space = ds.action_space
+        if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
+            def as_actions(a):  # (N, A) float32
+                return np.asarray(a, dtype=np.float32).reshape(-1, space.shape[0])
+        elif isinstance(space, gym.spaces.Discrete):
+            def as_actions(a):  # (N,) int64
+                return np.asarray(a).astype(np.int64).reshape(-1)
+        else:
+            raise RecordingError(f"{path} has actions in {space}; only Discrete and 1-D Box action spaces can "
+                                 "be trained on")
         metas = list(ds.storage.get_episode_metadata(ds.episode_indices))
         frames, actions, seeds, returns = [], [], [], []
         for ep, meta in zip(ds.iterate_episodes(), metas):
             obs = np.asarray(ep.observations)
-            act = np.asarray(ep.actions).astype(np.int64).reshape(-1)
+            act = as_actions(ep.actions)
             frames.append(obs[: len(act)])
             actions.append(act)
             seeds.append(int(meta.get("seed", -1)) if meta.get("seed") is not None else -1)
@@ -274,18 +368,31 @@ def load_demonstrations(path: str | Path, n_actions: int | None = 5) -> Demonstr
         raise RecordingError(f"could not read recording {path}: {type(exc).__name__}: {exc}") from exc
     if not actions:
         raise RecordingError(f"recording {path} holds no episodes")
-    if n_actions is not None:
+    if isinstance(space, gym.spaces.Box):
+        low, high = np.asarray(space.low, np.float32), np.asarray(space.high, np.float32)
+        for i, a in enumerate(actions):
+            if not np.all(np.isfinite(a)):
+                raise RecordingError(f"{path}: episode {i} has non-finite actions (NaN or inf)")
+            if a.size and (np.any(a < low) or np.any(a > high)):
+                raise RecordingError(f"{path}: episode {i} has actions outside the action space "
+                                     f"[{low.tolist()}, {high.tolist()}] (min {a.min(0).tolist()}, "
+                                     f"max {a.max(0).tolist()})")
+    elif n_actions is not None:
         for i, a in enumerate(actions):
             if a.size and (a.min() < 0 or a.max() >= n_actions):
                 raise RecordingError(f"{path}: episode {i} has actions outside 0..{n_actions - 1}")
-    return Demonstrations(frames, actions, seeds, returns)
+    return Demonstrations(frames, actions, seeds, returns, space)
 
 
 def collect(env, actor: Actor, episodes: int, seed: int, out: str | Path, algorithm_name: str,
-            overwrite: bool = False, max_steps: int | None = None, progress: bool = True) -> RecordingWriter:
+            overwrite: bool = False, max_steps: int | None = None, progress: bool = True,
+            description: str | None = None) -> RecordingWriter:
     """Record ``episodes`` episodes on tracks seed, seed+1, ... with ``actor`` acting.
 
     ``out`` is a dataset folder ``ROOT/<namespace>/<name>-v<N>`` (see :func:`dataset_layout`).
+    The actions stored are what ``env`` takes (its action space is the dataset's): discrete
+    indices, or (steering, throttle) float32 pairs for the continuous configuration.
+    ``description`` is the dataset's Minari description (default: who drove).
     Ctrl-C stops after saving every finished episode; the episode in progress is dropped. The
     progress bar (stderr) draws only on a terminal or with ``NAC_PROGRESS=1`` (:func:`agent.log.progress`).
     Returns the writer (``.episodes`` and ``.steps`` say what was saved, ``.dataset_id`` its id).
@@ -293,7 +400,7 @@ def collect(env, actor: Actor, episodes: int, seed: int, out: str | Path, algori
     Raises:
         RecordingError: ``out`` is not a dataset path, or is in the way (see :class:`RecordingWriter`).
     """
-    writer = RecordingWriter(out, env, algorithm_name, overwrite=overwrite)
+    writer = RecordingWriter(out, env, algorithm_name, overwrite=overwrite, description=description)
     bar = progress_bar(total=episodes, desc="episodes", unit="ep", disable=not progress)
     try:
         for e in range(episodes):

@@ -13,7 +13,8 @@ frames are nearly identical, so a random split would leak).
 
 :class:`WindowDataset` cuts every sequence into non-overlapping windows of T frames; each epoch
 (``set_epoch``) moves the window borders by a random offset per sequence. An item is a dict of
-``obs`` (T, H, W, C) uint8, ``target`` (T,) int64 actions or float32 steering, ``t`` (T,) float64
+``obs`` (T, H, W, C) uint8, ``target`` (T,) int64 actions, (T, A) float32 continuous actions
+(CarRacing's continuous configuration, A = 2) or (T,) float32 steering, ``t`` (T,) float64
 seconds from the window's first frame, and ``mask`` (T,) bool (short windows are right-padded and
 masked). Udacity windows are augmented in ``__getitem__`` (camera, flip, shift, shadow,
 brightness; one draw per window), so with ``DataLoader(num_workers=N)`` augmentation runs in the
@@ -50,14 +51,18 @@ def make_windows(lengths: list[int], window: int, rng: np.random.Generator | Non
 class DemonstrationSource:
     """CarRacing episodes (:class:`agent.data.recordings.Demonstrations`) as window sequences.
 
-    Targets are the recorded (or DAgger-relabelled) actions, (N,) int64; times are frame
-    indices times ``frame_dt`` seconds.
+    Targets are the recorded (or DAgger-relabelled) actions: (N,) int64 discrete actions, or
+    (N, A) float32 continuous ones (steering, throttle); times are frame indices times
+    ``frame_dt`` seconds.
     """
-
-    target_dtype = np.int64
 
     def __init__(self, demos, frame_dt: float = 0.02):
         self.demos, self.frame_dt = demos, frame_dt
+
+    @property
+    def target_dtype(self):
+        """np.float32 for continuous actions, np.int64 for discrete ones."""
+        return np.float32 if self.demos.continuous else np.int64
 
     @property
     def lengths(self) -> list[int]:
@@ -68,11 +73,11 @@ class DemonstrationSource:
         return tuple(self.demos.frames[0].shape[1:])
 
     def targets(self, e: int) -> np.ndarray:
-        """The (N_e,) int64 action targets of sequence ``e`` (no frames are read)."""
+        """The (N_e,) int64 or (N_e, A) float32 action targets of sequence ``e`` (no frames are read)."""
         return self.demos.actions[e]
 
     def window(self, e: int, start: int, n: int, rng: np.random.Generator | None = None):
-        """Frames (n, H, W, C) uint8, targets (n,), times (n,) float64 seconds from ``start``."""
+        """Frames (n, H, W, C) uint8, targets (n,) or (n, A), times (n,) float64 seconds from ``start``."""
         return (self.demos.frames[e][start:start + n], self.demos.actions[e][start:start + n],
                 np.arange(n, dtype=np.float64) * self.frame_dt)
 
@@ -229,7 +234,7 @@ class WindowDataset(Dataset):
         frames, target, times = self.source.window(e, start, n, rng)
         T = self.window
         obs = np.zeros((T, *frames.shape[1:]), np.uint8)
-        tgt = np.zeros(T, self.source.target_dtype)
+        tgt = np.zeros((T, *np.shape(target)[1:]), self.source.target_dtype)  # (T,) or (T, A)
         t = np.zeros(T, np.float64)
         mask = np.zeros(T, bool)
         obs[:n], tgt[:n], t[:n], mask[:n] = frames, target, times, True

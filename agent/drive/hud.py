@@ -103,6 +103,9 @@ class Renderer:
         steering: a steering policy: draw a steering gauge (view.steering, normalised, and
             view.throttle) instead of action probabilities.
         speed_unit: shown after the speed (e.g. "mph").
+        steering_degrees: the steering angle of a steering output of 1 (Udacity: 25 degrees), shown
+            beside the value; None shows the value alone, "-1 left, +1 right" (CarRacing's
+            continuous configuration, whose second control, throttle, fills the throttle bar).
     """
 
     HUD_HEIGHT = 200
@@ -112,7 +115,7 @@ class Renderer:
     def __init__(self, frame_size: tuple[int, int] = (96, 96), scale: int = 6,
                  action_names: tuple[str, ...] = DEFAULT_ACTION_NAMES, policy_label: str = "",
                  show_probs: bool = True, panel_width: int = 420, help_text: str = "", steering: bool = False,
-                 speed_unit: str = ""):
+                 speed_unit: str = "", steering_degrees: float | None = 25.0):
         import pygame
 
         if scale < 1:
@@ -124,6 +127,7 @@ class Renderer:
         self.show_probs = show_probs and not steering
         self.steering = steering
         self.speed_unit = speed_unit
+        self.steering_degrees = steering_degrees
         self.help_text = help_text
         fw, fh = int(frame_size[0]) * scale, int(frame_size[1]) * scale
         self.frame_size = (int(frame_size[0]), int(frame_size[1]))
@@ -178,7 +182,9 @@ class Renderer:
             pg.draw.line(bg, _EDGE, self.panel_rect.topleft, (self.panel_rect.left, self.panel_rect.bottom - 1), 2)
         header_y = self.hud_rect.y + 10
         if self.steering:
-            bg.blit(self.font_small.render("steering (normalised, 1 = 25 deg)", True, _DIM), (self._bars_x, header_y))
+            title = (f"steering (normalised, 1 = {self.steering_degrees:g} deg)" if self.steering_degrees is not None
+                     else "steering (-1 left, +1 right)")
+            bg.blit(self.font_small.render(title, True, _DIM), (self._bars_x, header_y))
             pg.draw.rect(bg, _BAR_BG, (self._bars_x, self._bars_y + 8, self._gauge_w, self._bar_h))
             cx = self._bars_x + self._gauge_w // 2
             pg.draw.line(bg, _EDGE, (cx, self._bars_y + 2), (cx, self._bars_y + 8 + self._bar_h + 6), 2)
@@ -262,7 +268,8 @@ class Renderer:
             s = float(np.clip(v.steering, -1.0, 1.0))
             px = int(round(s * w / 2))
             pg.draw.rect(c, _BAR_TAKEN, (min(cx, cx + px), self._bars_y + 8, max(abs(px), 2), self._bar_h))
-            label = self._text(self.font_small, f"{s:+.3f}  ({25 * s:+.1f} deg)")
+            deg = self.steering_degrees
+            label = self._text(self.font_small, f"{s:+.3f}  ({deg * s:+.1f} deg)" if deg is not None else f"{s:+.3f}")
             c.blit(label, (cx - label.get_width() // 2, self._bars_y + 30))
             if v.throttle is not None:
                 th = float(np.clip(v.throttle, -1.0, 1.0))

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.loading import make_actor
+from agent.loading import is_continuous, make_actor
 from agent.drive.args import DEFAULT_SCALE, ENV_FPS, check_drive_args
 from agent.drive.explain import Overlays
 from agent.drive.hud import STEERING_CLASSES, Renderer, StepView
@@ -94,6 +94,12 @@ def run_drive(args: argparse.Namespace) -> int:
         session.close()
 
 
+def _throttle_of(action) -> float | None:
+    """The throttle of a (steering, throttle) action (CarRacing's continuous configuration), else None."""
+    a = np.asarray(action).reshape(-1)
+    return float(a[1]) if a.size == 2 else None
+
+
 class DriveSession:
     """One ``drive`` run: env, policy driver, overlays, renderer, window and video, and the loop.
 
@@ -119,11 +125,11 @@ class DriveSession:
             raise ValueError(f"{name} is a {policy_env} policy; drive it with --env {policy_env} "
                              f"(or choose a {args.env} policy)")
         self.driver = make_actor(policy, label=name)
-        self.env = self._make_env(args)
+        self.env = self._make_env(args, policy)
         self.env_fps = int(self.env.metadata.get("render_fps", ENV_FPS))
         obs_shape = self.env.observation_space.shape  # (H, W, C)
         names = tuple(getattr(getattr(policy, "config", None), "action_names", ACTION_NAMES))
-        discrete = getattr(policy, "output_kind", "discrete") == "discrete"
+        discrete = not is_continuous(policy)  # continuous: a steering gauge and throttle, no probabilities
         self.class_names = names if discrete else STEERING_CLASSES
         scale = args.scale or DEFAULT_SCALE[args.env]
         # One frame at a time: intra-op threads only add synchronisation (with 2 threads on a busy 2-core
@@ -138,7 +144,8 @@ class DriveSession:
                                      policy_label=self.driver.label, show_probs=self.driver.has_probs,
                                      panel_width=420 if overlay else 0,
                                      help_text=HELP_TEXT if not headless else "", steering=not discrete,
-                                     speed_unit="mph" if args.env == "udacity" else "")
+                                     speed_unit="mph" if args.env == "udacity" else "",
+                                     steering_degrees=25.0 if args.env == "udacity" else None)
         if not headless:
             try:
                 self.window = Window(self.renderer.size, f"drive - {self.driver.label}", args.fps_limit)
@@ -168,9 +175,10 @@ class DriveSession:
         self.latency_seconds: list[float] = []
 
     @staticmethod
-    def _make_env(args):
-        """CarRacing (one episode per track seed) or the Udacity bridge (started at once, so its
-        address is known; an episode lasts until the simulator disconnects or --max-steps)."""
+    def _make_env(args, policy=None):
+        """CarRacing (one episode per track seed; the continuous configuration for a policy with
+        continuous actions, :func:`agent.loading.make_carracing_for`) or the Udacity bridge (started
+        at once, so its address is known; an episode lasts until the simulator disconnects or --max-steps)."""
         if args.env == "udacity":
             from gymnasium.wrappers import TimeLimit
 
@@ -180,9 +188,12 @@ class DriveSession:
                              connect_timeout=args.connect_timeout)
             env.start()
             return TimeLimit(env, args.max_steps) if args.max_steps else env
+        from agent.loading import make_carracing_for
         from envs.carracing import EPISODE_STEPS, make_carracing
 
-        return make_carracing(max_episode_steps=args.max_steps or EPISODE_STEPS)
+        if policy is None:
+            return make_carracing(max_episode_steps=args.max_steps or EPISODE_STEPS)
+        return make_carracing_for(policy, max_episode_steps=args.max_steps or EPISODE_STEPS)
 
     # ------------------------------------------------------------------ keys
     def toggle_pause(self) -> None:
@@ -230,7 +241,7 @@ class DriveSession:
                                 episode=episode, episodes=args.episodes, policy_state=d.state, extras=extras,
                                 latency_ms=1000 * latency, status=status,
                                 steering=None if np.isscalar(d.action) else float(np.asarray(d.action).reshape(-1)[0]),
-                                throttle=info.get("throttle_command", info.get("throttle")))
+                                throttle=info.get("throttle_command", info.get("throttle", _throttle_of(d.action))))
                 canvas = renderer.compose(view)
                 if self.writer is not None:
                     self.writer.append(renderer.to_rgb())

@@ -35,9 +35,8 @@ def _run_seeds(args, on_episode=None) -> list[tuple[int, float, int]]:
     policy_path, seeds, max_steps, threads = args
     import torch
 
-    from agent.loading import load_policy, make_actor
+    from agent.loading import load_policy, make_actor, make_carracing_for
     from agent.rollout import rollout
-    from envs.carracing import make_carracing
 
     if threads:
         torch.set_num_threads(threads)
@@ -46,7 +45,8 @@ def _run_seeds(args, on_episode=None) -> list[tuple[int, float, int]]:
     policy = load_policy(policy_path)
     actor = make_actor(policy)
     # The expert reads privileged state only: skip the pixel rendering (same physics, same returns).
-    env = make_carracing(render_pixels=not isinstance(policy, ExpertPolicy))
+    # A policy or expert with continuous actions drives the continuous configuration (make_carracing_for).
+    env = make_carracing_for(policy, render_pixels=not isinstance(policy, ExpertPolicy))
     out = []
     for s in seeds:
         ep = rollout(env, actor, s, max_steps=max_steps, keep_frames=False)

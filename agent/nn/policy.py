@@ -10,6 +10,9 @@ A the head's outputs.
 - CarRacing (the defaults of :func:`default_config` ``("carracing")``): the paper's CNN on
   96x96x3 frames, NAC-Steady (d 64, 16 heads, top-k 8, sparsity 0.5) over T = 4 frames at
   0.02 s, dense 64 (ReLU) and the five action logits (arXiv 2512.10282, Appendix D).
+- CarRacing's continuous configuration (``default_config("carracing", continuous=True)``): the
+  same, with two outputs, steering and throttle in [-1, 1] (a Box head, MSE), for the env of
+  ``envs.carracing.make_carracing(continuous=True)``.
 - Udacity (``default_config("udacity")``): PilotNet on 66x200 YUV crops, NAC-Exact (d 100,
   20 heads, top-k 8) over T = 8 frames with their capture times, dense 64 (ELU) and one
   normalised steering output in [-1, 1] (Appendix D.3.3).
@@ -43,6 +46,10 @@ from agent.nn.heads import ActionHead, head_for, space_from_dict
 FILE_KIND = "nac-drive-policy"
 FORMAT_VERSION = 2
 CARRACING_ACTIONS = ("nothing", "left", "right", "gas", "brake")
+#: the outputs of a policy for CarRacing's continuous configuration (``envs.carracing.ThrottleAction``)
+CARRACING_CONTROLS = ("steering", "throttle")
+#: its action space, as :func:`agent.nn.heads.space_to_dict` describes it: Box(-1, 1, (2,))
+CARRACING_CONTINUOUS_SPACE = {"type": "box", "low": [-1.0, -1.0], "high": [1.0, 1.0]}
 
 
 @dataclass
@@ -119,7 +126,8 @@ def default_core_kwargs(env: str, core: str) -> dict:
     return {}
 
 
-def default_config(env: str = "carracing", core: str | None = None, **overrides) -> PolicyConfig:
+def default_config(env: str = "carracing", core: str | None = None, continuous: bool = False,
+                   **overrides) -> PolicyConfig:
     """The policy configuration of a simulator, with ``overrides`` applied.
 
     Args:
@@ -127,15 +135,22 @@ def default_config(env: str = "carracing", core: str | None = None, **overrides)
         core: a :data:`agent.nn.cores.CORES` name (default: nac-steady for CarRacing, nac-exact
             for Udacity); its default options come from :func:`default_core_kwargs` unless
             ``core_kwargs`` is overridden.
+        continuous: CarRacing's continuous configuration: the action head is a Box(-1, 1, (2,))
+            regression head (MSE) named ("steering", "throttle") instead of the five action logits;
+            everything else is unchanged.
 
     Raises:
-        ValueError: an unknown env, core, or field.
+        ValueError: an unknown env, core, or field; ``continuous`` for another env than carracing.
     """
+    if continuous and env != "carracing":
+        raise ValueError(f"continuous=True is CarRacing's continuous configuration; {env!r} has its own action space")
     if env == "carracing":
         base = dict(env="carracing", obs_shape=(96, 96, 3), action_space={"type": "discrete", "n": 5},
                     action_names=CARRACING_ACTIONS, features="carracing-cnn", features_kwargs={"dropout": 0.2},
                     core=core or "nac-steady", d_model=64, window=4, frame_dt=0.02, head_hidden=64,
                     head_activation="relu")
+        if continuous:
+            base.update(action_space=dict(CARRACING_CONTINUOUS_SPACE), action_names=CARRACING_CONTROLS)
     elif env == "udacity":
         base = dict(env="udacity", obs_shape=(160, 320, 3), action_space={"type": "box", "low": [-1.0], "high": [1.0]},
                     action_names=("steering",), features="pilotnet", features_kwargs={"dropout": 0.5},
@@ -471,5 +486,6 @@ def file_digest(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
 
 
-__all__ = ["CARRACING_ACTIONS", "DrivingPolicy", "FILE_KIND", "FORMAT_VERSION", "PolicyConfig", "PolicyState",
-           "default_config", "default_core_kwargs", "file_digest", "json_ready", "read_policy_file"]
+__all__ = ["CARRACING_ACTIONS", "CARRACING_CONTINUOUS_SPACE", "CARRACING_CONTROLS", "DrivingPolicy", "FILE_KIND",
+           "FORMAT_VERSION", "PolicyConfig", "PolicyState", "default_config", "default_core_kwargs", "file_digest", "json_ready",
+           "read_policy_file"]
