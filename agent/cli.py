@@ -254,6 +254,9 @@ def _add_train(sub) -> None:
                         "DAGGER_OUT-r<round>-v0, e.g. recordings/nac-drive/nac-dagger")
     p.add_argument("--dagger-max-steps", type=int, default=None, help="carracing: cap on DAgger episode length")
     p.add_argument("--save-bc", default=None, help="also save the policy after BC, before DAgger, here")
+    p.add_argument("--init", default=None,
+                   help="start from this policy file (its core, window and features are kept); with --epochs 0 "
+                        "behaviour cloning is skipped, e.g. DAgger rounds on top of a saved BC policy")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--tensorboard", default="runs/train", help="TensorBoard root folder ('' for none)")
@@ -368,8 +371,24 @@ def _cmd_train(args) -> int:
                            f"recordings hold {kinds[continuous]} actions; DAgger needs an expert of the same kind "
                            "as the data (record with that expert, or pass the matching one)")
         env = make_carracing_for(expert)  # the continuous configuration for a continuous expert
+    init = None
+    if args.init:
+        from agent.loading import load_policy as _load
+        from agent.nn.policy import DrivingPolicy
+
+        init = _load(args.init)
+        if not isinstance(init, DrivingPolicy) or init.config.env != args.env:
+            raise CLIError(f"--init {args.init} is not a {args.env} policy made by `agent train`")
+        clash = [o for o in ("core", "window", "d_model", "dashboard") if hasattr(args, o)]
+        if clash:
+            raise CLIError(f"--init keeps the policy's own {', '.join('--' + c.replace('_', '-') for c in clash)}; "
+                           "drop those options")
+        if init.config.action_space != pcfg.action_space:
+            raise CLIError(f"--init {args.init} has actions {init.config.action_space}, the data has {pcfg.action_space}")
+    elif cfg.epochs == 0:
+        raise CLIError("--epochs 0 (no behaviour cloning) needs --init POLICY")
     policy, report = train(source, pcfg, cfg, tensorboard_dir=args.tensorboard or None, expert=expert, env=env,
-                           bc_checkpoint=args.save_bc)
+                           bc_checkpoint=args.save_bc, init=init)
     command = "agent train " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["train"] else "agent train"
     policy.save(out, metadata=json.loads(json.dumps(report_metadata(report, command=command,
                                                                     recordings=[str(d) for d in args.data]),

@@ -180,3 +180,34 @@ def test_dagger_with_disturbances_writes_each_round(tiny_expert, tmp_path, capsy
     from agent.loading import load_policy
 
     assert load_policy(out).features.dashboard == "speed"
+
+
+def test_dagger_continues_a_saved_bc_policy(recording_and_policy, tiny_expert, tmp_path):
+    """--init with --epochs 0 skips behaviour cloning and runs DAgger on the saved policy's weights."""
+    from agent.loading import load_policy
+
+    rec, bc = recording_and_policy
+    out = tmp_path / "dagger.pt"
+    rc = main(["train", "--data", str(rec), "--init", str(bc), "--epochs", "0", "--out", str(out),
+               "--batch-frames", "8", "--expert", str(tiny_expert), "--dagger-rounds", "1", "--dagger-episodes", "1",
+               "--dagger-epochs", "1", "--dagger-max-steps", "20", "--tensorboard", ""])
+    assert rc == 0
+    before, after = load_policy(bc), load_policy(out)
+    assert after.config == before.config
+    changed = any(not torch.equal(a, b) for a, b in zip(before.state_dict().values(), after.state_dict().values()))
+    assert changed, "DAgger trained the loaded weights further"
+    assert main(["train", "--data", str(rec), "--init", str(bc), "--epochs", "0", "--window", "2",
+                 "--out", str(tmp_path / "x.pt")]) == 2
+    assert main(["train", "--data", str(rec), "--epochs", "0", "--out", str(tmp_path / "y.pt")]) == 2
+
+
+@pytest.fixture(scope="module")
+def recording_and_policy(tiny_expert, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("init")
+    rec = tmp / "recordings" / "nac-drive" / "demo-v0"
+    assert main(["collect", "--expert", str(tiny_expert), "--episodes", "2", "--max-steps", "20", "--seed", "0",
+                 "--out", str(rec)]) == 0
+    bc = tmp / "bc.pt"
+    assert main(["train", "--data", str(rec), "--out", str(bc), "--window", "2", "--epochs", "1",
+                 "--batch-frames", "8", "--dashboard", "hidden", "--tensorboard", ""]) == 0
+    return rec, bc

@@ -82,8 +82,8 @@ class TrainConfig:
     dagger_out: str | None = None
 
     def __post_init__(self):
-        if self.epochs < 1 or self.batch_frames < 1:
-            raise ValueError(f"epochs and batch_frames must be >= 1, got {self.epochs} and {self.batch_frames}")
+        if self.epochs < 0 or self.batch_frames < 1:
+            raise ValueError(f"epochs must be >= 0 and batch_frames >= 1, got {self.epochs} and {self.batch_frames}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if self.lr <= 0 or self.workers < 0:
@@ -227,7 +227,8 @@ def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epoch
 
 
 def train(source, policy_config: PolicyConfig, cfg: TrainConfig, tensorboard_dir: str | Path | None = None,
-          expert=None, env=None, bc_checkpoint: str | Path | None = None) -> tuple[DrivingPolicy, TrainReport]:
+          expert=None, env=None, bc_checkpoint: str | Path | None = None,
+          init: DrivingPolicy | None = None) -> tuple[DrivingPolicy, TrainReport]:
     """Behaviour cloning on ``source``, then ``cfg.dagger_rounds`` DAgger rounds with ``expert`` in ``env``.
 
     Args:
@@ -237,18 +238,26 @@ def train(source, policy_config: PolicyConfig, cfg: TrainConfig, tensorboard_dir
         tensorboard_dir: TensorBoard root (a run folder is made inside), or None.
         expert, env: the PPO expert and the CarRacing env, for DAgger.
         bc_checkpoint: also save the policy as it is after behaviour cloning, before DAgger.
+        init: start from this trained policy (its configuration replaces ``policy_config``); with
+            ``cfg.epochs == 0`` behaviour cloning is skipped, so DAgger continues a saved BC policy.
 
     Returns:
         (the best policy, in eval mode; the report).
 
     Raises:
-        ValueError: DAgger without an expert and env, or a source without training frames.
+        ValueError: DAgger without an expert and env, a source without training frames, or no
+            epochs and nothing to start from.
     """
+    if cfg.epochs == 0 and init is None:
+        raise ValueError("epochs 0 (no behaviour cloning) needs a policy to start from (--init)")
     if cfg.dagger_rounds and (expert is None or env is None):
         raise ValueError("DAgger needs --expert (the PPO expert that labels the student's states)")
     t_start = time.time()
     torch.manual_seed(cfg.seed)
-    policy = DrivingPolicy(policy_config)
+    if init is not None:
+        policy, policy_config = init, init.config
+    else:
+        policy = DrivingPolicy(policy_config)
     train_src, val_src = source.split(cfg.val_fraction, cfg.seed)
     name = run_name(policy_config.env, policy_config.core, cfg.seed)
     report = TrainReport(run_name=name, config=asdict(cfg), policy_config=policy_config.to_dict(),
@@ -281,7 +290,8 @@ def train(source, policy_config: PolicyConfig, cfg: TrainConfig, tensorboard_dir
     if report.baselines.get("val_zero_mse") is not None:
         log.info("held-out baselines: predict 0 MSE %.4f, predict the training mean MSE %.4f",
                  report.baselines["val_zero_mse"], report.baselines["val_mean_mse"])
-    policy = fit(policy, train_src, val_src, cfg, cfg.epochs, report, tb, "bc", t_start=t_start)
+    if cfg.epochs:
+        policy = fit(policy, train_src, val_src, cfg, cfg.epochs, report, tb, "bc", t_start=t_start)
     report.seconds["bc"] = time.time() - t_start
     if bc_checkpoint is not None:
         policy.save(bc_checkpoint, metadata=report_metadata(report, stage="behaviour cloning (before DAgger)"))
