@@ -17,6 +17,7 @@ state. Episodes on seed s always use track s (``env.reset(seed=s)``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
@@ -25,6 +26,14 @@ import numpy as np
 
 STEERING_CLASSES = ("straight", "left", "right")
 STEERING_DEADBAND = 0.05  # |normalised steering| below this counts as straight
+
+#: The car counts as standing still while its speed is below this, in simulator units per second
+#: (:attr:`envs.carracing.CarRacingEnv.speed`, the hull's speed; the car starts at 0 and cruises
+#: at roughly 30-90 units/s). Used by :func:`standstill` and the "no stalls" figures.
+STANDSTILL_SPEED = 1.0
+#: A standstill longer than this many consecutive steps (1 s at CarRacing's 50 FPS) counts as a
+#: stall in the evaluation summary (``episodes_with_stall``).
+STALL_STEPS = 50
 
 
 def steering_class(steering: float) -> int:
@@ -124,7 +133,13 @@ class PolicyActor:
 
 
 class ExpertActor:
-    """The PPO expert, acting from a CarRacing env's privileged state (see :mod:`agent.train.expert`)."""
+    """The PPO expert, acting from a CarRacing env's privileged state (see :mod:`agent.train.expert`).
+
+    A discrete expert's ``act(env)`` gives an action index: the decision's action and class are
+    that int. A continuous expert's gives a (2,) float32 array (steering, throttle), each in
+    [-1, 1]: the decision's action is that array and its class :func:`steering_class` of the
+    steering.
+    """
 
     has_probs = False
     traces_reason = "the PPO expert has no NAC layer (it reads privileged state, not frames)"
@@ -137,8 +152,12 @@ class ExpertActor:
         pass
 
     def act(self, obs, env, info=None) -> Decision:
-        a = int(self.expert.act(env))
-        return Decision(a, a)
+        a = self.expert.act(env)
+        if np.ndim(a) == 0:  # a discrete action index (int or 0-d array)
+            a = int(a)
+            return Decision(a, a)
+        a = np.asarray(a, dtype=np.float32).reshape(-1)
+        return Decision(a, steering_class(float(a[0])))
 
 
 class MixtureActor:
@@ -164,6 +183,91 @@ class MixtureActor:
         return d
 
 
+def standstill(speeds, threshold: float = STANDSTILL_SPEED) -> np.ndarray:
+    """Which speeds are a standstill: ``speeds < threshold``.
+
+    Args:
+        speeds: (N,) car speeds in simulator units per second (see :data:`STANDSTILL_SPEED`); NaN
+            (speed unknown) never counts as a standstill.
+        threshold: the standstill speed, same unit.
+
+    Returns:
+        (N,) bool.
+    """
+    v = np.asarray(speeds, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return v < float(threshold)
+
+
+def longest_run(mask) -> int:
+    """Length of the longest run of consecutive True entries of a (N,) bool array (0 if none).
+
+    Raises:
+        ValueError: ``mask`` is not one-dimensional.
+    """
+    m = np.asarray(mask, dtype=bool)
+    if m.ndim != 1:
+        raise ValueError(f"longest_run needs a 1-D mask, got shape {m.shape}")
+    if not m.any():
+        return 0
+    edges = np.diff(np.concatenate([[0], m.astype(np.int8), [0]]))  # +1 where a run starts, -1 after it ends
+    return int((np.flatnonzero(edges == -1) - np.flatnonzero(edges == 1)).max())
+
+
+def car_speed(env: gym.Env) -> float:
+    """The car's speed in simulator units per second (:attr:`envs.carracing.CarRacingEnv.speed`);
+    NaN for an env without a ``speed`` property (the Udacity env reports mph in ``info`` instead)."""
+    return float(getattr(env.unwrapped, "speed", math.nan))
+
+
+def all_wheels_off_road(env: gym.Env) -> bool | None:
+    """True when all four wheels are off the road (no wheel touches a road tile), the test of
+    :class:`envs.carracing.OffTrackTermination`; None for an env without wheels (Udacity) or before
+    the first reset."""
+    car = getattr(env.unwrapped, "car", None)
+    wheels = getattr(car, "wheels", None)
+    if not wheels:
+        return None
+    return not any(w.tiles for w in wheels)
+
+
+class StallMeter:
+    """The "no stalls" figures of one episode, updated step by step (``drive`` shows them live).
+
+    The same definitions as :class:`Episode`: a step is at standstill when the speed after it is
+    below :data:`STANDSTILL_SPEED`; a step is off the road when all four wheels are after it.
+
+    Attributes:
+        steps: steps measured since :meth:`reset`.
+        standstill_run: consecutive standstill steps up to the last one (0 if it moved).
+        longest_standstill: the longest run of standstill steps so far; None while no speed was known.
+        off_road_steps: steps with all four wheels off the road; None for an env without wheels.
+    """
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        """Start a new episode."""
+        self.steps = self.standstill_run = 0
+        self.longest_standstill: int | None = None
+        self.off_road_steps: int | None = None
+
+    def update(self, speed: float, off_road: bool | None) -> None:
+        """Add one step: the speed after it (simulator units/s, NaN if unknown) and whether all four
+        wheels are off the road (None if unknown)."""
+        self.steps += 1
+        if math.isfinite(speed):
+            self.standstill_run = self.standstill_run + 1 if bool(standstill([speed])[0]) else 0
+            self.longest_standstill = max(self.longest_standstill or 0, self.standstill_run)
+        if off_road is not None:
+            self.off_road_steps = (self.off_road_steps or 0) + int(bool(off_road))
+
+    def measure(self, env: gym.Env) -> None:
+        """:meth:`update` with the env's state after a step (:func:`car_speed`, :func:`all_wheels_off_road`)."""
+        self.update(car_speed(env), all_wheels_off_road(env))
+
+
 @dataclass
 class Episode:
     """One finished (or cut short) episode. N = steps taken.
@@ -172,10 +276,14 @@ class Episode:
         seed: the track seed.
         observations: (N + 1, H, W, C) uint8 frames (the student's view), or None if not kept.
         actions: (N,) int64 discrete actions, or (N, A) float32 continuous actions, as executed.
-        labels: (N,) int64, the labeler's action for each visited state, or None.
+        labels: the labeler's action for each visited state: (N,) int64 for a discrete labeler,
+            (N, A) float32 for one that returns arrays (a continuous expert); None without a labeler.
         rewards: (N,) float32.
         terminations, truncations: (N,) bool.
-        speeds: (N + 1,) float32, car speed (simulator units per second) where the env has one.
+        speeds: (N + 1,) float32, car speed in simulator units per second at the reset and after
+            each step (:func:`car_speed`); NaN where the env has none.
+        off_road: (N,) bool, all four wheels off the road after each step
+            (:func:`all_wheels_off_road`); None for an env without wheels.
     """
 
     seed: int
@@ -186,6 +294,7 @@ class Episode:
     terminations: np.ndarray
     truncations: np.ndarray
     speeds: np.ndarray
+    off_road: np.ndarray | None = None
 
     @property
     def steps(self) -> int:
@@ -195,6 +304,20 @@ class Episode:
     def episode_return(self) -> float:
         return float(self.rewards.sum())
 
+    @property
+    def longest_standstill(self) -> int | None:
+        """The longest run of consecutive steps after which the car's speed was below
+        :data:`STANDSTILL_SPEED` (steps; 0 if it never stood still); None if the env reports no speed."""
+        after = np.asarray(self.speeds, dtype=np.float64)[1:]
+        if not len(after) or not np.isfinite(after).any():
+            return None if len(after) else 0
+        return longest_run(standstill(after))
+
+    @property
+    def off_road_steps(self) -> int | None:
+        """Steps after which all four wheels were off the road; None for an env without wheels."""
+        return None if self.off_road is None else int(np.count_nonzero(self.off_road))
+
     def __post_init__(self):
         n = len(self.actions)
         for name in ("rewards", "terminations", "truncations"):
@@ -202,14 +325,14 @@ class Episode:
                 raise ValueError(f"episode {name} has {len(getattr(self, name))} entries, actions have {n}")
         if self.observations is not None and len(self.observations) != n + 1:
             raise ValueError(f"an episode of {n} steps needs {n + 1} observations, got {len(self.observations)}")
-
-
-def _speed(env: gym.Env) -> float:
-    return float(getattr(env.unwrapped, "speed", 0.0))
+        if len(self.speeds) != n + 1:
+            raise ValueError(f"an episode of {n} steps needs {n + 1} speeds, got {len(self.speeds)}")
+        if self.off_road is not None and len(self.off_road) != n:
+            raise ValueError(f"episode off_road has {len(self.off_road)} entries, actions have {n}")
 
 
 def rollout(env: gym.Env, actor: Actor, seed: int, max_steps: int | None = None,
-            labeler: Callable[[gym.Env], int] | None = None, keep_frames: bool = True,
+            labeler: Callable[[gym.Env], Any] | None = None, keep_frames: bool = True,
             on_step: Callable[[int, np.ndarray, Any, float, dict], None] | None = None) -> Episode:
     """Run one episode on track ``seed``.
 
@@ -218,7 +341,8 @@ def rollout(env: gym.Env, actor: Actor, seed: int, max_steps: int | None = None,
         actor: chooses the executed actions (:class:`Actor`).
         seed: track seed.
         max_steps: stop after this many steps (marked truncated); None = the env's own limit.
-        labeler: called with the env before each step; its action is stored in ``labels``.
+        labeler: called with the env before each step; its action is stored in ``labels``: an
+            action index (int64 labels) or an (A,) array (a continuous expert: (N, A) float32 labels).
         keep_frames: store the observations (off for evaluation, to save memory).
         on_step: called after each step with (step, obs, action, reward, info).
 
@@ -228,11 +352,12 @@ def rollout(env: gym.Env, actor: Actor, seed: int, max_steps: int | None = None,
     obs, info = env.reset(seed=int(seed))
     actor.reset()
     frames = [obs] if keep_frames else None
-    actions, labels, rewards, terms, truncs, speeds = [], [], [], [], [], [_speed(env)]
+    actions, labels, rewards, terms, truncs, speeds = [], [], [], [], [], [car_speed(env)]
+    off_road: list[bool | None] = []
     step = 0
     while True:
         if labeler is not None:
-            labels.append(int(labeler(env)))
+            labels.append(labeler(env))
         action = actor.act(obs, env, info).action
         obs, reward, terminated, truncated, info = env.step(action)
         step += 1
@@ -242,7 +367,8 @@ def rollout(env: gym.Env, actor: Actor, seed: int, max_steps: int | None = None,
         rewards.append(reward)
         terms.append(terminated)
         truncs.append(truncated)
-        speeds.append(_speed(env))
+        speeds.append(car_speed(env))
+        off_road.append(all_wheels_off_road(env))
         if keep_frames:
             frames.append(obs)
         if on_step is not None:
@@ -254,13 +380,22 @@ def rollout(env: gym.Env, actor: Actor, seed: int, max_steps: int | None = None,
         seed=int(seed),
         observations=np.stack(frames) if keep_frames else None,
         actions=np.asarray(actions, dtype=np.int64 if discrete else np.float32),
-        labels=np.asarray(labels, dtype=np.int64) if labeler is not None else None,
+        labels=_stack_labels(labels) if labeler is not None else None,
         rewards=np.asarray(rewards, dtype=np.float32),
         terminations=np.asarray(terms, dtype=bool),
         truncations=np.asarray(truncs, dtype=bool),
         speeds=np.asarray(speeds, dtype=np.float32),
+        off_road=None if any(x is None for x in off_road) else np.asarray(off_road, dtype=bool),
     )
 
 
-__all__ = ["Actor", "Decision", "Episode", "ExpertActor", "MixtureActor", "PolicyActor", "STEERING_CLASSES",
-           "rollout", "steering_class"]
+def _stack_labels(labels: list) -> np.ndarray:
+    """(N,) int64 for action indices, (N, A) float32 for (A,) arrays (a continuous labeler)."""
+    if labels and np.ndim(labels[0]) > 0:
+        return np.stack([np.asarray(a, dtype=np.float32).reshape(-1) for a in labels])
+    return np.asarray([int(a) for a in labels], dtype=np.int64)
+
+
+__all__ = ["Actor", "Decision", "Episode", "ExpertActor", "MixtureActor", "PolicyActor", "STALL_STEPS",
+           "STANDSTILL_SPEED", "STEERING_CLASSES", "StallMeter", "all_wheels_off_road", "car_speed", "longest_run",
+           "rollout", "standstill", "steering_class"]

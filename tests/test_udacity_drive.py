@@ -107,6 +107,9 @@ def test_drive_udacity_records_and_dumps(same_policy, tmp_path, capsys):
     assert np.all(np.abs(d["action"]) <= 1.0)
     np.testing.assert_allclose(sent, d["action"], atol=1e-4)  # the simulator got the policy's steering
     assert np.all(np.diff(d["time_s"]) > 0)  # frame arrival times, seconds
+    assert d["cam"].shape == (15, 160, 320) and d["cam"].dtype == np.float32  # Grad-CAM at the camera's resolution
+    assert not {"speed", "off_road", "off_road_steps", "longest_standstill_steps"} & set(d)  # no wheels, mph only
+    assert "off-road" not in out and "standstill" not in out
 
 
 def test_drive_udacity_without_simulator_times_out_clearly(same_policy, capsys):

@@ -62,13 +62,17 @@ def add_drive_arguments(parser: argparse.ArgumentParser) -> None:
                                     "T traces, H next head, [ and ] heat-map opacity, R restart the episode, "
                                     "Q/Esc quit")
     ov.add_argument("--no-overlay", action="store_true", help="no saliency, no traces, no panel (plain view)")
-    ov.add_argument("--no-saliency", action="store_true", help="start with the Grad-CAM overlay off (not computed)")
+    ov.add_argument("--no-saliency", action="store_true",
+                    help="start with the Grad-CAM overlay off (not computed, so --dump-traces stores no cam)")
     ov.add_argument("--no-traces", action="store_true", help="start without the NAC trace panel")
     ov.add_argument("--cam-opacity", type=float, default=0.5, metavar="A",
                     help="peak opacity of the Grad-CAM heat map, 0..1 (default: %(default)s)")
     ov.add_argument("--dump-traces", default=None, metavar="PATH",
                     help="write every step's NAC traces (phi, omega, logits, weights, kept keys, neuron groups), "
-                         "actions and rewards to this .npz; plot them with `agent plot-traces`")
+                         "actions, rewards, its Grad-CAM map (cam, at the frame's resolution; computed also "
+                         "headless, absent with --no-saliency or --no-overlay) and the stall figures (speed, "
+                         "off_road per step; longest_standstill_steps, off_road_steps per episode) to this .npz; "
+                         "plot the traces with `agent plot-traces`")
 
 
 def check_drive_args(args) -> str | None:

@@ -25,7 +25,8 @@ class Overlays:
         driver: the runner's driver for it.
         renderer: where the drawers go (None: nothing is shown; traces may still be dumped).
         saliency, traces: whether to try each.
-        dump: keep every step's traces for ``--dump-traces``.
+        dump: keep every step's traces for ``--dump-traces``, with the step's Grad-CAM map (then
+            computed also when nothing is drawn, unless ``saliency`` is False).
         opacity: initial heat-map opacity (0..1).
         class_names: names of the action classes.
     """
@@ -39,8 +40,10 @@ class Overlays:
         self.class_names = tuple(class_names)
         self.topk = getattr(getattr(policy, "nac", None), "topk", None)
         policy_actor = isinstance(driver, PolicyActor)
-        if saliency and renderer is not None:
-            from agent.drive.overlays import SaliencyDrawer
+        # --dump-traces writes NAC traces; with them, each step's Grad-CAM map (``cam``), computed
+        # even when nothing is drawn (headless), unless saliency is off (--no-saliency, --no-overlay).
+        dumping = dump and policy_actor and not driver.traces_reason
+        if saliency and (renderer is not None or dumping):
             from agent.drive.saliency import SaliencyOverlay, saliency_unavailable_reason
 
             reason = saliency_unavailable_reason(policy) if policy_actor else \
@@ -49,8 +52,11 @@ class Overlays:
                 self.reasons["saliency"] = reason
             else:
                 self.saliency = SaliencyOverlay(policy, tuple(getattr(policy.config, "action_names", ())))
-                self.saliency_drawer = SaliencyDrawer(opacity)
-                renderer.frame_filters.append(self.saliency_drawer)
+                if renderer is not None:
+                    from agent.drive.overlays import SaliencyDrawer
+
+                    self.saliency_drawer = SaliencyDrawer(opacity)
+                    renderer.frame_filters.append(self.saliency_drawer)
         if (traces and renderer is not None) or dump:
             if not policy_actor or driver.traces_reason:
                 self.reasons["traces"] = driver.traces_reason
@@ -78,7 +84,8 @@ class Overlays:
     # ------------------------------------------------------------------ toggles
     @property
     def saliency_on(self) -> bool:
-        return self.saliency_drawer is not None and self.saliency_drawer.enabled
+        """Grad-CAM runs this step: built, and not switched off with the S key (nothing to switch headless)."""
+        return self.saliency is not None and (self.saliency_drawer is None or self.saliency_drawer.enabled)
 
     def toggle_saliency(self) -> None:
         if self.saliency_drawer is not None:
@@ -108,8 +115,8 @@ class Overlays:
             if self.saliency_on and d.output is not None:
                 sal = self.saliency.compute(obs, d.state_before, d.output, d.t)
                 extras["saliency"] = sal
-                status.append(f"Grad-CAM: {sal.target}, {1000 * sal.seconds:.1f} ms, opacity "
-                              f"{self.saliency_drawer.opacity:.1f}")
+                opacity = f", opacity {self.saliency_drawer.opacity:.1f}" if self.saliency_drawer is not None else ""
+                status.append(f"Grad-CAM: {sal.target}, {1000 * sal.seconds:.1f} ms{opacity}")
             else:
                 self.saliency.discard()  # the hooks saw the policy's own step; keep nothing
                 status.append("Grad-CAM off")
@@ -123,11 +130,23 @@ class Overlays:
             self.panel.note = f"traces off: {self.driver.traces_reason}"
         return "   ".join(status)
 
-    def record(self, extras: dict, d: Decision, reward: float, episode: int, step: int, time_s: float) -> None:
+    def record(self, extras: dict, d: Decision, reward: float, episode: int, step: int, time_s: float,
+               speed: float = float("nan"), off_road: bool | None = None) -> None:
+        """Keep this step for ``--dump-traces`` (steps without NAC traces are not kept).
+
+        Args:
+            extras: what :meth:`explain` computed for the step (its traces and Grad-CAM map).
+            d: the decision taken; ``reward`` the reward that followed.
+            episode, step: 1-based; ``time_s`` the frame time in seconds.
+            speed: the car's speed after the step, simulator units per second (NaN if unknown).
+            off_road: all four wheels off the road after the step (None for an env without wheels).
+        """
         if self.recorder is not None and "traces" in extras:
             action = d.action if np.isscalar(d.action) else float(np.asarray(d.action).reshape(-1)[0])
+            sal = extras.get("saliency")
             self.recorder.add(extras["traces"], action=action, action_class=d.action_class, reward=reward,
-                              episode=episode, step=step, time_s=time_s)
+                              episode=episode, step=step, time_s=time_s, speed=speed, off_road=off_road,
+                              cam=None if sal is None else sal.cam)
 
     def close(self) -> None:
         """Release Grad-CAM's hooks."""

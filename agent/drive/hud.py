@@ -36,6 +36,10 @@ class StepView:
         paused: the run is paused (the HUD says so).
         steering: the normalised steering chosen (a steering policy), +1 = 25 degrees right.
         throttle: the throttle sent with it (-1..1; negative brakes), if known.
+        standstill_steps: consecutive steps so far with the car below
+            :data:`agent.rollout.STANDSTILL_SPEED` (0 while it moves).
+        longest_standstill: the episode's longest such run so far, steps (None: the env reports no speed).
+        off_road_steps: steps so far with all four wheels off the road (None: the env has no wheels).
     """
 
     frame: np.ndarray
@@ -55,6 +59,9 @@ class StepView:
     paused: bool = False
     steering: float | None = None
     throttle: float | None = None
+    standstill_steps: int = 0
+    longest_standstill: int | None = None
+    off_road_steps: int | None = None
 
 
 #: An overlay: draws onto its region (a subsurface of the composed Surface) for one step.
@@ -259,6 +266,15 @@ class Renderer:
         y += lh
         c.blit(self._text(self.font, f"FPS     {v.fps:6.1f}"), (x, y))
         c.blit(self._text(self.font_small, f"step latency {v.latency_ms:5.1f} ms", _DIM), (x + 120, y + 2))
+        y += lh
+        stalls = []
+        if v.longest_standstill is not None:
+            stalls.append(f"standstill {v.standstill_steps} (longest {v.longest_standstill})")
+        if v.off_road_steps is not None:
+            stalls.append(f"off-road {v.off_road_steps}")
+        if stalls:
+            color = _ACCENT if v.standstill_steps > 0 else _DIM  # highlighted while the car stands
+            c.blit(self._text(self.font_small, "steps: " + "   ".join(stalls), color), (x, y + 2))
         if v.paused:
             c.blit(self._text(self.font_big, "PAUSED", _ACCENT), (x + 150, self._text_y))
         if v.status:

@@ -194,6 +194,44 @@ class SaliencyOverlay:
         self.close()
 
 
+#: Rows of CarRacing's dashboard strip at the bottom of its 96-row frame: gymnasium draws the
+#: indicators (speed, ABS, steering, gyroscope) 5/40 of the frame high.
+DASHBOARD_ROWS = 12
+
+
+def bottom_share(cam: np.ndarray, rows: int = DASHBOARD_ROWS) -> float:
+    """Fraction of the Grad-CAM mass in the bottom ``rows`` rows (CarRacing's dashboard strip by default).
+
+    Args:
+        cam: one map (H, W) or a run of them (S, H, W), non-negative (as :class:`SaliencyMap` and
+            ``drive --dump-traces``'s ``cam`` give them). Maps holding NaN (steps where Grad-CAM was
+            off) are skipped; a run is pooled: sum over all kept maps of the bottom rows' mass over
+            the sum of all their mass.
+        rows: how many rows at the bottom, 0..H.
+
+    Returns:
+        the share in [0, 1]; NaN when there is no mass (all maps zero, or none kept).
+
+    Raises:
+        ValueError: ``cam`` is not 2-D or 3-D, ``rows`` is outside 0..H, or a value is negative.
+    """
+    c = np.asarray(cam, dtype=np.float64)
+    if c.ndim == 2:
+        c = c[None]
+    if c.ndim != 3:
+        raise ValueError(f"cam must be (H, W) or (S, H, W), got shape {np.shape(cam)}")
+    h = c.shape[1]
+    if not 0 <= int(rows) <= h:
+        raise ValueError(f"rows must be in 0..{h} (the map's height), got {rows}")
+    c = c[np.isfinite(c).all(axis=(1, 2))]
+    if (c < 0).any():
+        raise ValueError("cam has negative values; Grad-CAM maps are >= 0")
+    total = c.sum()
+    if total <= 0:
+        return float("nan")
+    return float(c[:, h - int(rows):].sum() / total)
+
+
 def blend_heatmap(frame: np.ndarray, cam: np.ndarray, opacity: float) -> np.ndarray:
     """The frame with a saliency map blended in.
 
@@ -222,4 +260,5 @@ def blend_heatmap(frame: np.ndarray, cam: np.ndarray, opacity: float) -> np.ndar
     return np.clip(out + 0.5, 0, 255).astype(np.uint8)
 
 
-__all__ = ["NewestFrameModel", "SaliencyMap", "SaliencyOverlay", "blend_heatmap", "saliency_unavailable_reason"]
+__all__ = ["DASHBOARD_ROWS", "NewestFrameModel", "SaliencyMap", "SaliencyOverlay", "blend_heatmap", "bottom_share",
+           "saliency_unavailable_reason"]

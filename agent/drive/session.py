@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from agent.loading import is_continuous, make_actor
+from agent.rollout import StallMeter, all_wheels_off_road, car_speed
 from agent.drive.args import DEFAULT_SCALE, ENV_FPS, check_drive_args
 from agent.drive.explain import Overlays
 from agent.drive.hud import STEERING_CLASSES, Renderer, StepView
@@ -94,6 +95,17 @@ def run_drive(args: argparse.Namespace) -> int:
         session.close()
 
 
+def stall_text(meter: StallMeter) -> str:
+    """The end-of-episode stall figures as printed by ``drive``: "  longest standstill L steps  off-road
+    N steps" (each left out where the env does not report it, e.g. Udacity)."""
+    out = ""
+    if meter.longest_standstill is not None:
+        out += f"  longest standstill {meter.longest_standstill:4d} steps"
+    if meter.off_road_steps is not None:
+        out += f"  off-road {meter.off_road_steps:4d} steps"
+    return out
+
+
 def _throttle_of(action) -> float | None:
     """The throttle of a (steering, throttle) action (CarRacing's continuous configuration), else None."""
     a = np.asarray(action).reshape(-1)
@@ -112,6 +124,8 @@ class DriveSession:
     Attributes:
         step_seconds: wall time of each loop step (act + overlays + drawing + env step), seconds.
         latency_seconds: observation-to-action time of each step (policy + overlays), seconds.
+        stalls: the "no stalls" figures of the current (or last) episode (:class:`agent.rollout.StallMeter`):
+            the longest standstill and the steps with all four wheels off the road.
     """
 
     def __init__(self, args, policy, name: str, headless: bool, force_draw: bool = False):
@@ -173,6 +187,7 @@ class DriveSession:
                 pg.K_r: self.request_restart})
         self.step_seconds: list[float] = []
         self.latency_seconds: list[float] = []
+        self.stalls = StallMeter()
 
     @staticmethod
     def _make_env(args, policy=None):
@@ -224,6 +239,7 @@ class DriveSession:
         obs, info = env.reset(seed=int(seed))
         driver.reset()
         ov.new_episode()
+        self.stalls.reset()
         ep_return, steps = 0.0, 0
         ticks: deque[float] = deque(maxlen=26)
         ticks.append(time.perf_counter())
@@ -241,7 +257,10 @@ class DriveSession:
                                 episode=episode, episodes=args.episodes, policy_state=d.state, extras=extras,
                                 latency_ms=1000 * latency, status=status,
                                 steering=None if np.isscalar(d.action) else float(np.asarray(d.action).reshape(-1)[0]),
-                                throttle=info.get("throttle_command", info.get("throttle", _throttle_of(d.action))))
+                                throttle=info.get("throttle_command", info.get("throttle", _throttle_of(d.action))),
+                                standstill_steps=self.stalls.standstill_run,
+                                longest_standstill=self.stalls.longest_standstill,
+                                off_road_steps=self.stalls.off_road_steps)
                 canvas = renderer.compose(view)
                 if self.writer is not None:
                     self.writer.append(renderer.to_rgb())
@@ -252,7 +271,10 @@ class DriveSession:
                         self._wait_while_paused(view)
             obs, reward, terminated, truncated, info = env.step(d.action)
             steps += 1
-            ov.record(extras, d, float(reward), episode, steps, float(info.get("time_s", steps / self.env_fps)))
+            speed_after, off_road = car_speed(env), all_wheels_off_road(env)
+            self.stalls.update(speed_after, off_road)
+            ov.record(extras, d, float(reward), episode, steps, float(info.get("time_s", steps / self.env_fps)),
+                      speed=speed_after, off_road=off_road)
             ep_return += float(reward)
             now = time.perf_counter()
             ticks.append(now)
@@ -277,7 +299,8 @@ class DriveSession:
         self.single_step = False
 
     def run(self) -> int:
-        """All episodes; prints each return and the mean. Returns the exit code."""
+        """All episodes; prints each one's return and stall figures (:func:`stall_text`) and the mean
+        return. Returns the exit code."""
         args = self.args
         returns: list[float] = []
         ep, code = 0, EXIT_OK
@@ -290,7 +313,7 @@ class DriveSession:
                 dt = time.perf_counter() - t0
                 note = {"quit": "  (stopped)", "restart": "  (restarted)"}.get(how, "")
                 print(f"episode {ep + 1}/{args.episodes}  seed {seed}  return {ep_return:8.1f}  steps {steps:4d}  "
-                      f"mean FPS {steps / max(dt, 1e-9):6.1f}{note}", flush=True)
+                      f"mean FPS {steps / max(dt, 1e-9):6.1f}{note}{stall_text(self.stalls)}", flush=True)
                 if how == "quit":
                     break
                 if how == "restart":
@@ -298,7 +321,7 @@ class DriveSession:
                 returns.append(ep_return)
                 ep += 1
         except KeyboardInterrupt:
-            print(f"\ninterrupted: episode {ep + 1} stopped after {steps} steps", flush=True)
+            print(f"\ninterrupted: episode {ep + 1} stopped after {steps} steps{stall_text(self.stalls)}", flush=True)
             code = EXIT_INTERRUPTED
         if returns:
             print(f"mean return over {len(returns)} episode{'s' if len(returns) != 1 else ''}: "
@@ -339,4 +362,4 @@ class DriveSession:
             torch.set_num_threads(self._threads)
 
 
-__all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "DriveSession", "run_drive"]
+__all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "DriveSession", "run_drive", "stall_text"]

@@ -221,14 +221,27 @@ class TraceRecorder:
         return len(self.rows)
 
     def add(self, tr: StepTraces, *, action: float, action_class: int, reward: float, episode: int, step: int,
-            time_s: float) -> None:
+            time_s: float, speed: float = float("nan"), off_road: bool | None = None,
+            cam: np.ndarray | None = None) -> None:
         """Record one step: its traces, the action taken (an action index or normalised steering),
-        the reward that followed, the 1-based episode and step, and the frame time in seconds."""
+        the reward that followed, the 1-based episode and step, the frame time in seconds, the car's
+        speed after the step (simulator units per second, NaN if unknown), whether all four wheels
+        were off the road after it (None if unknown) and the step's Grad-CAM map, (H, W) float in
+        [0, 1] over the raw frame (None if it was not computed)."""
         row = {name: getattr(tr, name) for name in (*PAIR_QUANTITIES, "t_gate", "indices", "valid", "ages")}
         row.update({"neuron_" + g: x for g, x in tr.neurons.items()})
         row.update(action=float(action), action_class=int(action_class), reward=float(reward), episode=int(episode),
-                   step=int(step), time_s=float(time_s))
+                   step=int(step), time_s=float(time_s), speed=float(speed),
+                   off_road=None if off_road is None else bool(off_road),
+                   cam=None if cam is None else np.asarray(cam, np.float32))
         self.rows.append(row)
+
+
+def _episode_blocks(step: np.ndarray) -> list[slice]:
+    """The recorded episodes as slices of the step axis: a new one starts where ``step`` does not
+    grow (step 1 after a finished or restarted episode)."""
+    starts = [0] + [i for i in range(1, len(step)) if step[i] <= step[i - 1]]
+    return [slice(a, b) for a, b in zip(starts, starts[1:] + [len(step)])]
 
 
 def save_traces(path: str | Path, recorder: TraceRecorder, *, action_names: tuple[str, ...], class_names: tuple[str, ...],
@@ -242,20 +255,50 @@ def save_traces(path: str | Path, recorder: TraceRecorder, *, action_names: tupl
     ``reward`` (S,), ``episode`` and ``step`` (S,) int (1-based), ``time_s`` (S,) seconds; and the
     strings ``action_names``, ``class_names``, ``policy``, ``env``, ``format``.
 
+    Grad-CAM: ``cam`` (S, H_frame, W_frame) float32 in [0, 1], each step's map at the raw frame's
+    resolution (96 x 96 for CarRacing), 0 outside the region the CNN sees and NaN on steps where
+    Grad-CAM was switched off (key S); absent when it never ran (``--no-saliency``, ``--no-overlay``,
+    a policy without a convolution).
+
+    Stalls (see :class:`agent.rollout.Episode`), where the env reports them (CarRacing; absent for
+    Udacity): per step ``speed`` (S,) float32, the car's speed after the step in simulator units per
+    second, ``standstill`` (S,) bool (``speed`` below :data:`agent.rollout.STANDSTILL_SPEED`) and
+    ``off_road`` (S,) bool (all four wheels off the road after the step); per recorded episode E
+    (a restarted episode counts again): ``episodes`` (E,) its 1-based number, ``longest_standstill_steps``
+    and ``off_road_steps`` (E,) int64.
+
     Raises:
         ValueError: nothing was recorded.
     """
+    from agent.rollout import longest_run, standstill
+
     if not len(recorder):
         raise ValueError("no NAC traces were recorded (the policy exposes no NAC intermediates, or no step ran)")
     path = Path(path)
     if path.suffix != ".npz":
         path = path.with_name(path.name + ".npz")
     rows = recorder.rows
-    arrays = {k: np.stack([r[k] for r in rows]) for k in rows[0] if isinstance(rows[0][k], np.ndarray)}
+    arrays = {k: np.stack([r[k] for r in rows]) for k in rows[0] if isinstance(rows[0][k], np.ndarray) and k != "cam"}
     for k in ("action", "reward", "time_s"):
         arrays[k] = np.array([r[k] for r in rows], np.float64)
     for k in ("action_class", "episode", "step"):
         arrays[k] = np.array([r[k] for r in rows], np.int64)
+    cams = [r.get("cam") for r in rows]
+    shape = next((c.shape for c in cams if c is not None), None)
+    if shape is not None:
+        nan = np.full(shape, np.nan, np.float32)
+        arrays["cam"] = np.stack([nan if c is None else c for c in cams]).astype(np.float32)
+    blocks = _episode_blocks(arrays["step"])
+    speed = np.array([r.get("speed", np.nan) for r in rows], np.float32)
+    if np.isfinite(speed).all():
+        arrays["speed"], arrays["standstill"] = speed, standstill(speed)
+        arrays["longest_standstill_steps"] = np.array([longest_run(arrays["standstill"][b]) for b in blocks], np.int64)
+    off = [r.get("off_road") for r in rows]
+    if all(o is not None for o in off):
+        arrays["off_road"] = np.array(off, bool)
+        arrays["off_road_steps"] = np.array([int(arrays["off_road"][b].sum()) for b in blocks], np.int64)
+    if "speed" in arrays or "off_road" in arrays:
+        arrays["episodes"] = np.array([arrays["episode"][b.start] for b in blocks], np.int64)
     arrays.update(action_names=np.array(action_names, dtype=str), class_names=np.array(class_names, dtype=str),
                   policy=np.array(policy), env=np.array(env), format=np.array(TRACE_FORMAT),
                   format_version=np.array(TRACE_FORMAT_VERSION))

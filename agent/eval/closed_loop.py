@@ -1,19 +1,31 @@
-"""Closed-loop evaluation: episode returns of a policy on tracks seed, seed+1, ..., seed+N-1."""
+"""Closed-loop evaluation: episode returns of a policy on tracks seed, seed+1, ..., seed+N-1, and
+the "no stalls" figures of each episode (the longest standstill, the steps off the road; see
+:class:`agent.rollout.Episode`)."""
 
 from __future__ import annotations
 
 import json
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from agent.rollout import STALL_STEPS, STANDSTILL_SPEED
+
 
 @dataclass
 class EvalResult:
-    """Returns and lengths of evaluation episodes (the JSON written by ``agent evaluate``)."""
+    """Returns, lengths and stall figures of evaluation episodes (the JSON written by ``agent evaluate``).
+
+    Per episode (lists in seed order): ``returns``; ``steps``; ``longest_standstill_steps``, the
+    longest run of consecutive steps with the car slower than
+    :data:`agent.rollout.STANDSTILL_SPEED` (1.0 simulator units per second); ``off_road_steps``, the
+    steps with all four wheels off the road. Aggregates: ``max_longest_standstill_steps``,
+    ``episodes_with_stall`` (episodes whose longest standstill exceeds ``stall_steps`` = 50 steps,
+    1 s) and ``mean_off_road_steps``. ``standstill_speed`` and ``stall_steps`` record the thresholds.
+    """
 
     env: str
     policy: str
@@ -24,14 +36,34 @@ class EvalResult:
     std_return: float
     seconds: float
     steps_per_second: float
+    longest_standstill_steps: list[int] = field(default_factory=list)
+    off_road_steps: list[int] = field(default_factory=list)
+    max_longest_standstill_steps: int = 0
+    episodes_with_stall: int = 0
+    mean_off_road_steps: float = 0.0
+    standstill_speed: float = STANDSTILL_SPEED
+    stall_steps: int = STALL_STEPS
 
     def to_json(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(asdict(self), indent=2) + "\n")
 
+    def summary_lines(self) -> list[str]:
+        """The printed summary: the mean return line, then one line per episode and the stall aggregates."""
+        lines = [f"{self.policy}: mean return {self.mean_return:.1f} ± {self.std_return:.1f} over {len(self.returns)} "
+                 f"tracks (seeds {self.seeds[0]}..{self.seeds[-1]}), {self.steps_per_second:.0f} env steps/s"]
+        for i, s in enumerate(self.seeds):
+            lines.append(f"  seed {s}  return {self.returns[i]:8.1f}  steps {self.steps[i]:4d}  longest standstill "
+                         f"{self.longest_standstill_steps[i]:4d} steps  off-road {self.off_road_steps[i]:4d} steps")
+        lines.append(f"stalls: longest standstill {self.max_longest_standstill_steps} steps (speed < "
+                     f"{self.standstill_speed:g} units/s); {self.episodes_with_stall}/{len(self.seeds)} episodes "
+                     f"stood still > {self.stall_steps} steps; mean off-road {self.mean_off_road_steps:.1f} steps")
+        return lines
 
-def _run_seeds(args, on_episode=None) -> list[tuple[int, float, int]]:
-    """Worker: load the policy once, run each seed; returns (seed, return, steps) per episode."""
+
+def _run_seeds(args, on_episode=None) -> list[tuple]:
+    """Worker: load the policy once, run each seed; returns (seed, return, steps, longest standstill,
+    off-road steps) per episode."""
     policy_path, seeds, max_steps, threads = args
     import torch
 
@@ -50,7 +82,7 @@ def _run_seeds(args, on_episode=None) -> list[tuple[int, float, int]]:
     out = []
     for s in seeds:
         ep = rollout(env, actor, s, max_steps=max_steps, keep_frames=False)
-        out.append((s, ep.episode_return, ep.steps))
+        out.append((s, ep.episode_return, ep.steps, ep.longest_standstill, ep.off_road_steps))
         if on_episode is not None:
             on_episode(out[-1])
     env.close()
@@ -60,6 +92,18 @@ def _run_seeds(args, on_episode=None) -> list[tuple[int, float, int]]:
 def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carracing", max_steps: int | None = None,
              workers: int = 1, progress: bool = True) -> EvalResult:
     """Run ``episodes`` episodes on seeds seed .. seed+episodes-1, split over ``workers`` processes.
+
+    Args:
+        policy_path: a policy file (a bare name is looked up in ``policies/``).
+        episodes: episodes, one track each.
+        seed: the first track seed.
+        env: "carracing" (the only closed-loop simulator).
+        max_steps: cap on episode length in steps; None = the env's 1000.
+        workers: processes (each loads the policy once).
+        progress: show a progress bar.
+
+    Returns:
+        the :class:`EvalResult` (per-episode lists in seed order).
 
     Raises:
         ValueError: an unknown env or a bad episode count.
@@ -76,7 +120,7 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
     seeds = list(range(seed, seed + episodes))
     workers = max(1, min(workers, episodes))
     t0 = time.time()
-    results: list[tuple[int, float, int]] = []
+    results: list[tuple] = []
     bar = bar_for(total=episodes, desc="evaluate", unit="ep", disable=not progress)
     def tick(r):
         results.append(r)
@@ -95,7 +139,12 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
     results.sort()
     returns = [float(r[1]) for r in results]
     steps = [int(r[2]) for r in results]
+    standstills = [int(r[3]) for r in results]  # CarRacing always reports speed and wheels
+    off_road = [int(r[4]) for r in results]
     dt = time.time() - t0
     return EvalResult(env=env, policy=str(path), seeds=seeds, returns=returns, steps=steps,
                       mean_return=float(np.mean(returns)), std_return=float(np.std(returns)), seconds=dt,
-                      steps_per_second=sum(steps) / max(dt, 1e-9))
+                      steps_per_second=sum(steps) / max(dt, 1e-9), longest_standstill_steps=standstills,
+                      off_road_steps=off_road, max_longest_standstill_steps=max(standstills),
+                      episodes_with_stall=sum(s > STALL_STEPS for s in standstills),
+                      mean_off_road_steps=float(np.mean(off_road)))

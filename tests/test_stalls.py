@@ -1,0 +1,330 @@
+""""No stalls" figures (longest standstill, steps off the road) in rollouts, ``agent evaluate`` and
+``drive`` (HUD, printed lines, ``--dump-traces``), the continuous expert actor, and the Grad-CAM
+maps of ``--dump-traces`` with :func:`agent.drive.saliency.bottom_share`."""
+
+from __future__ import annotations
+
+import os
+
+os.environ["SDL_VIDEODRIVER"] = "dummy"
+os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+
+import argparse
+import json
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from agent.drive.args import add_drive_arguments
+from agent.drive.session import run_drive
+from agent.rollout import (STALL_STEPS, STANDSTILL_SPEED, Decision, Episode, ExpertActor, StallMeter,
+                           all_wheels_off_road, longest_run, rollout, standstill)
+
+
+def _parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="drive")
+    add_drive_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def _episode(speeds, off_road=None) -> Episode:
+    n = len(speeds) - 1
+    return Episode(0, None, np.zeros(n, np.int64), None, np.zeros(n, np.float32), np.zeros(n, bool),
+                   np.zeros(n, bool), np.asarray(speeds, np.float32),
+                   None if off_road is None else np.asarray(off_road, bool))
+
+
+# ----------------------------------------------------------------------------- the measurements
+def test_longest_run_and_standstill():
+    assert longest_run([]) == 0 and longest_run([False, False]) == 0
+    assert longest_run([True]) == 1 and longest_run([True, True, False, True]) == 2
+    assert longest_run([False, True, True, True, False, True, True]) == 3
+    assert longest_run(np.ones(7, bool)) == 7
+    with pytest.raises(ValueError, match="1-D"):
+        longest_run(np.ones((2, 2), bool))
+    np.testing.assert_array_equal(standstill([0.0, 0.99, STANDSTILL_SPEED, 5.0, np.nan]),
+                                  [True, True, False, False, False])
+
+
+def test_episode_figures_on_a_synthetic_episode():
+    # speeds at the reset and after each of 10 steps: standstill after steps 1-2 and 5-8 (4 in a row)
+    speeds = [0.0, 0.2, 0.5, 3.0, 8.0, 0.9, 0.0, 0.1, 0.3, 2.0, 0.0]
+    off = [0, 0, 1, 1, 0, 0, 0, 1, 0, 0]
+    ep = _episode(speeds, off)
+    assert ep.longest_standstill == 4 and ep.off_road_steps == 3
+    # the reset speed does not count: a car that moves from the first step never stood still
+    assert _episode([0.0, 2.0, 3.0]).longest_standstill == 0
+    # an env without wheels or speed reports None, not a number
+    no_env = _episode([np.nan] * 4)
+    assert no_env.off_road_steps is None and no_env.longest_standstill is None
+    with pytest.raises(ValueError, match="off_road"):
+        _episode([0.0, 1.0, 2.0], [0, 0, 0])
+    with pytest.raises(ValueError, match="speeds"):
+        Episode(0, None, np.zeros(2, np.int64), None, np.zeros(2), np.zeros(2, bool), np.zeros(2, bool), np.zeros(2))
+
+
+def test_stall_meter_agrees_with_the_episode():
+    rng = np.random.default_rng(0)
+    speeds = np.concatenate([[0.0], rng.choice([0.0, 0.5, 3.0, 20.0], 200)]).astype(np.float32)
+    off = rng.random(200) < 0.3
+    ep = _episode(speeds, off)
+    m = StallMeter()
+    for v, o in zip(speeds[1:], off):
+        m.update(float(v), bool(o))
+    assert (m.longest_standstill, m.off_road_steps, m.steps) == (ep.longest_standstill, ep.off_road_steps, 200)
+    still = standstill(speeds[1:])
+    trailing = len(still) - (np.flatnonzero(~still)[-1] + 1) if not still.all() else len(still)
+    assert m.standstill_run == trailing
+    m.reset()
+    m.update(float("nan"), None)  # Udacity: no speed in simulator units, no wheels
+    assert m.longest_standstill is None and m.off_road_steps is None
+
+
+class _Teleport:
+    """Stands still for 10 steps, is moved 40 units off the road before step 6, then gasses."""
+
+    label, has_probs, traces_reason = "teleport", False, None
+
+    def reset(self):
+        self.n = 0
+
+    def act(self, obs, env, info=None):
+        self.n += 1
+        if self.n == 6:
+            car = env.unwrapped.car
+            x, y = car.hull.position
+            r = float(np.hypot(x, y))
+            for b in (car.hull, *car.wheels):
+                b.position = (b.position[0] + 40 * x / r, b.position[1] + 40 * y / r)
+        return Decision(3 if self.n > 10 else 0, 0)
+
+
+def test_rollout_measures_off_road_and_standstill_in_carracing():
+    from envs.carracing import make_carracing
+
+    env = make_carracing(render_pixels=False, max_episode_steps=20)
+    try:
+        ep = rollout(env, _Teleport(), 1_000_000, keep_frames=False)
+        assert all_wheels_off_road(env) is True
+    finally:
+        env.close()
+    np.testing.assert_array_equal(ep.off_road, [False] * 5 + [True] * 15)
+    assert ep.off_road.dtype == bool and ep.off_road_steps == 15
+    assert ep.longest_standstill == 10  # no gas for 10 steps, then it moves
+    assert np.all(ep.speeds[1:11] < STANDSTILL_SPEED) and np.all(ep.speeds[11:] >= STANDSTILL_SPEED)
+
+
+def test_all_wheels_off_road_without_wheels_is_none():
+    class NoCar:
+        unwrapped = object()
+
+    assert all_wheels_off_road(NoCar()) is None
+
+
+# ----------------------------------------------------------------------------- continuous expert, labels
+class _FakeExpert:
+    def __init__(self, action):
+        self.action = action
+
+    def act(self, env):
+        return self.action
+
+
+def test_expert_actor_continuous_and_discrete():
+    d = ExpertActor(_FakeExpert(np.array([0.3, 0.5], np.float32))).act(None, None)
+    assert isinstance(d.action, np.ndarray) and d.action.dtype == np.float32 and d.action.shape == (2,)
+    np.testing.assert_allclose(d.action, [0.3, 0.5])
+    assert d.action_class == 2  # steering right
+    assert ExpertActor(_FakeExpert(np.array([-0.4, 1.0], np.float32))).act(None, None).action_class == 1
+    assert ExpertActor(_FakeExpert(np.array([0.01, 0.0], np.float32))).act(None, None).action_class == 0
+    d = ExpertActor(_FakeExpert(3)).act(None, None)
+    assert d.action == 3 and d.action_class == 3 and isinstance(d.action, int)
+    d = ExpertActor(_FakeExpert(np.int64(4))).act(None, None)
+    assert d.action == 4 and isinstance(d.action, int)
+
+
+def test_rollout_keeps_array_labels():
+    from envs.carracing import make_carracing
+
+    class Still:
+        label, has_probs, traces_reason = "still", False, None
+
+        def reset(self):
+            pass
+
+        def act(self, obs, env, info=None):
+            return Decision(0, 0)
+
+    env = make_carracing(render_pixels=False, max_episode_steps=5)
+    try:
+        cont = rollout(env, Still(), 0, keep_frames=False, labeler=lambda e: np.array([0.25, -0.5], np.float32))
+        disc = rollout(env, Still(), 0, keep_frames=False, labeler=lambda e: np.int64(2))
+    finally:
+        env.close()
+    assert cont.labels.shape == (5, 2) and cont.labels.dtype == np.float32
+    np.testing.assert_allclose(cont.labels, [[0.25, -0.5]] * 5)
+    assert disc.labels.shape == (5,) and disc.labels.dtype == np.int64 and set(disc.labels) == {2}
+
+
+# ----------------------------------------------------------------------------- agent evaluate
+def _constant_policy(path, action: int):
+    """A tiny CarRacing policy that always picks ``action`` (its head outputs a constant logit)."""
+    from agent.nn.policy import DrivingPolicy, default_config
+
+    torch.manual_seed(0)
+    p = DrivingPolicy(default_config("carracing", window=2)).eval()
+    last = p.head.net[-1]
+    with torch.no_grad():
+        last.weight.zero_()
+        last.bias.zero_()
+        last.bias[action] = 10.0
+    return p.save(path)
+
+
+@pytest.mark.parametrize("action, standing", [(0, True), (3, False)])  # nothing: never moves; gas: moves at once
+def test_evaluate_json_has_the_stall_figures(tmp_path, capsys, action, standing):
+    from agent.cli import main
+
+    pol = _constant_policy(tmp_path / f"const{action}.pt", action)
+    js = tmp_path / "eval.json"
+    steps = STALL_STEPS + 6 if standing else 12
+    rc = main(["evaluate", "--policy", str(pol), "--episodes", "1", "--seed", "1000000", "--max-steps", str(steps),
+               "--workers", "1", "--json", str(js)])
+    out = capsys.readouterr().out
+    assert rc == 0
+    res = json.loads(js.read_text())
+    assert res["steps"] == [steps]
+    assert res["longest_standstill_steps"] == [steps if standing else 0]
+    assert res["off_road_steps"] == [0]  # it starts on the road and does not leave it so soon
+    assert res["max_longest_standstill_steps"] == (steps if standing else 0)
+    assert res["episodes_with_stall"] == int(standing) and res["mean_off_road_steps"] == 0.0
+    assert res["standstill_speed"] == STANDSTILL_SPEED and res["stall_steps"] == STALL_STEPS
+    line = [x for x in out.splitlines() if x.strip().startswith("seed 1000000")]
+    assert len(line) == 1 and f"longest standstill {steps if standing else 0:4d} steps" in line[0]
+    assert f"{int(standing)}/1 episodes stood still > {STALL_STEPS} steps" in out
+
+
+# ----------------------------------------------------------------------------- drive
+@pytest.fixture(scope="module")
+def policy():
+    from agent.nn.policy import DrivingPolicy, default_config
+
+    torch.manual_seed(0)
+    return DrivingPolicy(default_config("carracing", window=4)).eval()
+
+
+@pytest.fixture
+def same_policy(monkeypatch, policy, tmp_path):
+    import agent.loading
+
+    monkeypatch.setattr(agent.loading, "load_policy", lambda name, device="cpu": policy)
+    monkeypatch.setattr(agent.loading, "resolve_policy_path", lambda name: tmp_path / "tiny.pt")
+    return policy
+
+
+def _printed_stalls(out: str) -> list[tuple[int, int]]:
+    return [(int(a), int(b)) for a, b in re.findall(r"longest standstill\s+(\d+) steps\s+off-road\s+(\d+) steps", out)]
+
+
+def test_drive_dump_has_cam_and_stall_figures(same_policy, tmp_path, capsys):
+    from agent.drive.saliency import bottom_share
+    from agent.drive.traces import load_traces
+
+    out = tmp_path / "t.npz"
+    assert run_drive(_parse("--headless", "--max-steps", "8", "--episodes", "2", "--dump-traces", str(out))) == 0
+    printed = capsys.readouterr().out
+    d = load_traces(out)
+    assert d["cam"].shape == (16, 96, 96) and d["cam"].dtype == np.float32
+    assert np.all((d["cam"] >= 0) & (d["cam"] <= 1)) and d["cam"].reshape(16, -1).max(1).min() > 0
+    assert d["speed"].shape == (16,) and d["speed"].dtype == np.float32
+    assert d["off_road"].shape == (16,) and d["off_road"].dtype == bool
+    np.testing.assert_array_equal(d["standstill"], d["speed"] < STANDSTILL_SPEED)
+    np.testing.assert_array_equal(d["episodes"], [1, 2])
+    # the dump's per-episode figures are the ones drive printed at the end of each episode
+    assert _printed_stalls(printed) == list(zip(d["longest_standstill_steps"].tolist(), d["off_road_steps"].tolist()))
+    for e in (1, 2):
+        sel = d["episode"] == e
+        assert d["longest_standstill_steps"][e - 1] == longest_run(d["speed"][sel] < STANDSTILL_SPEED)
+        assert d["off_road_steps"][e - 1] == d["off_road"][sel].sum()
+    assert 0.0 <= bottom_share(d["cam"]) <= 1.0
+
+
+def test_drive_dump_cam_covers_only_the_cnn_region(same_policy, tmp_path, monkeypatch, capsys):
+    """A CNN that sees rows 0..83 of the frame (the dashboard cropped): the dumped maps are 96 x 96 with
+    zeros on the 12 dashboard rows, so none of the saliency is on the dashboard strip."""
+    from agent.drive.saliency import DASHBOARD_ROWS, bottom_share
+    from agent.drive.traces import load_traces
+
+    monkeypatch.setattr(same_policy, "saliency_region", lambda hw: (0, hw[0] - DASHBOARD_ROWS, 0, hw[1]))
+    out = tmp_path / "t.npz"
+    assert run_drive(_parse("--headless", "--max-steps", "4", "--dump-traces", str(out))) == 0
+    cam = load_traces(out)["cam"]
+    assert cam.shape == (4, 96, 96)
+    assert np.all(cam[:, -DASHBOARD_ROWS:] == 0) and cam[:, :-DASHBOARD_ROWS].max() > 0
+    assert bottom_share(cam) == 0.0
+
+
+def test_drive_no_saliency_dumps_no_cam(same_policy, tmp_path, capsys):
+    from agent.drive.traces import load_traces
+
+    out = tmp_path / "t.npz"
+    assert run_drive(_parse("--headless", "--max-steps", "3", "--no-saliency", "--dump-traces", str(out))) == 0
+    d = load_traces(out)
+    assert "cam" not in d and d["phi"].shape[0] == 3 and d["off_road_steps"].tolist() == [0]
+
+
+def test_saliency_switched_off_midway_leaves_nan_rows(tmp_path):
+    from agent.drive.traces import TraceRecorder, load_traces, save_traces, step_traces
+
+    class Inter:  # one head, two keys
+        def __init__(self):
+            t = torch.ones(1, 1, 1, 2)
+            self.phi = self.omega = self.logits = self.weights = self.t_gate = t
+            self.indices, self.valid, self.neurons = torch.tensor([[[[0, 1]]]]), torch.ones(1, 1, 1, 2, dtype=bool), {}
+
+    rec = TraceRecorder()
+    cam = np.full((96, 96), 0.5, np.float32)
+    for i, c in enumerate((cam, None, cam)):
+        rec.add(step_traces(Inter()), action=0, action_class=0, reward=0.0, episode=1, step=i + 1, time_s=i,
+                speed=float(i), off_road=i == 2, cam=c)
+    d = load_traces(save_traces(tmp_path / "x.npz", rec, action_names=(), class_names=()))
+    assert np.isnan(d["cam"][1]).all() and np.all(d["cam"][[0, 2]] == 0.5)
+    assert d["longest_standstill_steps"].tolist() == [1] and d["off_road_steps"].tolist() == [1]
+
+
+def test_hud_shows_the_stall_figures():
+    from agent.drive.hud import Renderer, StepView
+
+    r = Renderer(scale=2, panel_width=0)
+    frame = np.zeros((96, 96, 3), np.uint8)
+    plain = r.compose(StepView(frame=frame)).copy()
+    shown = r.compose(StepView(frame=frame, standstill_steps=7, longest_standstill=12, off_road_steps=3))
+    a, b = r.pygame.surfarray.array3d(plain), r.pygame.surfarray.array3d(shown)
+    assert (a != b).any()  # a line more in the HUD
+    assert (a[:, :r.hud_rect.y] == b[:, :r.hud_rect.y]).all()  # the frame is untouched
+
+
+# ----------------------------------------------------------------------------- bottom_share
+def test_bottom_share():
+    from agent.drive.saliency import DASHBOARD_ROWS, bottom_share
+
+    assert DASHBOARD_ROWS == 12
+    assert bottom_share(np.ones((96, 96))) == pytest.approx(12 / 96)
+    bottom = np.zeros((96, 96))
+    bottom[-3:, 10] = 1.0
+    assert bottom_share(bottom) == 1.0 and bottom_share(bottom, rows=2) == pytest.approx(2 / 3)
+    assert bottom_share(bottom, rows=0) == 0.0
+    # a run is pooled by mass; maps holding NaN (Grad-CAM switched off) are skipped
+    top = np.zeros((96, 96))
+    top[0, :] = 1.0  # 96 units of mass at the top
+    run = np.stack([bottom, top, np.full((96, 96), np.nan)])
+    assert bottom_share(run) == pytest.approx(3 / 99)
+    assert np.isnan(bottom_share(np.zeros((4, 96, 96))))
+    with pytest.raises(ValueError, match="rows"):
+        bottom_share(np.ones((96, 96)), rows=97)
+    with pytest.raises(ValueError, match="shape"):
+        bottom_share(np.ones(96))
+    with pytest.raises(ValueError, match="negative"):
+        bottom_share(-np.ones((16, 16)))
