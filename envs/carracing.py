@@ -5,8 +5,9 @@ of privileged state read from the Box2D simulation ("learning by cheating", DESI
 car speed in its own frame, yaw rate, wheel states and the next track waypoints in the car's
 frame. While the expert trains, the pixel rendering (the costly part of a step) is skipped.
 
-Discrete actions (``continuous=False``, the paper's setting and the default): 0 nothing, 1 left,
-2 right, 3 gas (0.2), 4 brake (0.8). The continuous configuration (``continuous=True``) drives with
+Discrete actions (``continuous=False``, the paper's setting and the default): 0 nothing, 1 steer
+right, 2 steer left, 3 gas (0.2), 4 brake (0.8). gymnasium documents 1 as left and 2 as right, but
+its code turns the other way (gymnasium issue #1369); :data:`ACTION_NAMES` names what they do. The continuous configuration (``continuous=True``) drives with
 two controls in [-1, 1], steering and throttle (:class:`ThrottleAction`): full gas and gas while
 steering are possible there, which the five discrete actions do not allow.
 """
@@ -21,7 +22,12 @@ import numpy as np
 from gymnasium.envs.box2d.car_racing import FPS, STATE_H, STATE_W, CarRacing
 
 ENV_ID = "agent/CarRacing-v3"
-ACTION_NAMES = ("nothing", "left", "right", "gas", "brake")
+#: What each discrete action does. gymnasium's documentation says 1 steers left and 2 right, but its
+#: code (``steer(-0.6 * (action == 1) + 0.6 * (action == 2))``, with continuous ``steer(-action[0])``)
+#: turns the car right on 1 and left on 2 (gymnasium issue #1369, measured in tests/test_envs.py).
+ACTION_NAMES = ("nothing", "right", "left", "gas", "brake")
+#: The names gymnasium documents (and policy files made before the swap was found carry).
+DOCUMENTED_ACTION_NAMES = ("nothing", "left", "right", "gas", "brake")
 EPISODE_STEPS = 1000
 from envs.tracks import EVAL_SEED_BASE  # noqa: E402,F401 - re-exported: tracks >= this are never trained on
 
@@ -210,6 +216,6 @@ if ENV_ID not in gym.registry:
     gym.register(id=ENV_ID, entry_point="envs.carracing:CarRacingEnv", max_episode_steps=EPISODE_STEPS, reward_threshold=900)
 
 __all__ = [
-    "ACTION_NAMES", "CarRacingEnv", "EPISODE_STEPS", "EVAL_SEED_BASE", "FPS", "OffTrackTermination",
+    "ACTION_NAMES", "CarRacingEnv", "DOCUMENTED_ACTION_NAMES", "EPISODE_STEPS", "EVAL_SEED_BASE", "FPS", "OffTrackTermination",
     "PRIVILEGED_DIM", "PrivilegedObservation", "ThrottleAction", "make_carracing",
 ]

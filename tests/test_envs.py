@@ -54,3 +54,26 @@ def test_offtrack_termination_ends_lost_episodes():
         _, _, term, trunc, info = env.step(1 if steps > 40 else 3)  # accelerate, then spin off the road
         done, steps = term or trunc, steps + 1
     assert done and steps < 1000 and info.get("off_track")
+
+
+def test_discrete_action_1_turns_right_and_2_left():
+    """gymnasium documents 1 as left, but its code turns right (issue #1369): ACTION_NAMES says what happens.
+
+    Box2D's y axis points up, so a negative yaw rate is clockwise, a right turn; the continuous
+    action's +steering (documented right) turns the same way as discrete action 1.
+    """
+    import numpy as np
+
+    from envs.carracing import ACTION_NAMES, make_carracing
+
+    def yaw_after(action, continuous=False):
+        env = make_carracing(privileged=True, continuous=continuous)
+        env.reset(seed=5)
+        gas = np.array([0.0, 0.2], np.float32) if continuous else 3
+        for t in range(60):
+            env.step(gas if t < 40 else action)
+        return env.unwrapped.car.hull.angularVelocity
+
+    assert yaw_after(1) < 0 < yaw_after(2)
+    assert yaw_after(np.array([0.6, 0.0], np.float32), continuous=True) < 0
+    assert ACTION_NAMES[1] == "right" and ACTION_NAMES[2] == "left"

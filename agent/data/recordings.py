@@ -462,10 +462,10 @@ class KeyboardActor:
         pg.display.flip()
         self.clock.tick(self.fps)
         keys = pg.key.get_pressed()
-        if keys[pg.K_LEFT]:
-            return 1
-        if keys[pg.K_RIGHT]:
+        if keys[pg.K_LEFT]:  # action 2 turns left, 1 right (envs.carracing.ACTION_NAMES)
             return 2
+        if keys[pg.K_RIGHT]:
+            return 1
         if keys[pg.K_UP]:
             return 3
         if keys[pg.K_DOWN]:

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-DEFAULT_ACTION_NAMES = ("nothing", "left", "right", "gas", "brake")
+DEFAULT_ACTION_NAMES = ("nothing", "right", "left", "gas", "brake")  # CarRacing's (envs.carracing.ACTION_NAMES)
 from agent.rollout import STEERING_CLASSES, steering_class  # noqa: F401 - re-exported for the HUD's users
 
 

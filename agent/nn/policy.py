@@ -45,7 +45,10 @@ from agent.nn.heads import ActionHead, head_for, space_from_dict
 #: The ``kind`` stored in every policy file of this project, and its format version.
 FILE_KIND = "nac-drive-policy"
 FORMAT_VERSION = 2
-CARRACING_ACTIONS = ("nothing", "left", "right", "gas", "brake")
+#: what CarRacing's discrete actions do (1 turns right, 2 left: gymnasium issue #1369; envs.carracing.ACTION_NAMES)
+CARRACING_ACTIONS = ("nothing", "right", "left", "gas", "brake")
+#: the names files made before that was found carry (gymnasium's documentation); renamed on load
+_DOCUMENTED_CARRACING_ACTIONS = ("nothing", "left", "right", "gas", "brake")
 #: the outputs of a policy for CarRacing's continuous configuration (``envs.carracing.ThrottleAction``)
 CARRACING_CONTROLS = ("steering", "throttle")
 #: its action space, as :func:`agent.nn.heads.space_to_dict` describes it: Box(-1, 1, (2,))
@@ -90,6 +93,8 @@ class PolicyConfig:
     def __post_init__(self):
         self.obs_shape = tuple(int(s) for s in self.obs_shape)
         self.action_names = tuple(self.action_names)
+        if self.env == "carracing" and self.action_names == _DOCUMENTED_CARRACING_ACTIONS:
+            self.action_names = CARRACING_ACTIONS  # same actions, named by what they do
         self.features_kwargs, self.core_kwargs = dict(self.features_kwargs), dict(self.core_kwargs)
         if self.window < 1:
             raise ValueError(f"window must be >= 1 frame, got {self.window}")
