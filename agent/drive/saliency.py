@@ -177,6 +177,9 @@ class SaliencyOverlay:
 
             cam = cv2.resize(cam, (w, h), interpolation=cv2.INTER_LINEAR)
         full[top:bottom, left:right_px] = np.clip(cam, 0.0, 1.0)
+        readable = getattr(getattr(self.policy, "features", None), "readable", None)
+        if readable is not None:  # no heat on pixels the input blanks (the "speed" dashboard mask)
+            full *= readable(frame.shape[:2])
         return SaliencyMap(full, target, time.perf_counter() - t0)
 
     def close(self) -> None:

@@ -46,6 +46,11 @@ class FeaturesExtractor(nn.Module):
         """(top, bottom, left, right) of the raw frame the network input covers: all of it."""
         return 0, int(frame_hw[0]), 0, int(frame_hw[1])
 
+    def readable(self, frame_hw: tuple[int, int]) -> np.ndarray:
+        """(H, W) float32 weights of the raw frame's pixels: 1 where the network reads the pixel,
+        0 where ``preprocess`` blanks it (constant input that carries nothing). All ones here."""
+        return np.ones((int(frame_hw[0]), int(frame_hw[1])), np.float32)
+
     def forward(self, obs) -> Tensor:
         """(N, H, W, C) raw frames -> (N, F) features."""
         return self.from_preprocessed(self.preprocess(obs))
@@ -152,6 +157,19 @@ class CarRacingCNN(FeaturesExtractor):
     def from_preprocessed(self, x: Tensor) -> Tensor:
         """(N, C, H', W) preprocessed frames -> (N, F)."""
         return self.dropout(self.cnn(x))
+
+    def readable(self, frame_hw: tuple[int, int]) -> np.ndarray:
+        """(H, W) float32: 0 on the blanked dashboard pixels of ``"speed"`` (everything but the speed
+        bar), 1 elsewhere. Grad-CAM's coarse map (9x9 cells, upsampled) bleeds into pixels the
+        network cannot read; the saliency overlay multiplies by this, as it leaves out the crop."""
+        h, w = int(frame_hw[0]), int(frame_hw[1])
+        out = np.ones((h, w), np.float32)
+        if self.dashboard == "speed":
+            c0, c1 = speed_bar_columns(w)
+            strip = dashboard_rows(h)
+            out[h - strip:, :c0] = 0.0
+            out[h - strip:, c1:] = 0.0
+        return out
 
     def region(self, frame_hw: tuple[int, int]) -> tuple[int, int, int, int]:
         """(top, bottom, left, right) of the raw frame the input covers (without the strip when hidden)."""
