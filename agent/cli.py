@@ -253,6 +253,9 @@ def _add_train(sub) -> None:
                    help="carracing: also write each round's relabelled episodes as Minari datasets "
                         "DAGGER_OUT-r<round>-v0, e.g. recordings/nac-drive/nac-dagger")
     p.add_argument("--dagger-max-steps", type=int, default=None, help="carracing: cap on DAgger episode length")
+    p.add_argument("--dagger-seed", type=int, default=None,
+                   help="carracing: first track of DAgger round 1 (default 500,000; round r drives "
+                        "seed + (r-1) * episodes onwards); give another to continue DAgger on new tracks")
     p.add_argument("--save-bc", default=None, help="also save the policy after BC, before DAgger, here")
     p.add_argument("--init", default=None,
                    help="start from this policy file (its core, window and features are kept); with --epochs 0 "
@@ -274,7 +277,7 @@ def _add_train(sub) -> None:
 #: `agent train` options that only one simulator uses, with the value that means "not given"
 _ENV_ONLY = {"udacity": {"augment_prob": 0.6, "smooth_labels": 1, "on_bad_row": "skip"},
              "carracing": {"expert": None, "dagger_rounds": 0, "dagger_beta": 0.5, "dagger_beta_decay": 0.5,
-                           "dagger_disturb": 0.0, "dagger_out": None, "dagger_max_steps": None,
+                           "dagger_disturb": 0.0, "dagger_out": None, "dagger_max_steps": None, "dagger_seed": None,
                            "save_bc": None}}
 
 
@@ -328,6 +331,13 @@ def _cmd_train(args) -> int:
     wrong = [k for k, unset in _ENV_ONLY[other].items() if getattr(args, k) != unset]
     if wrong:
         raise CLIError(f"{', '.join('--' + k.replace('_', '-') for k in wrong)} only apply to --env {other}")
+    if args.dagger_seed is not None:
+        from envs.tracks import EVAL_SEED_BASE
+
+        last = args.dagger_seed + max(args.dagger_rounds, 1) * args.dagger_episodes
+        if args.dagger_seed < 0 or last > EVAL_SEED_BASE:
+            raise CLIError(f"DAgger tracks {args.dagger_seed}..{last - 1} must lie in 0..{EVAL_SEED_BASE - 1}: tracks "
+                           f"from {EVAL_SEED_BASE:,} on are the evaluation tracks")
     if args.dagger_rounds and not args.expert:
         raise CLIError("--dagger-rounds needs --expert (the PPO expert that relabels the student's states)")
     if not 0.0 <= args.augment_prob <= 1.0:
@@ -349,6 +359,7 @@ def _cmd_train(args) -> int:
                       dagger_epochs=args.dagger_epochs, dagger_beta=args.dagger_beta,
                       dagger_beta_decay=args.dagger_beta_decay, dagger_disturb=args.dagger_disturb,
                       dagger_out=args.dagger_out,
+                      **({"dagger_seed": args.dagger_seed} if args.dagger_seed is not None else {}),
                       dagger_max_steps=args.dagger_max_steps)
     if hasattr(args, "dashboard"):
         if args.env != "carracing":
