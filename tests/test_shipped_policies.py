@@ -19,10 +19,14 @@ def test_shipped_policy_loads_and_acts(name, caplog):
     if name.endswith(".zip"):  # the PPO expert acts from the privileged state
         from envs import make_carracing
 
-        env = make_carracing(render_pixels=False)
+        env = make_carracing(render_pixels=False, continuous=policy.continuous)
         env.reset(seed=0)
         a = policy.act(env)
-        assert isinstance(a, int) and 0 <= a < 5
+        if policy.continuous:  # (steering, throttle)
+            assert a.shape == (2,) and np.all(np.abs(a) <= 1.0)
+        else:
+            assert isinstance(a, int) and 0 <= a < 5
+        env.step(a)
         env.close()
         return
     assert policy.metadata, "a shipped policy carries its training metadata"
@@ -31,8 +35,10 @@ def test_shipped_policy_loads_and_acts(name, caplog):
     state = None
     for f in frames:
         action, state = policy.predict(f, state)
-    if policy.config.env == "carracing":
+    if policy.config.env == "carracing" and policy.config.action_space["type"] == "discrete":
         assert isinstance(action, int) and 0 <= action < 5
+    elif policy.config.env == "carracing":
+        assert np.shape(action) == (2,) and np.all(np.abs(action) <= 1.0)
     else:
         assert isinstance(action, float) and -1.0 <= action <= 1.0
     assert state.steps.tolist() == [3]
