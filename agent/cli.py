@@ -442,6 +442,10 @@ def _add_evaluate(sub) -> None:
     p.add_argument("--seed", type=int, default=EVAL_SEED_BASE, help="carracing: track seed of the first episode")
     p.add_argument("--max-steps", type=int, default=None, help="carracing: cap on episode length (default: 1000)")
     p.add_argument("--workers", type=int, default=2, help="carracing: parallel processes")
+    p.add_argument("--sample", action="store_true",
+                   help="carracing: sample each action from the policy's softmax instead of taking the most "
+                        "probable one (seeded by the track, so runs repeat); a stalled car's identical frames "
+                        "then no longer fix its decision")
     p.add_argument("--json", default=None,
                    help="write the results as JSON here (carracing: per-episode returns, steps, "
                         "longest_standstill_steps and off_road_steps, and their aggregates)")
@@ -466,12 +470,15 @@ def _cmd_evaluate(args) -> int:
         hint = " --data RECORDING" if env == "udacity" else ""
         raise CLIError(f"{path} is a policy for --env {env}; evaluate it with --env {env}{hint}")
     if args.env == "udacity":
+        if args.sample:
+            raise CLIError("--sample is for --env carracing (closed loop); Udacity recordings are scored offline")
         return _evaluate_udacity(args, path, kind, payload)
     if args.data:
         raise CLIError("--data is for --env udacity; CarRacing policies are evaluated in closed loop on tracks")
     from agent.eval.closed_loop import evaluate
 
-    res = evaluate(path, args.episodes, args.seed, env=args.env, max_steps=args.max_steps, workers=args.workers)
+    res = evaluate(path, args.episodes, args.seed, env=args.env, max_steps=args.max_steps, workers=args.workers,
+                   deterministic=not args.sample)
     print("\n".join(res.summary_lines()))
     if args.json:
         res.to_json(args.json)

@@ -234,3 +234,19 @@ def test_grad_cam_puts_no_heat_on_blanked_dashboard_pixels():
     assert cam[84:, :12].max() == 0 and cam[84:, 15:].max() == 0
     assert cam[:84].max() > 0
     assert bottom_share(cam) == pytest.approx(cam[84:, 12:15].sum() / cam.sum())
+
+
+def test_evaluate_sample_is_seeded_by_the_track(recording_and_policy, tmp_path):
+    """--sample draws actions from the softmax; the same tracks give the same returns again."""
+    _, bc = recording_and_policy
+    runs = []
+    for i in range(2):
+        out = tmp_path / f"s{i}.json"
+        assert main(["evaluate", "--policy", str(bc), "--episodes", "2", "--seed", "700000", "--max-steps", "25",
+                     "--workers", "1", "--sample", "--json", str(out)]) == 0
+        runs.append(json.loads(out.read_text()))
+    assert runs[0]["returns"] == runs[1]["returns"] and runs[0]["deterministic"] is False
+    out = tmp_path / "argmax.json"
+    assert main(["evaluate", "--policy", str(bc), "--episodes", "1", "--seed", "700000", "--max-steps", "5",
+                 "--workers", "1", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["deterministic"] is True

@@ -43,6 +43,7 @@ class EvalResult:
     mean_off_road_steps: float = 0.0
     standstill_speed: float = STANDSTILL_SPEED
     stall_steps: int = STALL_STEPS
+    deterministic: bool = True
 
     def to_json(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -64,7 +65,7 @@ class EvalResult:
 def _run_seeds(args, on_episode=None) -> list[tuple]:
     """Worker: load the policy once, run each seed; returns (seed, return, steps, longest standstill,
     off-road steps) per episode."""
-    policy_path, seeds, max_steps, threads = args
+    policy_path, seeds, max_steps, threads, deterministic = args
     import torch
 
     from agent.loading import load_policy, make_actor, make_carracing_for
@@ -75,12 +76,14 @@ def _run_seeds(args, on_episode=None) -> list[tuple]:
     from agent.train.expert import ExpertPolicy
 
     policy = load_policy(policy_path)
-    actor = make_actor(policy)
+    actor = make_actor(policy, deterministic=deterministic)
     # The expert reads privileged state only: skip the pixel rendering (same physics, same returns).
     # A policy or expert with continuous actions drives the continuous configuration (make_carracing_for).
     env = make_carracing_for(policy, render_pixels=not isinstance(policy, ExpertPolicy))
     out = []
     for s in seeds:
+        if not deterministic:  # sampled actions: the draws are seeded by the track, so a run repeats
+            torch.manual_seed(int(s))
         ep = rollout(env, actor, s, max_steps=max_steps, keep_frames=False)
         out.append((s, ep.episode_return, ep.steps, ep.longest_standstill, ep.off_road_steps))
         if on_episode is not None:
@@ -90,7 +93,7 @@ def _run_seeds(args, on_episode=None) -> list[tuple]:
 
 
 def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carracing", max_steps: int | None = None,
-             workers: int = 1, progress: bool = True) -> EvalResult:
+             workers: int = 1, progress: bool = True, deterministic: bool = True) -> EvalResult:
     """Run ``episodes`` episodes on seeds seed .. seed+episodes-1, split over ``workers`` processes.
 
     Args:
@@ -101,6 +104,8 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
         max_steps: cap on episode length in steps; None = the env's 1000.
         workers: processes (each loads the policy once).
         progress: show a progress bar.
+        deterministic: the most probable action (argmax); False samples it from the policy's
+            softmax, with torch's generator seeded by each track's seed (the expert stays argmax).
 
     Returns:
         the :class:`EvalResult` (per-episode lists in seed order).
@@ -128,12 +133,12 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
         bar.set_postfix(mean=f"{np.mean([x[1] for x in results]):.0f}")
 
     if workers == 1:
-        _run_seeds((str(path), seeds, max_steps, 0), on_episode=tick)
+        _run_seeds((str(path), seeds, max_steps, 0, deterministic), on_episode=tick)
     else:
         import multiprocessing as mp
 
         with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            for out in pool.map(_run_seeds, [(str(path), [s], max_steps, 1) for s in seeds]):
+            for out in pool.map(_run_seeds, [(str(path), [s], max_steps, 1, deterministic) for s in seeds]):
                 tick(out[0])
     bar.close()
     results.sort()
@@ -147,4 +152,4 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
                       steps_per_second=sum(steps) / max(dt, 1e-9), longest_standstill_steps=standstills,
                       off_road_steps=off_road, max_longest_standstill_steps=max(standstills),
                       episodes_with_stall=sum(s > STALL_STEPS for s in standstills),
-                      mean_off_road_steps=float(np.mean(off_road)))
+                      mean_off_road_steps=float(np.mean(off_road)), deterministic=deterministic)
