@@ -89,8 +89,10 @@ def _cmd_expert_recovery(args) -> int:
 
     if args.episodes < 1:
         raise CLIError("--episodes must be >= 1")
+    from agent.train.expert import ExpertPolicy
+
     expert = load_policy(args.expert)
-    if not hasattr(expert, "continuous"):
+    if not isinstance(expert, ExpertPolicy):
         raise CLIError(f"{args.expert} is not a PPO expert .zip")
     env = make_carracing(privileged=True, continuous=expert.continuous)
     results = recovery_check(env, make_actor(expert), range(args.seed, args.seed + args.episodes), start=args.start,
@@ -324,7 +326,8 @@ def _cmd_train(args) -> int:
     import numpy as np
     import torch
 
-    from agent.nn.policy import default_config
+    from agent.loading import is_continuous, load_policy, make_carracing_for
+    from agent.nn.policy import DrivingPolicy, default_config
     from agent.train.bc import TRAIN_DEFAULTS, TrainConfig, report_metadata, train
 
     other = "udacity" if args.env == "carracing" else "carracing"
@@ -373,8 +376,6 @@ def _cmd_train(args) -> int:
                           **given)
     expert = env = None
     if args.dagger_rounds:
-        from agent.loading import is_continuous, load_policy, make_carracing_for
-
         expert = load_policy(args.expert)
         if is_continuous(expert) != continuous:
             kinds = {True: "continuous (steering, throttle)", False: "discrete"}
@@ -384,10 +385,7 @@ def _cmd_train(args) -> int:
         env = make_carracing_for(expert)  # the continuous configuration for a continuous expert
     init = None
     if args.init:
-        from agent.loading import load_policy as _load
-        from agent.nn.policy import DrivingPolicy
-
-        init = _load(args.init)
+        init = load_policy(args.init)
         if not isinstance(init, DrivingPolicy) or init.config.env != args.env:
             raise CLIError(f"--init {args.init} is not a {args.env} policy made by `agent train`")
         clash = [o for o in ("core", "window", "d_model", "dashboard") if hasattr(args, o)]

@@ -127,6 +127,7 @@ class SaliencyOverlay:
         self._targets = model_targets
         self._both_signs = [model_targets.BinaryClassifierOutputTarget(1), model_targets.BinaryClassifierOutputTarget(0)]
         self.closed = False
+        self._readable_cache: dict = {}  # frame (H, W) -> the features extractor's readable-pixel weights
 
     @property
     def hooks(self) -> list:
@@ -177,10 +178,16 @@ class SaliencyOverlay:
 
             cam = cv2.resize(cam, (w, h), interpolation=cv2.INTER_LINEAR)
         full[top:bottom, left:right_px] = np.clip(cam, 0.0, 1.0)
-        readable = getattr(getattr(self.policy, "features", None), "readable", None)
-        if readable is not None:  # no heat on pixels the input blanks (the "speed" dashboard mask)
-            full *= readable(frame.shape[:2])
+        full *= self._readable(frame.shape[:2])  # no heat on pixels the input blanks (the "speed" dashboard mask)
         return SaliencyMap(full, target, time.perf_counter() - t0)
+
+    def _readable(self, frame_hw: tuple[int, int]) -> np.ndarray:
+        """The features extractor's readable-pixel weights for this frame size (computed once per size)."""
+        cache = self._readable_cache
+        if frame_hw not in cache:
+            readable = getattr(getattr(self.policy, "features", None), "readable", None)
+            cache[frame_hw] = readable(frame_hw) if readable is not None else np.float32(1.0)
+        return cache[frame_hw]
 
     def close(self) -> None:
         """Release Grad-CAM's hooks on the policy (idempotent)."""

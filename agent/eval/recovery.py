@@ -39,10 +39,6 @@ class RecoveryResult:
     undisturbed_return: float
 
 
-def _on_road(env) -> bool:
-    return any(w.tiles for w in env.unwrapped.car.wheels)
-
-
 def run_disturbed(env, actor, seed: int, kind: str, start: int, length: int, side: int = 1,
                   limit: int = 250, max_steps: int | None = None) -> tuple[bool, int | None, float]:
     """Drive track ``seed`` with one disturbance; returns (recovered, steps_to_recover, episode return).
@@ -60,15 +56,11 @@ def run_disturbed(env, actor, seed: int, kind: str, start: int, length: int, sid
     wrapped = PerturbedActor(actor, DisturbanceConfig(per_episode=0.0), np.random.default_rng(0),
                              schedule=[(start, kind, length, side)])
     end = start + length
-    state = {"recovered_at": None}
-
-    def on_step(step, obs, action, reward, info):
-        if step > end and state["recovered_at"] is None and step <= end + limit:
-            if _on_road(env) and float(env.unwrapped.speed) > MOVING_SPEED:
-                state["recovered_at"] = step - end
-
-    ep = rollout(env, wrapped, seed, max_steps=max_steps, keep_frames=False, on_step=on_step)
-    steps = state["recovered_at"]
+    ep = rollout(env, wrapped, seed, max_steps=max_steps, keep_frames=False)
+    step = np.arange(1, ep.steps + 1)  # the step after which ep.off_road[i] and ep.speeds[i + 1] hold
+    back = ~np.asarray(ep.off_road, dtype=bool) & (ep.speeds[1:] > MOVING_SPEED) & (step > end) & (step <= end + limit)
+    hits = np.flatnonzero(back)
+    steps = int(step[hits[0]] - end) if hits.size else None
     return steps is not None, steps, float(ep.rewards.sum())
 
 

@@ -75,6 +75,19 @@ def speed_bar_columns(width: int) -> tuple[int, int]:
     return int(np.floor(width * 5 / 40)), int(np.ceil(width * 6 / 40))
 
 
+def dashboard_mask(height: int, width: int, dashboard: str) -> np.ndarray:
+    """(H, W) float32: 1 where a :class:`CarRacingCNN` with this ``dashboard`` mode reads the pixel,
+    0 where ``"speed"`` blanks it (the strip except the speed bar); all ones otherwise (``"hidden"``
+    crops instead of blanking, see :meth:`CarRacingCNN.region`)."""
+    mask = np.ones((height, width), np.float32)
+    if dashboard == "speed":
+        c0, c1 = speed_bar_columns(width)
+        strip = dashboard_rows(height)
+        mask[height - strip:, :c0] = 0.0
+        mask[height - strip:, c1:] = 0.0
+    return mask
+
+
 class CarRacingCNN(FeaturesExtractor):
     """The paper's CarRacing CNN: (N, 96, 96, 3) uint8 -> (N, F) features.
 
@@ -115,14 +128,9 @@ class CarRacingCNN(FeaturesExtractor):
             raise ValueError(f"dashboard must be one of {', '.join(self.DASHBOARD_MODES)}, got {dashboard!r}")
         h, w, c = shape
         self.obs_shape, self.dashboard = shape, dashboard
-        strip = dashboard_rows(h)
-        mask = torch.ones(1, 1, h, w)
-        if dashboard == "speed":
-            c0, c1 = speed_bar_columns(w)
-            mask[..., h - strip:, :c0] = 0.0
-            mask[..., h - strip:, c1:] = 0.0
-        self.register_buffer("dashboard_mask", mask, persistent=False)
-        self.input_rows = h - strip if dashboard == "hidden" else h
+        self.register_buffer("dashboard_mask", torch.from_numpy(dashboard_mask(h, w, dashboard))[None, None],
+                             persistent=False)
+        self.input_rows = h - dashboard_rows(h) if dashboard == "hidden" else h
         h = self.input_rows
         self.cnn = nn.Sequential(
             nn.Conv2d(c, channels[0], 3, stride=2), nn.ReLU(),
@@ -162,14 +170,7 @@ class CarRacingCNN(FeaturesExtractor):
         """(H, W) float32: 0 on the blanked dashboard pixels of ``"speed"`` (everything but the speed
         bar), 1 elsewhere. Grad-CAM's coarse map (9x9 cells, upsampled) bleeds into pixels the
         network cannot read; the saliency overlay multiplies by this, as it leaves out the crop."""
-        h, w = int(frame_hw[0]), int(frame_hw[1])
-        out = np.ones((h, w), np.float32)
-        if self.dashboard == "speed":
-            c0, c1 = speed_bar_columns(w)
-            strip = dashboard_rows(h)
-            out[h - strip:, :c0] = 0.0
-            out[h - strip:, c1:] = 0.0
-        return out
+        return dashboard_mask(int(frame_hw[0]), int(frame_hw[1]), self.dashboard)
 
     def region(self, frame_hw: tuple[int, int]) -> tuple[int, int, int, int]:
         """(top, bottom, left, right) of the raw frame the input covers (without the strip when hidden)."""

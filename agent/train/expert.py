@@ -187,19 +187,16 @@ class ExpertPolicy:
     """
 
     def __init__(self, policy):
+        from gymnasium import spaces
+
         self.policy = policy
+        #: whether the expert drives the continuous configuration ((steering, throttle) actions)
+        self.continuous = isinstance(policy.action_space, spaces.Box)
 
     @property
     def model(self):
         """The network (kept under its old name: it was a PPO model before loading became pickle-free)."""
         return self.policy
-
-    @property
-    def continuous(self) -> bool:
-        """Whether the expert drives the continuous configuration ((steering, throttle) actions)."""
-        from gymnasium import spaces
-
-        return isinstance(self.policy.action_space, spaces.Box)
 
     @staticmethod
     def spaces(continuous: bool = False):
