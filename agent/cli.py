@@ -224,6 +224,9 @@ def _add_train(sub) -> None:
                    help="carracing: what the CNN sees of the dashboard strip (bottom 12 rows, which shows the car's "
                         "own controls): visible, speed (blanked except the speed bar) or hidden (cropped); "
                         "default per agent.nn.policy.default_config")
+    p.add_argument("--motion", action="store_true", default=argparse.SUPPRESS,
+                   help="carracing: the CNN also reads each frame's difference from the previous one (motion "
+                        "channels: speed and turning, and an unmistakable standstill); default off")
     p.add_argument("--d-model", type=int, default=argparse.SUPPRESS, help="core width d (per env: 64; 100)")
     p.add_argument("--epochs", type=int, default=argparse.SUPPRESS, help="behaviour-cloning epochs (per env: 8; 40)")
     p.add_argument("--batch-frames", type=int, default=argparse.SUPPRESS,
@@ -368,6 +371,11 @@ def _cmd_train(args) -> int:
         if args.env != "carracing":
             raise CLIError("--dashboard only applies to --env carracing")
         given["features_kwargs"] = {**default_config("carracing").features_kwargs, "dashboard": args.dashboard}
+    if hasattr(args, "motion"):
+        if args.env != "carracing":
+            raise CLIError("--motion only applies to --env carracing")
+        given["features_kwargs"] = {**given.get("features_kwargs", default_config("carracing").features_kwargs),
+                                    "motion": True}
     if args.threads:
         torch.set_num_threads(args.threads)
     source = _load_source(args.env, args.data, args)
@@ -388,7 +396,7 @@ def _cmd_train(args) -> int:
         init = load_policy(args.init)
         if not isinstance(init, DrivingPolicy) or init.config.env != args.env:
             raise CLIError(f"--init {args.init} is not a {args.env} policy made by `agent train`")
-        clash = [o for o in ("core", "window", "d_model", "dashboard") if hasattr(args, o)]
+        clash = [o for o in ("core", "window", "d_model", "dashboard", "motion") if hasattr(args, o)]
         if clash:
             raise CLIError(f"--init keeps the policy's own {', '.join('--' + c.replace('_', '-') for c in clash)}; "
                            "drop those options")

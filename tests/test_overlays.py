@@ -132,8 +132,8 @@ def test_steering_policy_gets_both_signs(policy):
         def saliency_layer(self):
             return self.base.saliency_layer()
 
-        def saliency_input(self, frame):
-            return self.base.saliency_input(frame)
+        def saliency_input(self, frame, state_before=None):
+            return self.base.saliency_input(frame, state_before)
 
         def saliency_forward(self, x, state_before=None, t=None):
             logits = self.base.saliency_forward(x, state_before, t)

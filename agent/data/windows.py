@@ -16,7 +16,7 @@ frames are nearly identical, so a random split would leak).
 ``obs`` (T, H, W, C) uint8, ``target`` (T,) int64 actions, (T, A) float32 continuous actions
 (CarRacing's continuous configuration, A = 2) or (T,) float32 steering, ``t`` (T,) float64
 seconds from the window's first frame, and ``mask`` (T,) bool (short windows are right-padded and
-masked). Udacity windows are augmented in ``__getitem__`` (camera, flip, shift, shadow,
+masked); with ``previous``, also ``prev`` (H, W, C), the frame before the window (motion channels). Udacity windows are augmented in ``__getitem__`` (camera, flip, shift, shadow,
 brightness; one draw per window), so with ``DataLoader(num_workers=N)`` augmentation runs in the
 loader's worker processes; the draw depends on (seed, epoch, item), never on the worker.
 """
@@ -80,6 +80,11 @@ class DemonstrationSource:
         """Frames (n, H, W, C) uint8, targets (n,) or (n, A), times (n,) float64 seconds from ``start``."""
         return (self.demos.frames[e][start:start + n], self.demos.actions[e][start:start + n],
                 np.arange(n, dtype=np.float64) * self.frame_dt)
+
+    def previous_frame(self, e: int, start: int) -> np.ndarray:
+        """(H, W, C) uint8: the frame before frame ``start`` of sequence ``e``, or frame 0 itself
+        when ``start`` is 0 (an episode's first step has no motion, as when the policy drives)."""
+        return np.asarray(self.demos.frames[e][max(start - 1, 0)])
 
     def split(self, val_fraction: float, seed: int) -> tuple["DemonstrationSource", "DemonstrationSource | None"]:
         """(train, validation) by episode: a random ``val_fraction`` of the episodes (at least one
@@ -206,17 +211,23 @@ class WindowDataset(Dataset):
         shuffle_borders: draw a random border offset per sequence each epoch (training);
             False: windows start at each sequence's first frame (deterministic).
         seed: seeds the border offsets and the augmentation draws (with the epoch and item).
+        previous: items also hold ``prev`` (H, W, C) uint8, the frame before the window's first
+            one (:meth:`DemonstrationSource.previous_frame`), for a policy with motion channels.
 
     Raises:
-        ValueError: ``window`` < 1, or a source without frames.
+        ValueError: ``window`` < 1, a source without frames, or ``previous`` for a source that
+            cannot give previous frames (Udacity).
     """
 
-    def __init__(self, source, window: int, shuffle_borders: bool = True, seed: int = 0):
+    def __init__(self, source, window: int, shuffle_borders: bool = True, seed: int = 0, previous: bool = False):
         if window < 1:
             raise ValueError(f"window must be >= 1 frame, got {window}")
         if sum(source.lengths) == 0:
             raise ValueError("no frames to train on (the recordings are empty)")
+        if previous and not callable(getattr(source, "previous_frame", None)):
+            raise ValueError(f"{type(source).__name__} cannot give previous frames; motion channels are CarRacing's")
         self.source, self.window, self.shuffle_borders, self.seed = source, window, shuffle_borders, seed
+        self.previous = previous
         self.set_epoch(0)
 
     def set_epoch(self, epoch: int) -> None:
@@ -238,8 +249,11 @@ class WindowDataset(Dataset):
         t = np.zeros(T, np.float64)
         mask = np.zeros(T, bool)
         obs[:n], tgt[:n], t[:n], mask[:n] = frames, target, times, True
-        return {"obs": torch.from_numpy(obs), "target": torch.from_numpy(tgt), "t": torch.from_numpy(t),
+        item = {"obs": torch.from_numpy(obs), "target": torch.from_numpy(tgt), "t": torch.from_numpy(t),
                 "mask": torch.from_numpy(mask)}
+        if self.previous:
+            item["prev"] = torch.from_numpy(np.ascontiguousarray(self.source.previous_frame(e, start)))
+        return item
 
 
 __all__ = ["DemonstrationSource", "UdacitySource", "WindowDataset", "make_windows", "smooth_steering"]

@@ -154,7 +154,7 @@ class SaliencyOverlay:
         if self.closed:
             raise RuntimeError("this SaliencyOverlay is closed")
         t0 = time.perf_counter()
-        x = self.policy.saliency_input(frame)  # (1, C, h, w)
+        x = self.policy.saliency_input(frame, state_before)  # (1, C, h, w); (1, 2C, h, w) with motion
         self.model.state_before, self.model.t = state_before, t
         if self.kind == "discrete":
             a = int(output.reshape(-1).argmax())

@@ -31,8 +31,10 @@ class FeaturesExtractor(nn.Module):
 
     obs_shape: tuple[int, int, int]
     features_dim: int
+    #: True when the input also holds the previous frame (``preprocess(obs, prev)``, motion channels)
+    uses_previous: bool = False
 
-    def preprocess(self, obs) -> Tensor:  # pragma: no cover - abstract
+    def preprocess(self, obs, prev=None) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def from_preprocessed(self, x: Tensor) -> Tensor:  # pragma: no cover - abstract
@@ -51,9 +53,10 @@ class FeaturesExtractor(nn.Module):
         0 where ``preprocess`` blanks it (constant input that carries nothing). All ones here."""
         return np.ones((int(frame_hw[0]), int(frame_hw[1])), np.float32)
 
-    def forward(self, obs) -> Tensor:
-        """(N, H, W, C) raw frames -> (N, F) features."""
-        return self.from_preprocessed(self.preprocess(obs))
+    def forward(self, obs, prev=None) -> Tensor:
+        """(N, H, W, C) raw frames (and, for extractors that use it, the (N, H, W, C) frames one
+        step earlier; None = the same frames, no motion) -> (N, F) features."""
+        return self.from_preprocessed(self.preprocess(obs, prev))
 
     def _device(self) -> torch.device:
         return next(self.parameters()).device
@@ -105,11 +108,21 @@ class CarRacingCNN(FeaturesExtractor):
     - ``"speed"``: the strip blanked to black except the speed bar, a legitimate state;
     - ``"hidden"``: the strip cropped away (input (H - H/8) x W); speed is left to the window.
 
+    Motion. Four frames 20 ms apart barely show how fast the car moves or turns, and a car at a
+    standstill sees the same frame again and again, so a deterministic policy that brakes there
+    brakes forever. With ``motion=True`` the first convolution also reads the difference from
+    the previous frame (2C input channels: the frame in [0, 1], then frame - previous in
+    [-1, 1]): zero exactly at a standstill, and a shifted or rotated road edge when moving or
+    turning. This is the frame-difference input of optical-flow-free driving networks (the
+    two-frame stacks of Mnih et al. 2015's Atari agents, written as a difference). The
+    previous frame of an episode's first step is the frame itself (no motion).
+
     Args:
         obs_shape: (H, W, C) of the frames.
         channels: output channels of the three convolutions.
         dropout: dropout on the flattened features (paper: 0.2).
         dashboard: "visible", "speed" or "hidden" (above).
+        motion: also read the difference from the previous frame (above).
 
     Raises:
         ValueError: ``obs_shape`` is not (H, W, C), or too small for the convolutions; an unknown
@@ -119,7 +132,7 @@ class CarRacingCNN(FeaturesExtractor):
     DASHBOARD_MODES = ("visible", "speed", "hidden")
 
     def __init__(self, obs_shape=(96, 96, 3), channels=(10, 20, 30), dropout: float = 0.2,
-                 dashboard: str = "visible"):
+                 dashboard: str = "visible", motion: bool = False):
         super().__init__()
         shape = tuple(int(s) for s in obs_shape)
         if len(shape) != 3:
@@ -127,43 +140,53 @@ class CarRacingCNN(FeaturesExtractor):
         if dashboard not in self.DASHBOARD_MODES:
             raise ValueError(f"dashboard must be one of {', '.join(self.DASHBOARD_MODES)}, got {dashboard!r}")
         h, w, c = shape
-        self.obs_shape, self.dashboard = shape, dashboard
+        self.obs_shape, self.dashboard, self.motion = shape, dashboard, bool(motion)
+        self.uses_previous = self.motion
+        c_in = 2 * c if self.motion else c
         self.register_buffer("dashboard_mask", torch.from_numpy(dashboard_mask(h, w, dashboard))[None, None],
                              persistent=False)
         self.input_rows = h - dashboard_rows(h) if dashboard == "hidden" else h
         h = self.input_rows
         self.cnn = nn.Sequential(
-            nn.Conv2d(c, channels[0], 3, stride=2), nn.ReLU(),
+            nn.Conv2d(c_in, channels[0], 3, stride=2), nn.ReLU(),
             nn.Conv2d(channels[0], channels[1], 5, stride=2), nn.ReLU(),
             nn.Conv2d(channels[1], channels[2], 5, stride=2), nn.ReLU(),
             nn.Flatten(),
         )
         with torch.no_grad():  # dry run for the flatten size
             try:
-                self.features_dim = int(self.cnn(torch.zeros(1, c, h, w)).shape[1])
+                self.features_dim = int(self.cnn(torch.zeros(1, c_in, h, w)).shape[1])
             except RuntimeError as exc:
                 raise ValueError(f"observation {shape} is too small for the CNN: {exc}") from exc
         self.dropout = nn.Dropout(dropout)
 
-    def preprocess(self, obs) -> Tensor:
+    def preprocess(self, obs, prev=None) -> Tensor:
         """(N, H, W, C) frames in [0, 255] (uint8 or float; array or tensor) -> (N, C, H', W) float in [0, 1],
         with the dashboard blanked (``"speed"``, H' = H) or cropped (``"hidden"``, H' = H - H/8).
+        With ``motion``: (N, 2C, H', W), the frame then frame - ``prev`` (the (N, H, W, C) frames
+        one step earlier; None: no motion, the difference is 0); without it ``prev`` is ignored.
 
         Raises:
-            ValueError: frames of another shape than ``obs_shape``.
+            ValueError: frames (or previous frames) of another shape than ``obs_shape``.
         """
-        x = obs if isinstance(obs, Tensor) else torch.from_numpy(np.ascontiguousarray(obs))
-        if tuple(x.shape[1:]) != self.obs_shape:
-            raise ValueError(f"frames must be (N, {', '.join(map(str, self.obs_shape))}), got {tuple(x.shape)}")
-        x = x.to(self._device()).float().permute(0, 3, 1, 2) / 255.0
+        x = self._frames(obs)
+        if self.motion:
+            x = torch.cat([x, x - (x if prev is None else self._frames(prev))], dim=1)
         if self.dashboard == "hidden":
             return x[:, :, : self.input_rows]
         if self.dashboard == "speed":
             return x * self.dashboard_mask
         return x
 
+    def _frames(self, obs) -> Tensor:
+        """(N, H, W, C) in [0, 255] -> (N, C, H, W) float in [0, 1] on the weights' device."""
+        x = obs if isinstance(obs, Tensor) else torch.from_numpy(np.ascontiguousarray(obs))
+        if tuple(x.shape[1:]) != self.obs_shape:
+            raise ValueError(f"frames must be (N, {', '.join(map(str, self.obs_shape))}), got {tuple(x.shape)}")
+        return x.to(self._device()).float().permute(0, 3, 1, 2) / 255.0
+
     def from_preprocessed(self, x: Tensor) -> Tensor:
-        """(N, C, H', W) preprocessed frames -> (N, F)."""
+        """(N, C, H', W) preprocessed frames ((N, 2C, H', W) with motion) -> (N, F)."""
         return self.dropout(self.cnn(x))
 
     def readable(self, frame_hw: tuple[int, int]) -> np.ndarray:
@@ -216,8 +239,9 @@ class PilotNet(FeaturesExtractor):
             self.features_dim = int(self.convs(torch.zeros(1, 3, *self.input_shape[:2])).numel())
         self.dropout = nn.Dropout(dropout)
 
-    def preprocess(self, obs) -> Tensor:
-        """(N, 160, 320, 3) raw RGB or (N, 66, 200, 3) preprocessed YUV uint8 -> (N, 3, 66, 200) in [-1, 1]."""
+    def preprocess(self, obs, prev=None) -> Tensor:
+        """(N, 160, 320, 3) raw RGB or (N, 66, 200, 3) preprocessed YUV uint8 -> (N, 3, 66, 200) in [-1, 1].
+        ``prev`` is ignored (PilotNet reads one frame)."""
         from agent.data.udacity import preprocess
 
         arr = obs.detach().cpu().numpy() if isinstance(obs, Tensor) else np.asarray(obs)

@@ -181,11 +181,14 @@ class PolicyState:
         steps: (B,) int64, frames seen since each row's episode start.
         last: the newest step's ``output`` (B, A) and, when asked for, ``intermediates``
             (for the runner's HUD and traces).
+        frame: (B, H, W, C) the newest raw frames, kept when the features extractor reads the
+            previous frame (``motion``); None otherwise.
     """
 
     core: object = None
     steps: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     last: dict = field(default_factory=dict)
+    frame: Tensor | None = None
 
     def expand(self, n: int) -> "PolicyState":
         """This one-row state repeated to ``n`` rows (Grad-CAM batches targets); tensors are views."""
@@ -194,7 +197,7 @@ class PolicyState:
 
         core = None if self.core is None else dataclasses.replace(
             self.core, **{f.name: rep(getattr(self.core, f.name)) for f in dataclasses.fields(self.core)})
-        return PolicyState(core, np.repeat(self.steps[:1], n), {})
+        return PolicyState(core, np.repeat(self.steps[:1], n), {}, rep(self.frame))
 
 
 class DrivingPolicy(nn.Module):
@@ -248,7 +251,8 @@ class DrivingPolicy(nn.Module):
         return next(self.parameters()).device
 
     # ------------------------------------------------------------------ training
-    def forward(self, obs, t: Tensor | None = None, mask: Tensor | None = None, return_intermediates: bool = False):
+    def forward(self, obs, t: Tensor | None = None, mask: Tensor | None = None, return_intermediates: bool = False,
+                prev=None):
         """Outputs for every position of frame windows (causal cores: position i sees frames <= i).
 
         Args:
@@ -257,12 +261,23 @@ class DrivingPolicy(nn.Module):
             t: (B, T) frame times in seconds (only differences matter), or None: position * frame_dt.
             mask: (B, T) bool, True = a real frame (False = padding).
             return_intermediates: also return the core's intermediates (NAC cores; None otherwise).
+            prev: (B, H, W, C) the frame before each window's first one, for a features extractor
+                with motion channels (``features.uses_previous``); None: each window starts its
+                episode (its first frame is its own previous one). Ignored otherwise.
 
         Returns:
             (B, T, A) logits or continuous outputs (not clipped), or (outputs, intermediates).
         """
         B, T = obs.shape[:2]
-        x = self.features.preprocess(obs.reshape(B * T, *obs.shape[2:]))  # (B*T, C', H', W')
+        flat = obs.reshape(B * T, *obs.shape[2:])
+        if self.features.uses_previous:
+            obs = torch.as_tensor(obs)
+            first = obs[:, 0] if prev is None else torch.as_tensor(prev).to(obs.device, obs.dtype)
+            before = torch.cat([first[:, None], obs[:, :-1]], dim=1)  # (B, T, H, W, C): frame i-1 at position i
+            x = self.features.preprocess(obs.reshape(B * T, *obs.shape[2:]),
+                                         before.reshape(B * T, *obs.shape[2:]))  # (B*T, 2C, H', W')
+        else:
+            x = self.features.preprocess(flat)  # (B*T, C', H', W')
         feats = self.features.from_preprocessed(x).view(B, T, -1)  # (B, T, F)
         if t is not None:
             t = torch.as_tensor(t, device=feats.device)
@@ -313,12 +328,27 @@ class DrivingPolicy(nn.Module):
         Returns:
             (outputs (B, A): logits, or continuous outputs clipped to the action box; new state).
         """
-        feats = self.features(obs)  # (B, F)
+        if self.features.uses_previous:
+            frames = torch.as_tensor(np.ascontiguousarray(obs) if not isinstance(obs, Tensor) else obs)
+            feats = self.features(frames, self._previous_frames(frames, state))  # (B, F)
+        else:
+            feats = self.features(obs)  # (B, F)
         outputs, new = self._core_step(feats, state, t, return_intermediates)
+        if self.features.uses_previous:
+            new.frame = frames
         if self.head.kind != "discrete":
             outputs = self.head.act(outputs)
             new.last["output"] = outputs
         return outputs, new
+
+    def _previous_frames(self, frames: Tensor, state: PolicyState | None) -> Tensor | None:
+        """(B, H, W, C) the frames one step before ``frames``: the state's newest ones, or the
+        frame itself on a row that starts its episode (no motion); None when every row starts."""
+        if state is None or state.frame is None or len(state.steps) != len(frames):
+            return None
+        fresh = torch.as_tensor(state.steps == 0, device=frames.device)  # rows restarted by reset_rows
+        prev = state.frame.to(frames.device)
+        return torch.where(fresh.view(-1, *([1] * (frames.dim() - 1))), frames, prev) if fresh.any() else prev
 
     def act(self, outputs: Tensor, deterministic: bool = True) -> np.ndarray:
         """(B, A) outputs of :meth:`step` -> (B,) int64 actions or (B, A) float32 actions."""
@@ -336,7 +366,8 @@ class DrivingPolicy(nn.Module):
             return None
         steps = state.steps.copy()
         steps[rows] = 0
-        return PolicyState(self.core.reset_rows(state.core, torch.as_tensor(rows, device=self.device)), steps, {})
+        return PolicyState(self.core.reset_rows(state.core, torch.as_tensor(rows, device=self.device)), steps, {},
+                           state.frame)
 
     def predict(self, obs, state: PolicyState | None = None, episode_start=None, deterministic: bool = True,
                 t=None):
@@ -383,8 +414,11 @@ class DrivingPolicy(nn.Module):
         """The features extractor's last convolution: Grad-CAM's target layer."""
         return self.features.last_conv
 
-    def saliency_input(self, frame: np.ndarray) -> Tensor:
+    def saliency_input(self, frame: np.ndarray, state_before: PolicyState | None = None) -> Tensor:
         """One raw frame (H, W, C) uint8 -> (1, C', H', W') float, exactly what the first convolution sees.
+
+        ``state_before`` (the state :meth:`step` was given for this frame) supplies the previous
+        frame of a features extractor with motion channels; it is not changed.
 
         Raises:
             ValueError: a frame of another shape than the policy's observation shape.
@@ -392,6 +426,10 @@ class DrivingPolicy(nn.Module):
         frame = np.asarray(frame)
         if tuple(frame.shape) != self.config.obs_shape:
             raise ValueError(f"frame must be {self.config.obs_shape}, got {tuple(frame.shape)}")
+        if self.features.uses_previous:
+            frames = torch.from_numpy(np.ascontiguousarray(frame[None]))
+            prev = self._previous_frames(frames, state_before)
+            return self.features.preprocess(frames, None if prev is None else prev[:1])
         return self.features.preprocess(frame[None])
 
     def saliency_forward(self, x: Tensor, state_before: PolicyState | None = None, t=None) -> Tensor:

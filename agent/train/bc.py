@@ -172,7 +172,8 @@ def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epoch
     policy.to(device)
     head, T = policy.head, policy.config.window
     bsz = max(1, cfg.batch_frames // T)  # windows per batch
-    dataset = WindowDataset(train_source, T, shuffle_borders=True, seed=cfg.seed + epoch_offset)
+    dataset = WindowDataset(train_source, T, shuffle_borders=True, seed=cfg.seed + epoch_offset,
+                            previous=policy.features.uses_previous)
     loader = DataLoader(dataset, batch_size=bsz, shuffle=True, num_workers=cfg.workers,
                         generator=torch.Generator().manual_seed(cfg.seed + epoch_offset), drop_last=False)
     opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -192,7 +193,8 @@ def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epoch
         bar = progress(loader, desc=f"{tag} epoch {epoch + 1}/{epochs}", unit="batch", leave=False)
         for batch in bar:
             mask = batch["mask"].to(device)
-            out = policy(batch["obs"].to(device), batch["t"].to(device), mask)  # (B, T, A)
+            prev = batch["prev"].to(device) if "prev" in batch else None  # (B, H, W, C): motion channels
+            out = policy(batch["obs"].to(device), batch["t"].to(device), mask, prev=prev)  # (B, T, A)
             loss = head.loss(out, batch["target"].to(device), _loss_mask(policy, mask))
             opt.zero_grad(set_to_none=True)
             loss.backward()
