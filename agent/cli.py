@@ -222,11 +222,12 @@ def _add_train(sub) -> None:
     p.add_argument("--window", type=int, default=argparse.SUPPRESS, help="T: frames the core sees (per env: 4; 8)")
     p.add_argument("--dashboard", choices=["visible", "speed", "hidden"], default=argparse.SUPPRESS,
                    help="carracing: what the CNN sees of the dashboard strip (bottom 12 rows, which shows the car's "
-                        "own controls): visible, speed (blanked except the speed bar) or hidden (cropped); "
-                        "default per agent.nn.policy.default_config")
-    p.add_argument("--motion", action="store_true", default=argparse.SUPPRESS,
+                        "own controls): visible (the paper's input), speed (blanked except the speed bar; the default) "
+                        "or hidden (cropped)")
+    p.add_argument("--motion", action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
                    help="carracing: the CNN also reads each frame's difference from the previous one (motion "
-                        "channels: speed and turning, and an unmistakable standstill); default off")
+                        "channels: speed and turning, and an unmistakable standstill); on by default, "
+                        "--no-motion for the paper's single-frame input")
     p.add_argument("--d-model", type=int, default=argparse.SUPPRESS, help="core width d (per env: 64; 100)")
     p.add_argument("--epochs", type=int, default=argparse.SUPPRESS, help="behaviour-cloning epochs (per env: 8; 40)")
     p.add_argument("--batch-frames", type=int, default=argparse.SUPPRESS,
@@ -375,7 +376,7 @@ def _cmd_train(args) -> int:
         if args.env != "carracing":
             raise CLIError("--motion only applies to --env carracing")
         given["features_kwargs"] = {**given.get("features_kwargs", default_config("carracing").features_kwargs),
-                                    "motion": True}
+                                    "motion": bool(args.motion)}
     if args.threads:
         torch.set_num_threads(args.threads)
     source = _load_source(args.env, args.data, args)

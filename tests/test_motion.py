@@ -149,3 +149,16 @@ def test_train_cli_motion(tiny_expert, tmp_path):
     assert main(["evaluate", "--policy", str(out), "--episodes", "1", "--max-steps", "20", "--seed", "700000"]) == 0
     assert main(["train", "--data", str(rec), "--init", str(out), "--epochs", "0", "--motion",
                  "--out", str(tmp_path / "x.pt")]) == 2
+
+
+def test_carracing_defaults_mask_the_dashboard_and_read_motion(tmp_path):
+    """The recipe of the shipped nac.pt is the default; --no-motion / --dashboard visible give the paper's input."""
+    from agent.cli import build_parser
+
+    kw = default_config("carracing").features_kwargs
+    assert kw["dashboard"] == "speed" and kw["motion"] is True
+    assert default_config("carracing", continuous=True).features_kwargs == kw
+    assert "motion" not in default_config("udacity").features_kwargs
+    args = build_parser().parse_args(["train", "--data", "x", "--no-motion"])
+    assert args.motion is False
+    assert not hasattr(build_parser().parse_args(["train", "--data", "x"]), "motion")

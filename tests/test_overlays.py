@@ -71,7 +71,7 @@ def test_saliency_forward_equals_step(policy):
     steps = _play(policy, _frames(10))
     for f, before, y, _ in steps:
         with torch.no_grad():
-            z = policy.saliency_forward(policy.saliency_input(f), before)
+            z = policy.saliency_forward(policy.saliency_input(f, before), before)
         torch.testing.assert_close(z, y, rtol=1e-5, atol=1e-5)
 
 
@@ -240,7 +240,8 @@ def test_trace_values_drawn_equal_the_layer_intermediates(policy):
     T = policy.config.window
     window = torch.as_tensor(frames[-T:])[None]  # (1, T, H, W, C)
     with torch.no_grad():
-        feats = policy.features(window.reshape(T, 96, 96, 3)).view(1, T, -1)
+        before = torch.as_tensor(frames[-T - 1:-1])  # each frame's previous one (motion channels)
+        feats = policy.features(window.reshape(T, 96, 96, 3), before).view(1, T, -1)
         t = (torch.arange(len(frames) - T, len(frames), dtype=feats.dtype) * policy.config.frame_dt)[None]
         _, inter = policy.nac(feats, t=t, return_intermediates=True)
     h = 3

@@ -55,7 +55,7 @@ def test_streaming_equals_window(policy):
         logits, state = policy.step(obs[:, i], state)
         outs.append(logits)
     with torch.no_grad():
-        ref = policy(obs[:, 4:10])[:, -1]  # the last window of 6 frames
+        ref = policy(obs[:, 4:10], prev=obs[:, 3])[:, -1]  # the last window of 6 frames (and the frame before it)
         ref0 = policy(obs[:, :6])
     assert torch.allclose(outs[-1], ref, atol=1e-5)
     assert torch.allclose(torch.stack(outs[:6], 1), ref0, atol=1e-5)
@@ -166,7 +166,8 @@ def test_format_1_files_convert_to_the_same_policy(tmp_path):
     from agent.cli import main
     from agent.loading import load_policy
 
-    p = DrivingPolicy(default_config("carracing", window=3, seed=5)).eval()
+    # format-1 files predate the dashboard mask and the motion channels: the paper's input
+    p = DrivingPolicy(default_config("carracing", window=3, seed=5, features_kwargs={"dropout": 0.2})).eval()
     torch.save(_as_format_1(p), tmp_path / "old.pt")
     in_memory = load_policy(tmp_path / "old.pt")
     assert main(["convert-policy", str(tmp_path / "old.pt"), str(tmp_path / "new.pt")]) == 0

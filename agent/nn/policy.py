@@ -9,7 +9,11 @@ A the head's outputs.
 
 - CarRacing (the defaults of :func:`default_config` ``("carracing")``): the paper's CNN on
   96x96x3 frames, NAC-Steady (d 64, 16 heads, top-k 8, sparsity 0.5) over T = 4 frames at
-  0.02 s, dense 64 (ReLU) and the five action logits (arXiv 2512.10282, Appendix D).
+  0.02 s, dense 64 (ReLU) and the five action logits (arXiv 2512.10282, Appendix D). Two
+  departures from the paper's input, chosen by closed-loop return on held-out training tracks
+  (README, "What the student looks at"): the dashboard's indicators are blanked except the
+  speed bar (``dashboard="speed"``: no causal-confusion shortcut through the car's own controls),
+  and the CNN also reads the difference from the previous frame (``motion=True``).
 - CarRacing's continuous configuration (``default_config("carracing", continuous=True)``): the
   same, with two outputs, steering and throttle in [-1, 1] (a Box head, MSE), for the env of
   ``envs.carracing.make_carracing(continuous=True)``.
@@ -151,7 +155,8 @@ def default_config(env: str = "carracing", core: str | None = None, continuous: 
         raise ValueError(f"continuous=True is CarRacing's continuous configuration; {env!r} has its own action space")
     if env == "carracing":
         base = dict(env="carracing", obs_shape=(96, 96, 3), action_space={"type": "discrete", "n": 5},
-                    action_names=CARRACING_ACTIONS, features="carracing-cnn", features_kwargs={"dropout": 0.2},
+                    action_names=CARRACING_ACTIONS, features="carracing-cnn",
+                    features_kwargs={"dropout": 0.2, "dashboard": "speed", "motion": True},
                     core=core or "nac-steady", d_model=64, window=4, frame_dt=0.02, head_hidden=64,
                     head_activation="relu")
         if continuous:
