@@ -228,6 +228,11 @@ def _add_train(sub) -> None:
                    help="carracing: the CNN also reads each frame's difference from the previous one (motion "
                         "channels: speed and turning, and an unmistakable standstill); on by default, "
                         "--no-motion for the paper's single-frame input")
+    p.add_argument("--skip-stalls", action="store_true",
+                   help="carracing: leave the expert's stalls out of the loss (frames where the road scene has not "
+                        "moved since the previous frame and the label is not gas: the discrete expert sometimes "
+                        "brakes or steers at rest for hundreds of steps, and a student that copies it stays put); "
+                        "the frames stay in the windows as context")
     p.add_argument("--d-model", type=int, default=argparse.SUPPRESS, help="core width d (per env: 64; 100)")
     p.add_argument("--epochs", type=int, default=argparse.SUPPRESS, help="behaviour-cloning epochs (per env: 8; 40)")
     p.add_argument("--batch-frames", type=int, default=argparse.SUPPRESS,
@@ -294,7 +299,8 @@ def _load_source(env: str, data: list[str], args):
     if env == "carracing":
         from agent.data.recordings import load_demonstrations
 
-        return DemonstrationSource(load_demonstrations(data))  # RecordingError if they mix action kinds
+        # RecordingError if they mix action kinds
+        return DemonstrationSource(load_demonstrations(data), skip_stalls=getattr(args, "skip_stalls", False))
     from agent.data.udacity import AugmentConfig, load_recording
 
     for d in data:

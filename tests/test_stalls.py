@@ -328,3 +328,61 @@ def test_bottom_share():
         bottom_share(np.ones(96))
     with pytest.raises(ValueError, match="negative"):
         bottom_share(-np.ones((16, 16)))
+
+
+# ------------------------------------------------------------------ the expert's stalls left out of the loss
+def _still_episode(n_moving=3, n_still=4, seed=0):
+    """Frames that change for ``n_moving`` steps, then repeat (only the dashboard strip flickers)."""
+    rng = np.random.default_rng(seed)
+    moving = rng.integers(0, 256, (n_moving, 96, 96, 3), dtype=np.uint8)
+    still = np.repeat(moving[-1:], n_still, axis=0)
+    still[:, 90:] = rng.integers(0, 256, (n_still, 6, 96, 3), dtype=np.uint8)  # the strip may change at rest
+    return np.concatenate([moving, still])
+
+
+def test_expert_stalls_are_still_frames_labelled_other_than_gas():
+    from agent.data.windows import CARRACING_GAS, expert_stalls
+
+    frames = _still_episode()
+    labels = np.array([4, 4, 4, 4, CARRACING_GAS, 1, 0])
+    got = expert_stalls(frames, frames[0], labels)
+    # frame 0 is its own previous frame (still); frames 3-6 repeat frame 2's road scene
+    assert got.tolist() == [True, False, False, True, False, True, True]
+    cont = np.zeros((7, 2), np.float32)
+    cont[:, 1] = [0.0, 0.0, 0.0, 0.0, 0.5, -0.2, 0.0]  # throttle
+    assert expert_stalls(frames, frames[0], cont).tolist() == [True, False, False, True, False, True, True]
+
+
+def test_skip_stalls_masks_the_loss_not_the_context():
+    from agent.data.recordings import Demonstrations
+    from agent.data.windows import DemonstrationSource, WindowDataset
+
+    frames = _still_episode()
+    labels = np.array([3, 3, 3, 4, 3, 4, 4])
+    demos = Demonstrations([frames], [labels], [0], [0.0])
+    for skip, expect in ((False, [True] * 7), (True, [True, True, True, False, True, False, False])):
+        ds = WindowDataset(DemonstrationSource(demos, skip_stalls=skip), 7, shuffle_borders=False)
+        item = ds[0]
+        assert item["mask"].tolist() == [True] * 7, "every frame stays in the window"
+        assert item["learn"].tolist() == expect
+
+
+def test_train_with_skip_stalls_ignores_the_stalled_labels(tmp_path):
+    """Trained only on frames whose labels are all stalls except gas, the student never learns to brake at rest."""
+    from agent.data.recordings import Demonstrations
+    from agent.data.windows import DemonstrationSource
+    from agent.nn.policy import default_config
+    from agent.train.bc import TrainConfig, train
+
+    eps = [_still_episode(2, 30, seed=s) for s in range(4)]
+    labels = [np.r_[np.full(2, 3), np.full(30, 4)] for _ in eps]  # gas while moving, brake forever at rest
+    demos = Demonstrations(eps, labels, list(range(4)), [0.0] * 4)
+    cfg = default_config("carracing", window=2, features_kwargs={"dropout": 0.0, "dashboard": "speed", "motion": True})
+    tcfg = TrainConfig(epochs=3, batch_frames=16, lr=3e-3, val_fraction=0.0)
+    for skip in (False, True):
+        policy, report = train(DemonstrationSource(demos, skip_stalls=skip), cfg, tcfg)
+        with torch.no_grad():
+            out = policy(torch.from_numpy(eps[0][None, -2:]), prev=torch.from_numpy(eps[0][None, -3]))
+        brake_at_rest = int(out[0, -1].argmax()) == 4
+        assert brake_at_rest == (not skip)
+        assert ("stalls left out" in report.data) == skip

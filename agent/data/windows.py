@@ -16,7 +16,8 @@ frames are nearly identical, so a random split would leak).
 ``obs`` (T, H, W, C) uint8, ``target`` (T,) int64 actions, (T, A) float32 continuous actions
 (CarRacing's continuous configuration, A = 2) or (T,) float32 steering, ``t`` (T,) float64
 seconds from the window's first frame, and ``mask`` (T,) bool (short windows are right-padded and
-masked); with ``previous``, also ``prev`` (H, W, C), the frame before the window (motion channels). Udacity windows are augmented in ``__getitem__`` (camera, flip, shift, shadow,
+masked); with ``previous``, also ``prev`` (H, W, C), the frame before the window (motion channels);
+for sources with a ``loss_mask`` (CarRacing), ``learn`` (T,) bool, the positions the loss counts. Udacity windows are augmented in ``__getitem__`` (camera, flip, shift, shadow,
 brightness; one draw per window), so with ``DataLoader(num_workers=N)`` augmentation runs in the
 loader's worker processes; the draw depends on (seed, epoch, item), never on the worker.
 """
@@ -48,16 +49,50 @@ def make_windows(lengths: list[int], window: int, rng: np.random.Generator | Non
     return out
 
 
+#: CarRacing's discrete "gas" action (envs.carracing.ACTION_NAMES)
+CARRACING_GAS = 3
+
+
+def expert_stalls(frames: np.ndarray, prev: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """(n,) bool: the frames where the car stands still and the label keeps it there.
+
+    Standing still: the road scene (the frame above CarRacing's dashboard strip, which the camera
+    moves with the car) is identical to the previous frame's. Keeping it there: a discrete label
+    other than gas (braking or steering does nothing at rest: the five actions give no gas while
+    steering), or a continuous throttle <= 0.
+
+    Args:
+        frames: (n, H, W, C) consecutive frames; prev: (H, W, C) the frame before the first one
+            (the first frame itself at an episode's start).
+        targets: (n,) discrete actions or (n, A) continuous (steering, throttle).
+    """
+    from agent.nn.features import dashboard_rows
+
+    frames = np.asarray(frames)
+    rows = frames.shape[1] - dashboard_rows(frames.shape[1])
+    before = np.concatenate([np.asarray(prev)[None], frames[:-1]])
+    still = (frames[:, :rows] == before[:, :rows]).reshape(len(frames), -1).all(1)
+    targets = np.asarray(targets)
+    stays = targets[:, -1] <= 0 if targets.ndim == 2 else targets != CARRACING_GAS
+    return still & stays
+
+
 class DemonstrationSource:
     """CarRacing episodes (:class:`agent.data.recordings.Demonstrations`) as window sequences.
 
     Targets are the recorded (or DAgger-relabelled) actions: (N,) int64 discrete actions, or
     (N, A) float32 continuous ones (steering, throttle); times are frame indices times
     ``frame_dt`` seconds.
+
+    ``skip_stalls``: the expert is not a perfect teacher at a standstill. The discrete PPO expert
+    sometimes stays at rest, braking or steering (neither moves a stopped car), for hundreds of
+    steps, and a student that imitates it learns that a standstill is a place to stay. With this
+    option :meth:`loss_mask` leaves those frames (:func:`expert_stalls`) out of the loss; they
+    stay in the windows as context.
     """
 
-    def __init__(self, demos, frame_dt: float = 0.02):
-        self.demos, self.frame_dt = demos, frame_dt
+    def __init__(self, demos, frame_dt: float = 0.02, skip_stalls: bool = False):
+        self.demos, self.frame_dt, self.skip_stalls = demos, frame_dt, skip_stalls
 
     @property
     def target_dtype(self):
@@ -86,6 +121,14 @@ class DemonstrationSource:
         when ``start`` is 0 (an episode's first step has no motion, as when the policy drives)."""
         return np.asarray(self.demos.frames[e][max(start - 1, 0)])
 
+    def loss_mask(self, e: int, start: int, n: int) -> np.ndarray:
+        """(n,) bool: the frames of the window that the loss counts (all, or all but the expert's
+        stalls with ``skip_stalls``)."""
+        if not self.skip_stalls:
+            return np.ones(n, bool)
+        frames = self.demos.frames[e][start:start + n]
+        return ~expert_stalls(frames, self.previous_frame(e, start), self.demos.actions[e][start:start + n])
+
     def split(self, val_fraction: float, seed: int) -> tuple["DemonstrationSource", "DemonstrationSource | None"]:
         """(train, validation) by episode: a random ``val_fraction`` of the episodes (at least one
         each when there are two or more; none held out with ``val_fraction`` 0).
@@ -101,15 +144,16 @@ class DemonstrationSource:
         order = np.random.default_rng(seed).permutation(n)
         n_val = min(max(1, round(n * val_fraction)), n - 1)
         train, val = sorted(order[n_val:].tolist()), sorted(order[:n_val].tolist())
-        return (DemonstrationSource(self.demos.subset(train), self.frame_dt),
-                DemonstrationSource(self.demos.subset(val), self.frame_dt))
+        return (DemonstrationSource(self.demos.subset(train), self.frame_dt, self.skip_stalls),
+                DemonstrationSource(self.demos.subset(val), self.frame_dt, self.skip_stalls))
 
     def extend(self, demos) -> "DemonstrationSource":
         """This source with more episodes (DAgger's relabelled rollouts)."""
-        return DemonstrationSource(self.demos.extend(demos), self.frame_dt)
+        return DemonstrationSource(self.demos.extend(demos), self.frame_dt, self.skip_stalls)
 
     def describe(self) -> str:
-        return f"{len(self.demos.actions)} episodes, {self.demos.n_frames} frames"
+        skip = ", the expert's stalls left out of the loss" if self.skip_stalls else ""
+        return f"{len(self.demos.actions)} episodes, {self.demos.n_frames} frames{skip}"
 
 
 class UdacitySource:
@@ -253,7 +297,11 @@ class WindowDataset(Dataset):
                 "mask": torch.from_numpy(mask)}
         if self.previous:
             item["prev"] = torch.from_numpy(np.ascontiguousarray(self.source.previous_frame(e, start)))
+        if callable(getattr(self.source, "loss_mask", None)):
+            learn = np.zeros(T, bool)
+            learn[:n] = self.source.loss_mask(e, start, n)
+            item["learn"] = torch.from_numpy(learn)
         return item
 
 
-__all__ = ["DemonstrationSource", "UdacitySource", "WindowDataset", "make_windows", "smooth_steering"]
+__all__ = ["CARRACING_GAS", "DemonstrationSource", "expert_stalls", "UdacitySource", "WindowDataset", "make_windows", "smooth_steering"]

@@ -195,14 +195,19 @@ def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epoch
             mask = batch["mask"].to(device)
             prev = batch["prev"].to(device) if "prev" in batch else None  # (B, H, W, C): motion channels
             out = policy(batch["obs"].to(device), batch["t"].to(device), mask, prev=prev)  # (B, T, A)
-            loss = head.loss(out, batch["target"].to(device), _loss_mask(policy, mask))
+            counted = _loss_mask(policy, mask)
+            if "learn" in batch:  # the source's own exclusions (the expert's stalls, --skip-stalls)
+                counted = counted & batch["learn"].to(device)
+            if not bool(counted.any()):
+                continue
+            loss = head.loss(out, batch["target"].to(device), counted)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
             opt.step()
             if sched.last_epoch + 1 < total_steps:
                 sched.step()
-            n = int(mask.sum())
+            n = int(counted.sum())
             total, seen = total + loss.item() * n, seen + n
             bar.set_postfix(loss=f"{total / max(seen, 1):.4f}")
         bar.close()
