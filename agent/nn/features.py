@@ -113,8 +113,8 @@ class CarRacingCNN(FeaturesExtractor):
     brakes forever. With ``motion=True`` the first convolution also reads the difference from
     the previous frame (2C input channels: the frame in [0, 1], then frame - previous in
     [-1, 1]): zero exactly at a standstill, and a shifted or rotated road edge when moving or
-    turning. This is the frame-difference input of optical-flow-free driving networks (the
-    two-frame stacks of Mnih et al. 2015's Atari agents, written as a difference). The
+    turning. This is the frame stacking of Mnih et al. 2015's Atari agents (four frames there),
+    reduced to one previous frame and written as a difference. The
     previous frame of an episode's first step is the frame itself (no motion).
 
     Args:
