@@ -274,7 +274,6 @@ class DrivingPolicy(nn.Module):
             (B, T, A) logits or continuous outputs (not clipped), or (outputs, intermediates).
         """
         B, T = obs.shape[:2]
-        flat = obs.reshape(B * T, *obs.shape[2:])
         if self.features.uses_previous:
             obs = torch.as_tensor(obs)
             first = obs[:, 0] if prev is None else torch.as_tensor(prev).to(obs.device, obs.dtype)
@@ -282,7 +281,7 @@ class DrivingPolicy(nn.Module):
             x = self.features.preprocess(obs.reshape(B * T, *obs.shape[2:]),
                                          before.reshape(B * T, *obs.shape[2:]))  # (B*T, 2C, H', W')
         else:
-            x = self.features.preprocess(flat)  # (B*T, C', H', W')
+            x = self.features.preprocess(obs.reshape(B * T, *obs.shape[2:]))  # (B*T, C', H', W')
         feats = self.features.from_preprocessed(x).view(B, T, -1)  # (B, T, F)
         if t is not None:
             t = torch.as_tensor(t, device=feats.device)
@@ -340,7 +339,7 @@ class DrivingPolicy(nn.Module):
             feats = self.features(obs)  # (B, F)
         outputs, new = self._core_step(feats, state, t, return_intermediates)
         if self.features.uses_previous:
-            new.frame = frames
+            new.frame = frames.clone()  # a copy: the caller may reuse its observation buffer
         if self.head.kind != "discrete":
             outputs = self.head.act(outputs)
             new.last["output"] = outputs
