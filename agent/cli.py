@@ -374,15 +374,11 @@ def _cmd_train(args) -> int:
                       dagger_out=args.dagger_out,
                       **({"dagger_seed": args.dagger_seed} if args.dagger_seed is not None else {}),
                       dagger_max_steps=args.dagger_max_steps)
-    if hasattr(args, "dashboard"):
+    cnn_options = {k: getattr(args, k) for k in ("dashboard", "motion") if hasattr(args, k)}  # CarRacingCNN's
+    if cnn_options:
         if args.env != "carracing":
-            raise CLIError("--dashboard only applies to --env carracing")
-        given["features_kwargs"] = {**default_config("carracing").features_kwargs, "dashboard": args.dashboard}
-    if hasattr(args, "motion"):
-        if args.env != "carracing":
-            raise CLIError("--motion only applies to --env carracing")
-        given["features_kwargs"] = {**given.get("features_kwargs", default_config("carracing").features_kwargs),
-                                    "motion": bool(args.motion)}
+            raise CLIError(f"--{next(iter(cnn_options))} only applies to --env carracing")
+        given["features_kwargs"] = {**default_config("carracing").features_kwargs, **cnn_options}
     if args.threads:
         torch.set_num_threads(args.threads)
     source = _load_source(args.env, args.data, args)

@@ -342,6 +342,9 @@ def _still_episode(n_moving=3, n_still=4, seed=0):
 
 def test_expert_stalls_are_still_frames_labelled_other_than_gas():
     from agent.data.windows import CARRACING_GAS, expert_stalls
+    from envs.carracing import ACTION_NAMES
+
+    assert CARRACING_GAS == ACTION_NAMES.index("gas")
 
     frames = _still_episode()
     labels = np.array([4, 4, 4, 4, CARRACING_GAS, 1, 0])

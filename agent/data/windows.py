@@ -16,8 +16,9 @@ frames are nearly identical, so a random split would leak).
 ``obs`` (T, H, W, C) uint8, ``target`` (T,) int64 actions, (T, A) float32 continuous actions
 (CarRacing's continuous configuration, A = 2) or (T,) float32 steering, ``t`` (T,) float64
 seconds from the window's first frame, and ``mask`` (T,) bool (short windows are right-padded and
-masked); with ``previous``, also ``prev`` (H, W, C), the frame before the window (motion channels);
-for sources with a ``loss_mask`` (CarRacing), ``learn`` (T,) bool, the positions the loss counts. Udacity windows are augmented in ``__getitem__`` (camera, flip, shift, shadow,
+masked); with ``previous``, also ``prev`` (H, W, C), the frame before the window (motion
+channels); for a source with a ``loss_mask`` (CarRacing), ``learn`` (T,) bool, the positions the
+loss counts. Udacity windows are augmented in ``__getitem__`` (camera, flip, shift, shadow,
 brightness; one draw per window), so with ``DataLoader(num_workers=N)`` augmentation runs in the
 loader's worker processes; the draw depends on (seed, epoch, item), never on the worker.
 """
@@ -49,7 +50,7 @@ def make_windows(lengths: list[int], window: int, rng: np.random.Generator | Non
     return out
 
 
-#: CarRacing's discrete "gas" action (envs.carracing.ACTION_NAMES)
+#: CarRacing's discrete "gas" action (envs.carracing.ACTION_NAMES; not imported here, which would load Box2D)
 CARRACING_GAS = 3
 
 
