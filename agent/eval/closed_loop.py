@@ -24,7 +24,9 @@ class EvalResult:
     :data:`agent.rollout.STANDSTILL_SPEED` (1.0 simulator units per second); ``off_road_steps``, the
     steps with all four wheels off the road. Aggregates: ``max_longest_standstill_steps``,
     ``episodes_with_stall`` (episodes whose longest standstill exceeds ``stall_steps`` = 50 steps,
-    1 s) and ``mean_off_road_steps``. ``standstill_speed`` and ``stall_steps`` record the thresholds.
+    1 s) and ``mean_off_road_steps``. ``standstill_speed`` and ``stall_steps`` record the thresholds;
+    ``deterministic`` (argmax or sampled actions) and ``gas_at_standstill`` (an expert with its start
+    rule) how the policy acted.
     """
 
     env: str
@@ -44,6 +46,7 @@ class EvalResult:
     standstill_speed: float = STANDSTILL_SPEED
     stall_steps: int = STALL_STEPS
     deterministic: bool = True
+    gas_at_standstill: bool = False
 
     def to_json(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -65,7 +68,7 @@ class EvalResult:
 def _run_seeds(args, on_episode=None) -> list[tuple]:
     """Worker: load the policy once, run each seed; returns (seed, return, steps, longest standstill,
     off-road steps) per episode."""
-    policy_path, seeds, max_steps, threads, deterministic = args
+    policy_path, seeds, max_steps, threads, deterministic, gas_at_standstill = args
     import torch
 
     from agent.loading import load_policy, make_actor, make_carracing_for
@@ -76,6 +79,10 @@ def _run_seeds(args, on_episode=None) -> list[tuple]:
     from agent.train.expert import ExpertPolicy
 
     policy = load_policy(policy_path)
+    if gas_at_standstill:
+        if not isinstance(policy, ExpertPolicy) or policy.continuous:
+            raise ValueError(f"gas_at_standstill is the discrete PPO expert's start rule; {policy_path} is not one")
+        policy.gas_at_standstill = True
     actor = make_actor(policy, deterministic=deterministic)
     # The expert reads privileged state only: skip the pixel rendering (same physics, same returns).
     # A policy or expert with continuous actions drives the continuous configuration (make_carracing_for).
@@ -93,7 +100,8 @@ def _run_seeds(args, on_episode=None) -> list[tuple]:
 
 
 def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carracing", max_steps: int | None = None,
-             workers: int = 1, progress: bool = True, deterministic: bool = True) -> EvalResult:
+             workers: int = 1, progress: bool = True, deterministic: bool = True,
+             gas_at_standstill: bool = False) -> EvalResult:
     """Run ``episodes`` episodes on seeds seed .. seed+episodes-1, split over ``workers`` processes.
 
     Args:
@@ -106,12 +114,15 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
         progress: show a progress bar.
         deterministic: the most probable action (argmax); False samples it from the policy's
             softmax, with torch's generator seeded by each track's seed (the expert stays argmax).
+        gas_at_standstill: a discrete expert ``.zip`` drives with its start rule
+            (:attr:`agent.train.expert.ExpertPolicy.gas_at_standstill`), as it does as a teacher.
 
     Returns:
         the :class:`EvalResult` (per-episode lists in seed order).
 
     Raises:
-        ValueError: an unknown env or a bad episode count.
+        ValueError: an unknown env or a bad episode count; ``gas_at_standstill`` for a file that is
+            not a discrete expert.
     """
     from agent.log import progress as bar_for
 
@@ -133,12 +144,12 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
         bar.set_postfix(mean=f"{np.mean([x[1] for x in results]):.0f}")
 
     if workers == 1:
-        _run_seeds((str(path), seeds, max_steps, 0, deterministic), on_episode=tick)
+        _run_seeds((str(path), seeds, max_steps, 0, deterministic, gas_at_standstill), on_episode=tick)
     else:
         import multiprocessing as mp
 
         with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            for out in pool.map(_run_seeds, [(str(path), [s], max_steps, 1, deterministic) for s in seeds]):
+            for out in pool.map(_run_seeds, [(str(path), [s], max_steps, 1, deterministic, gas_at_standstill) for s in seeds]):
                 tick(out[0])
     bar.close()
     results.sort()
@@ -152,4 +163,5 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
                       steps_per_second=sum(steps) / max(dt, 1e-9), longest_standstill_steps=standstills,
                       off_road_steps=off_road, max_longest_standstill_steps=max(standstills),
                       episodes_with_stall=sum(s > STALL_STEPS for s in standstills),
-                      mean_off_road_steps=float(np.mean(off_road)), deterministic=deterministic)
+                      mean_off_road_steps=float(np.mean(off_road)), deterministic=deterministic,
+                      gas_at_standstill=gas_at_standstill)
