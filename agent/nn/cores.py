@@ -469,9 +469,21 @@ def make_core(name: str, input_dim: int, output_dim: int, window: int, frame_dt:
 
 
 def count_parameters(module: nn.Module) -> int:
-    """Trainable parameters of ``module``."""
+    """Trainable parameters of ``module`` (every weight tensor entry, masked or not)."""
     return sum(p.numel() for p in module.parameters() if p.requires_grad)
 
 
+def count_effective_parameters(module: nn.Module) -> int:
+    """Trainable parameters that can affect the output: as :func:`count_parameters`, except that a
+    :class:`agent.nn.nac.SparseLinear`'s weight counts only the connections its wiring mask keeps
+    (the masked entries of its dense weight tensor never reach the output). The figure used to
+    match the cores' sizes in ``agent compare``."""
+    from agent.nn.nac import SparseLinear
+
+    sparse = [m for m in module.modules() if isinstance(m, SparseLinear)]
+    masked = {id(m.weight): int(m.mask.sum()) for m in sparse}
+    return sum(masked.get(id(p), p.numel()) for p in module.parameters() if p.requires_grad)
+
+
 __all__ = ["CORES", "CfCCore", "GRUCore", "LSTMCore", "LTCCore", "MHACore", "NACCore", "NoMemoryCore",
-           "TemporalCore", "TorchNACCore", "WindowState", "count_parameters", "make_core"]
+           "TemporalCore", "TorchNACCore", "WindowState", "count_effective_parameters", "count_parameters", "make_core"]

@@ -45,6 +45,8 @@ from torch import Tensor, nn
 
 MODES = ("steady", "exact", "euler")
 SELECTORS = ("exact", "blocks")
+#: the backbone and sensory-gate wirings: the paper's NCP, or fully connected (its NAC-FC ablation)
+WIRINGS = ("ncp", "fc")
 
 
 # --------------------------------------------------------------------------------------------
@@ -320,9 +322,12 @@ class NAC(nn.Module):
         backbone_units: neurons of the backbone wiring (inter + command + motor).
         motor_neurons: motor neurons of the backbone; the phi and omega heads read them.
         eps: lower bound added to omega.
+        wiring: "ncp" (the paper's NAC: the sensory gates and the backbone are AutoNCP wirings) or
+            "fc", the paper's NAC-FC ablation (section 5, "NAC with isolated NCPs"): the same
+            layers with every connection kept, fully connected layers in place of the NCP gating.
 
     Raises:
-        ValueError: for an unknown mode or selector, d_model not divisible by num_heads, or
+        ValueError: for an unknown mode, selector or wiring, d_model not divisible by num_heads, or
             sizes/sparsity out of range.
 
     Shapes: ``forward(x)`` takes x (B, T, input_dim) and returns y (B, T, d_model).
@@ -331,8 +336,10 @@ class NAC(nn.Module):
     def __init__(self, input_dim: int, d_model: int, num_heads: int, topk: int = 8, mode: str = "steady",
                  sparsity: float = 0.5, euler_steps: int = 6, delta_t: float = 1.0, causal: bool = True,
                  selector: str = "exact", seed: int = 22222, backbone_units: int = 32, motor_neurons: int = 8,
-                 eps: float = 1e-2):
+                 eps: float = 1e-2, wiring: str = "ncp"):
         super().__init__()
+        if wiring not in WIRINGS:
+            raise ValueError(f"wiring must be one of {WIRINGS}, got {wiring!r}")
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if selector not in SELECTORS:
@@ -348,20 +355,24 @@ class NAC(nn.Module):
         self.config = dict(input_dim=input_dim, d_model=d_model, num_heads=num_heads, topk=topk, mode=mode,
                            sparsity=sparsity, euler_steps=euler_steps, delta_t=delta_t, causal=causal,
                            selector=selector, seed=seed, backbone_units=backbone_units,
-                           motor_neurons=motor_neurons, eps=eps)
+                           motor_neurons=motor_neurons, eps=eps, wiring=wiring)
         self.input_dim, self.d_model, self.num_heads = input_dim, d_model, num_heads
         self.head_dim = d_model // num_heads
         self.topk, self.mode, self.selector, self.causal = topk, mode, selector, causal
         self.euler_steps, self.delta_t, self.eps = euler_steps, delta_t, eps
 
         # 1. sensory gates: sensory->inter masks of three AutoNCP wirings
+        dense = wiring == "fc"  # NAC-FC: every connection of the same layers
         self.sensory = nn.ModuleDict({
-            name: SparseLinear(_sensory_mask(input_dim, d_model, sparsity, seed + i).clone())
+            name: SparseLinear(torch.ones(input_dim, d_model, dtype=torch.bool) if dense
+                               else _sensory_mask(input_dim, d_model, sparsity, seed + i).clone())
             for i, name in enumerate(("q", "k", "v"))
         })
         # 5. backbone: inter -> command -> motor of an AutoNCP wiring over the 2d pair input
         self.wiring = _autoncp(backbone_units, motor_neurons, sparsity, seed + 3, 2 * self.head_dim)
         m_si, m_ic, m_cm = _layer_masks(self.wiring)
+        if dense:
+            m_si, m_ic, m_cm = (torch.ones_like(m) for m in (m_si, m_ic, m_cm))
         self.to_inter, self.to_command, self.to_motor = SparseLinear(m_si), SparseLinear(m_ic), SparseLinear(m_cm)
         self.head_phi = nn.Linear(motor_neurons, 1)
         self.head_omega = nn.Linear(motor_neurons, 1)

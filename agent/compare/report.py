@@ -1,0 +1,279 @@
+"""The comparison's report: the table (markdown and JSON) and the figure, from whatever cells exist.
+
+For each variant (a core and its options, :mod:`agent.compare.cells`) over its seeds:
+
+- the held-out per-frame accuracy (the paper's metric), after BC and after DAgger;
+- the closed-loop return over tracks x seeds: mean ± std, median, worst track, tracks at 900 or
+  above, and a 95% bootstrap confidence interval of the mean (episodes, i.e. (seed, track)
+  pairs, resampled with replacement);
+- the difference from NAC-Steady's mean with its 95% interval, paired on the (seed, track)
+  episodes both have (the same tracks and training seeds), and whether it excludes 0;
+- stalls (episodes with a standstill over 50 steps), mean off-road steps, streaming step latency
+  p50/p99, training time and the core's effective parameters;
+- the offline-only view: the BC policy's held-out accuracy beside its own closed-loop return.
+
+Missing cells (in ``plan.json`` but without a ``cell.json``) are named. The bootstrap is
+Efron & Tibshirani's percentile interval, 10,000 resamples, a fixed seed (the report repeats).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from agent.compare.cells import REFERENCE, Variant, load_plan, read_json
+
+#: bootstrap resamples and seed
+BOOTSTRAP, BOOTSTRAP_SEED = 10_000, 0
+
+
+def load_cells(out: str | Path) -> list[dict]:
+    """Every finished cell (``*/cell.json``) in the comparison folder, sorted by name."""
+    cells = [read_json(p) for p in sorted(Path(out).glob("*/cell.json"))]
+    return [c for c in cells if c is not None]
+
+
+def bootstrap_ci(values, n: int = BOOTSTRAP, seed: int = BOOTSTRAP_SEED, level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of ``values`` (N,); (nan, nan) for none."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    means = v[rng.integers(0, v.size, size=(n, v.size))].mean(axis=1)
+    a = (1.0 - level) / 2.0
+    return float(np.quantile(means, a)), float(np.quantile(means, 1.0 - a))
+
+
+def _episodes(cells: list[dict], key: str = "closed_loop") -> dict[tuple[int, int], float]:
+    """{(training seed, track): return} over a variant's cells."""
+    out = {}
+    for c in cells:
+        block = c.get(key)
+        if block:
+            for track, r in zip(block["seeds"], block["returns"]):
+                out[(int(c["seed"]), int(track))] = float(r)
+    return out
+
+
+def paired_difference(a: dict, b: dict, **kw) -> dict | None:
+    """Mean of a - b over the episodes (keys) both have, with its bootstrap interval; None if none shared."""
+    keys = sorted(set(a) & set(b))
+    if not keys:
+        return None
+    d = np.array([a[k] - b[k] for k in keys])
+    lo, hi = bootstrap_ci(d, **kw)
+    return {"mean": float(d.mean()), "ci95": [lo, hi], "episodes": len(keys), "real": bool(lo > 0 or hi < 0)}
+
+
+def _variant_order(names: list[str], plan: dict | None) -> list[str]:
+    planned = []
+    for c in (plan or {}).get("cells", []):
+        v = c.rsplit("__s", 1)[0]
+        if v not in planned:
+            planned.append(v)
+    return [v for v in planned if v in names] + sorted(v for v in names if v not in planned)
+
+
+def summarize(out: str | Path) -> dict:
+    """The report's contents as a dict (written as ``report.json``): rows per variant, the missing
+    cells, the reference, and the protocol."""
+    plan = load_plan(out)
+    cells = load_cells(out)
+    by_variant: dict[str, list[dict]] = {}
+    for c in cells:
+        by_variant.setdefault(c["variant"], []).append(c)
+    ref_eps = _episodes(by_variant.get(REFERENCE, []))
+    rows = []
+    for name in _variant_order(list(by_variant), plan):
+        cs = sorted(by_variant[name], key=lambda c: c["seed"])
+        eps = _episodes(cs)
+        returns = np.array(list(eps.values()))
+        bc_eps = _episodes(cs, "closed_loop_bc")
+        bc_returns = np.array(list(bc_eps.values()))
+        acc = np.array([c["heldout_accuracy"] for c in cs])
+        acc_bc = np.array([c["heldout_accuracy_bc"] for c in cs])
+        standstills = [s for c in cs for s in c["closed_loop"]["longest_standstill_steps"]]
+        off_road = [s for c in cs for s in c["closed_loop"]["off_road_steps"]]
+        row = {
+            "variant": name, "core": cs[0]["core"], "options": cs[0]["options"], "seeds": [c["seed"] for c in cs],
+            "window": cs[0]["window"], "width": cs[0]["width"], "core_parameters": cs[0]["core_parameters"],
+            "core_parameter_ratio": cs[0]["core_parameter_ratio"], "topk_effective": cs[0].get("topk_effective"),
+            "heldout_accuracy": float(acc.mean()), "heldout_accuracy_std": float(acc.std()),
+            "heldout_accuracy_bc": float(acc_bc.mean()),
+            "episodes": int(returns.size), "mean": float(returns.mean()), "std": float(returns.std()),
+            "ci95": list(bootstrap_ci(returns)), "median": float(np.median(returns)), "worst": float(returns.min()),
+            "at_least_900": int((returns >= 900).sum()),
+            "seed_means": [float(c["closed_loop"]["mean"]) for c in cs],
+            "episodes_with_stall": int(sum(s > 50 for s in standstills)), "mean_off_road_steps": float(np.mean(off_road)),
+            "latency_p50_ms": float(np.mean([c["latency_ms"]["p50"] for c in cs])),
+            "latency_p99_ms": float(np.mean([c["latency_ms"]["p99"] for c in cs])),
+            "train_minutes": float(np.mean([c["train_seconds"] for c in cs]) / 60.0),
+            "returns": {f"{s}:{t}": r for (s, t), r in sorted(eps.items())},
+            "bc_mean": float(bc_returns.mean()) if bc_returns.size else None,
+            "bc_std": float(bc_returns.std()) if bc_returns.size else None,
+            "bc_ci95": list(bootstrap_ci(bc_returns)) if bc_returns.size else None,
+            "difference_from_reference": None if name == REFERENCE else paired_difference(eps, ref_eps),
+        }
+        rows.append(row)
+    finished = {c["cell"] for c in cells}
+    missing = [c for c in (plan or {}).get("cells", []) if c not in finished]
+    return {"reference": REFERENCE, "protocol": (plan or {}).get("protocol"), "rows": rows, "missing": missing,
+            "bootstrap": {"resamples": BOOTSTRAP, "seed": BOOTSTRAP_SEED, "level": 0.95,
+                          "unit": "episodes ((training seed, track) pairs); differences paired on shared episodes"}}
+
+
+def _pm(m, s, digits=1) -> str:
+    return f"{m:.{digits}f} ± {s:.{digits}f}"
+
+
+def markdown(summary: dict) -> str:
+    """The tables as markdown: the comparison, the offline-only view, and the missing cells."""
+    p = summary.get("protocol") or {}
+    lines = ["| variant | T | width | core params (x NAC-Steady) | held-out accuracy (BC / final) | return mean ± std "
+             "| 95% CI | Δ vs nac-steady [95% CI] | median | worst | >= 900 | stalls | off-road steps | step p50 / p99 ms "
+             "| train min | seeds |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in summary["rows"]:
+        d = r["difference_from_reference"]
+        diff = "reference" if r["variant"] == summary["reference"] else "n/a" if d is None else \
+            f"{d['mean']:+.1f} [{d['ci95'][0]:+.1f}, {d['ci95'][1]:+.1f}]{' *' if d['real'] else ''}"
+        lines.append(
+            f"| {r['variant']} | {r['window']} | {r['width']} | {r['core_parameters']:,} ({r['core_parameter_ratio']:.2f}) "
+            f"| {r['heldout_accuracy_bc']:.3f} / {r['heldout_accuracy']:.3f} | {_pm(r['mean'], r['std'])} "
+            f"| [{r['ci95'][0]:.1f}, {r['ci95'][1]:.1f}] | {diff} | {r['median']:.1f} | {r['worst']:.1f} "
+            f"| {r['at_least_900']}/{r['episodes']} | {r['episodes_with_stall']}/{r['episodes']} "
+            f"| {r['mean_off_road_steps']:.0f} | {r['latency_p50_ms']:.1f} / {r['latency_p99_ms']:.1f} "
+            f"| {r['train_minutes']:.1f} | {','.join(map(str, r['seeds']))} |")
+    out = ["## Closed-loop comparison", "",
+           f"{p.get('episodes', '?')} tracks from seed {p.get('eval_seed', '?')} per training seed; BC "
+           f"{p.get('epochs', '?')} epochs then {p.get('dagger_rounds', '?')} DAgger rounds of "
+           f"{p.get('dagger_episodes', '?')} episodes ({p.get('dagger_epochs', '?')} epochs each), window T="
+           f"{p.get('window', '?')}. Δ: paired on the same (seed, track) episodes; * the 95% interval excludes 0.",
+           "", *lines]
+    bc_rows = [r for r in summary["rows"] if r["bc_mean"] is not None]
+    if bc_rows:
+        out += ["", "## Offline-only view: behaviour cloning alone", "",
+                "| variant | held-out accuracy (the paper's metric) | closed-loop return mean ± std | 95% CI |",
+                "|---|---|---|---|"]
+        out += [f"| {r['variant']} | {r['heldout_accuracy_bc']:.3f} | {_pm(r['bc_mean'], r['bc_std'])} "
+                f"| [{r['bc_ci95'][0]:.1f}, {r['bc_ci95'][1]:.1f}] |" for r in bc_rows]
+    if summary["missing"]:
+        out += ["", f"Missing cells ({len(summary['missing'])}): " + ", ".join(summary["missing"])]
+    return "\n".join(out) + "\n"
+
+
+def headline(summary: dict) -> str:
+    """One paragraph: which variant drives best, by how much, and whether it is outside the noise."""
+    rows = summary["rows"]
+    if not rows:
+        return "No finished cells yet."
+    best = max(rows, key=lambda r: r["mean"])
+    ref = next((r for r in rows if r["variant"] == summary["reference"]), None)
+    text = f"Best mean return: {best['variant']} {best['mean']:.1f} (95% CI {best['ci95'][0]:.1f} to {best['ci95'][1]:.1f}, " \
+           f"{best['episodes']} episodes)."
+    if ref is not None and best is not ref:
+        d = best["difference_from_reference"]
+        if d is not None:
+            text += (f" It beats nac-steady ({ref['mean']:.1f}) by {d['mean']:+.1f} (95% CI {d['ci95'][0]:+.1f} to "
+                     f"{d['ci95'][1]:+.1f}): {'a real difference' if d['real'] else 'inside the noise'}.")
+    elif ref is not None:
+        others = [r for r in rows if r is not ref and r["difference_from_reference"] is not None]
+        real = [r["variant"] for r in others if r["difference_from_reference"]["real"]]
+        text += (f" nac-steady is best; it is clearly ahead of {', '.join(real)}" if real else
+                 " nac-steady is best, but every difference is inside the noise") + "."
+    return text
+
+
+def figure(summary: dict, path: str | Path) -> Path:
+    """Returns per track for each variant (box plot with every episode as a point, coloured by
+    training seed); return against window T for variants that differ only in T; and held-out
+    accuracy against closed-loop return (BC and final), written to ``path`` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = summary["rows"]
+    sweeps: dict[str, list[tuple[int, dict]]] = {}
+    for r in rows:
+        rest = tuple((k, v) for k, v in r["options"].items() if k != "T")
+        sweeps.setdefault(Variant(r["core"], rest).name, []).append((r["window"], r))
+    sweeps = {k: sorted(v, key=lambda x: x[0]) for k, v in sweeps.items() if len({w for w, _ in v}) > 1}
+    panels = 2 + bool(sweeps)
+    fig, axes = plt.subplots(1, panels, figsize=(6 + 1.0 * max(len(rows), 4) + 5 * (panels - 1), 5),
+                             gridspec_kw={"width_ratios": [max(len(rows), 4) / 2] + [2.5] * (panels - 1)})
+    ax = axes[0]
+    data = [[v for v in r["returns"].values()] for r in rows]
+    ax.boxplot(data, showfliers=False, widths=0.6)
+    rng = np.random.default_rng(0)
+    seeds = sorted({s for r in rows for s in r["seeds"]})
+    colors = plt.get_cmap("tab10")
+    for i, r in enumerate(rows, start=1):
+        for key, v in r["returns"].items():
+            s = int(key.split(":")[0])
+            ax.plot(i + rng.uniform(-0.18, 0.18), v, "o", ms=3, alpha=0.6, color=colors(seeds.index(s) % 10))
+        ax.plot(i, r["mean"], "D", color="black", ms=5)
+    ax.set_xticks(range(1, len(rows) + 1), [r["variant"] for r in rows], rotation=35, ha="right", fontsize=8)
+    ax.set_ylabel("episode return")
+    ax.set_title("closed-loop return per track (points: episodes by training seed; diamond: mean)", fontsize=9)
+    ax.axhline(900, color="grey", lw=0.8, ls="--")
+    k = 1
+    if sweeps:
+        ax = axes[k]
+        k += 1
+        for name, pts in sweeps.items():
+            ws = [w for w, _ in pts]
+            ax.errorbar(ws, [r["mean"] for _, r in pts],
+                        yerr=np.array([[r["mean"] - r["ci95"][0], r["ci95"][1] - r["mean"]] for _, r in pts]).T,
+                        marker="o", capsize=3, label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("window T (frames)")
+        ax.set_ylabel("mean return (95% CI)")
+        ax.set_title("return against window T", fontsize=9)
+        ax.legend(fontsize=7)
+    ax = axes[k]
+    for r in rows:
+        ax.plot(r["heldout_accuracy"], r["mean"], "o", color="C0")
+        ax.annotate(r["variant"], (r["heldout_accuracy"], r["mean"]), fontsize=6)
+        if r["bc_mean"] is not None:
+            ax.plot(r["heldout_accuracy_bc"], r["bc_mean"], "s", color="C1")
+    ax.plot([], [], "o", color="C0", label="BC + DAgger")
+    ax.plot([], [], "s", color="C1", label="BC alone")
+    ax.set_xlabel("held-out per-frame accuracy")
+    ax.set_ylabel("mean closed-loop return")
+    ax.set_title("the paper's metric against driving", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_report(out: str | Path) -> dict:
+    """Write ``report.md``, ``report.json`` and ``compare.png`` into the comparison folder.
+
+    Returns:
+        {"summary": ..., "paths": [...]}.
+
+    Raises:
+        FileNotFoundError: ``out`` is not a folder.
+    """
+    out = Path(out)
+    if not out.is_dir():
+        raise FileNotFoundError(f"{out} is not a comparison folder (run agent compare --out {out} first)")
+    summary = summarize(out)
+    summary["headline"] = headline(summary)
+    md = markdown(summary) + "\n" + summary["headline"] + "\n"
+    (out / "report.md").write_text(md)
+    (out / "report.json").write_text(json.dumps(summary, indent=2) + "\n")
+    paths = [out / "report.md", out / "report.json"]
+    if summary["rows"]:
+        paths.append(figure(summary, out / "compare.png"))
+    return {"summary": summary, "paths": paths, "markdown": md}
+
+
+__all__ = ["bootstrap_ci", "figure", "headline", "load_cells", "markdown", "paired_difference", "summarize",
+           "write_report"]

@@ -1,0 +1,188 @@
+"""``agent compare``: variants, width matching, the plan, the statistics, and a tiny comparison of
+two cores through the real entry point (the sample recording, a tiny expert, tiny budgets)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from agent.compare.cells import (REFERENCE, Protocol, Variant, choose_width, parse_variants, update_plan)
+from agent.compare.report import bootstrap_ci, paired_difference
+
+SAMPLE = "recordings/nac-drive/sample-v0"
+
+
+# ----------------------------------------------------------------------------- variants
+def test_variant_names_are_canonical():
+    v = Variant.parse(" nac-steady@topk=2@T=16 ")
+    assert v.core == "nac-steady" and v.options == (("T", 16), ("topk", 2))
+    assert v.name == "nac-steady@T=16@topk=2" and Variant.parse(v.name) == v
+    assert Variant.parse("nac-exact@sparsity=0.90").name == "nac-exact@sparsity=0.9"
+    assert Variant.parse("lstm").name == "lstm" and Variant.parse("lstm@width=32").get("width") == 32
+
+
+@pytest.mark.parametrize("text, message", [
+    ("transformer", "unknown core"),
+    ("lstm@topk=2", "only apply to the nac-"),
+    ("nac-steady@depth=2", "bad option"),
+    ("nac-steady@T", "bad option"),
+    ("nac-steady@T=four", "needs a int"),
+    ("nac-steady@T=4@T=8", "given twice"),
+    ("nac-steady@T=0", ">= 1"),
+    ("nac-steady@sparsity=1.0", "sparsity must be in"),
+    ("nac-steady@wiring=random", "wiring must be"),
+])
+def test_bad_variants_say_what_is_wrong(text, message):
+    with pytest.raises(ValueError, match=message):
+        Variant.parse(text)
+
+
+def test_windows_expand_the_cores_without_their_own_T():
+    vs = parse_variants("nac-steady,lstm@T=2,nac-steady", windows=[1, 8])
+    assert [v.name for v in vs] == ["nac-steady@T=1", "nac-steady@T=8", "lstm@T=2"]
+    with pytest.raises(ValueError, match="no cores"):
+        parse_variants(" , ")
+
+
+# ----------------------------------------------------------------------------- sizes
+def test_widths_match_nac_steady_within_the_issue_factor():
+    p = Protocol(data=[SAMPLE])
+    for core in ("lstm", "gru", "none", "mha"):
+        width, params, reference = choose_width(Variant.parse(core), p)
+        assert width % 4 == 0 and 1 / 1.5 <= params / reference <= 1.5, (core, width, params, reference)
+        # the chosen width is the closest in ratio among its neighbours
+        from agent.compare.cells import core_parameters
+
+        for other in (width - 4, width + 4):
+            if other >= 4:
+                assert abs(np.log(core_parameters(Variant.parse(core), p, other) / reference)) >= \
+                    abs(np.log(params / reference)) - 1e-12
+    width, params, reference = choose_width(Variant.parse(REFERENCE), p)
+    assert width == 64 and params == reference
+    assert choose_width(Variant.parse("lstm@width=8"), p)[0] == 8
+
+
+def test_effective_parameters_count_only_the_kept_connections():
+    from agent.nn.cores import count_effective_parameters, count_parameters
+    from agent.nn.nac import NAC, SparseLinear
+
+    mask = torch.zeros(6, 4, dtype=torch.bool)
+    mask[:3] = True
+    layer = SparseLinear(mask)
+    assert count_parameters(layer) == 6 * 4 + 4 and count_effective_parameters(layer) == 3 * 4 + 4
+    ncp = NAC(32, 16, 4, wiring="ncp")
+    fc = NAC(32, 16, 4, wiring="fc")
+    assert count_parameters(ncp) == count_parameters(fc)  # the same layers ...
+    assert count_effective_parameters(fc) == count_parameters(fc) > count_effective_parameters(ncp)  # all kept
+    for name in ("q", "k", "v"):
+        assert bool(fc.sensory[name].mask.all()) and not bool(ncp.sensory[name].mask.all())
+    assert all(bool(m.mask.all()) for m in (fc.to_inter, fc.to_command, fc.to_motor))
+    with pytest.raises(ValueError, match="wiring"):
+        NAC(32, 16, 4, wiring="dense")
+
+
+# ----------------------------------------------------------------------------- statistics
+def test_bootstrap_interval_holds_the_mean_and_narrows_with_data():
+    rng = np.random.default_rng(1)
+    small, large = rng.normal(800, 100, 20), rng.normal(800, 100, 500)
+    lo, hi = bootstrap_ci(small)
+    assert lo < small.mean() < hi
+    lo2, hi2 = bootstrap_ci(large)
+    assert hi2 - lo2 < (hi - lo) / 2
+    assert bootstrap_ci(small) == (lo, hi)  # a fixed seed: the report repeats
+    assert all(np.isnan(bootstrap_ci([])))
+
+
+def test_paired_difference_uses_the_shared_episodes():
+    a = {(0, t): 800.0 + t for t in range(30)}
+    b = {(0, t): 790.0 + t for t in range(30)}
+    b[(1, 0)] = 0.0  # an episode a does not have is ignored
+    d = paired_difference(a, b)
+    assert d["episodes"] == 30 and d["mean"] == pytest.approx(10.0) and d["ci95"] == pytest.approx([10.0, 10.0])
+    assert d["real"]
+    noise = {k: v + (5.0 if k[1] % 2 else -5.0) for k, v in a.items()}
+    assert not paired_difference(noise, a)["real"]
+    assert paired_difference(a, {(9, 9): 1.0}) is None
+
+
+# ----------------------------------------------------------------------------- the plan
+def test_one_folder_keeps_one_protocol(tmp_path):
+    p = Protocol(data=[SAMPLE], epochs=2)
+    update_plan(tmp_path, p, ["nac-steady__s0"])
+    plan = update_plan(tmp_path, p, ["lstm__s0", "nac-steady__s0"])
+    assert plan["cells"] == ["nac-steady__s0", "lstm__s0"]
+    with pytest.raises(ValueError, match="epochs: 2 -> 3"):
+        update_plan(tmp_path, Protocol(data=[SAMPLE], epochs=3), ["gru__s0"])
+
+
+# ----------------------------------------------------------------------------- end to end
+def _compare(out, expert, *extra):
+    from agent.cli import main
+
+    return main(["compare", "--cores", "nac-steady,lstm", "--seeds", "0", "--data", SAMPLE, "--expert", str(expert),
+                 "--epochs", "1", "--dagger-rounds", "1", "--dagger-episodes", "1", "--dagger-max-steps", "12",
+                 "--dagger-epochs", "1", "--episodes", "2", "--max-steps", "15", "--latency-steps", "10",
+                 "--out", str(out), *extra])
+
+
+def test_compare_two_cores_end_to_end_and_resume(tmp_path, tiny_expert, capsys):
+    from agent.cli import main
+
+    out = tmp_path / "cmp"
+    assert _compare(out, tiny_expert) == 0
+    report = json.loads((out / "report.json").read_text())
+    rows = {r["variant"]: r for r in report["rows"]}
+    assert set(rows) == {"nac-steady", "lstm"} and report["missing"] == []
+    for name, row in rows.items():
+        cell = json.loads((out / f"{name}__s0" / "cell.json").read_text())
+        assert cell["closed_loop"]["seeds"] == [1_000_000, 1_000_001]
+        assert cell["closed_loop"]["steps"] == [15, 15]
+        assert len(cell["closed_loop_bc"]["returns"]) == 2  # the BC policy drove the same tracks
+        assert 0.0 <= cell["heldout_accuracy"] <= 1.0 and cell["heldout_frames"] > 0
+        assert cell["latency_ms"]["p99"] >= cell["latency_ms"]["p50"] > 0
+        assert len(cell["dagger_returns"]) == 1 and cell["protocol"]["dagger_rounds"] == 1
+        assert row["mean"] == pytest.approx(np.mean(cell["closed_loop"]["returns"]))
+        assert row["episodes"] == 2
+    assert rows["lstm"]["difference_from_reference"]["episodes"] == 2
+    assert rows["nac-steady"]["core_parameter_ratio"] == 1.0
+    assert 1 / 1.5 <= rows["lstm"]["core_parameter_ratio"] <= 1.5
+    md = (out / "report.md").read_text()
+    assert "| nac-steady |" in md and "| lstm |" in md and (out / "compare.png").stat().st_size > 0
+
+    # resume: finished cells are kept, not retrained
+    stamp = os.stat(out / "lstm__s0" / "policy.pt").st_mtime_ns
+    capsys.readouterr()
+    assert _compare(out, tiny_expert) == 0
+    assert "cell lstm__s0 (kept)" in capsys.readouterr().out
+    assert os.stat(out / "lstm__s0" / "policy.pt").st_mtime_ns == stamp
+
+    # an interrupted cell (trained, not evaluated) resumes at its evaluation
+    (out / "lstm__s0" / "cell.json").unlink()
+    assert main(["compare", "--report", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert [r["variant"] for r in report["rows"]] == ["nac-steady"] and report["missing"] == ["lstm__s0"]
+    assert "Missing cells (1): lstm__s0" in (out / "report.md").read_text()
+    assert _compare(out, tiny_expert) == 0
+    assert os.stat(out / "lstm__s0" / "policy.pt").st_mtime_ns == stamp
+    assert (out / "lstm__s0" / "cell.json").is_file()
+
+    # another protocol in the same folder is refused, with the difference named
+    capsys.readouterr()
+    assert _compare(out, tiny_expert, "--window", "2") == 2
+    assert "window: 4 -> 2" in capsys.readouterr().err
+
+
+def test_compare_rejects_bad_requests(tmp_path, capsys):
+    from agent.cli import main
+
+    assert main(["compare", "--cores", "lstm@topk=2", "--data", SAMPLE, "--out", str(tmp_path / "a")]) == 2
+    assert "only apply to the nac-" in capsys.readouterr().err
+    assert main(["compare", "--data", str(tmp_path / "nothing"), "--out", str(tmp_path / "b")]) == 2
+    assert "agent collect" in capsys.readouterr().err
+    assert main(["compare", "--data", SAMPLE, "--eval-seed", "5", "--out", str(tmp_path / "c")]) == 2
+    assert "training track" in capsys.readouterr().err
+    assert main(["compare", "--report", str(tmp_path / "none")]) == 2
