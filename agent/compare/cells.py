@@ -216,7 +216,7 @@ def choose_width(variant: Variant, protocol: Protocol) -> tuple[int, int, int]:
 
     NAC variants (and torch-nac) keep the default d_model; ``@width=`` is kept as given; every
     other core gets the multiple of 4 whose effective parameter count is closest to the reference's
-    (in ratio), found by bisection (the count grows with d).
+    (in ratio), found by doubling and bisection (the count grows with d).
     """
     from agent.nn.policy import default_config
 
@@ -232,7 +232,12 @@ def choose_width(variant: Variant, protocol: Protocol) -> tuple[int, int, int]:
     def count(k: int) -> int:
         return core_parameters(variant, protocol, k * WIDTH_STEP)
 
-    lo, hi = 1, WIDTH_MAX // WIDTH_STEP
+    # doubling, then bisection (wide LTC wirings are slow to build, so never start from the top)
+    top = WIDTH_MAX // WIDTH_STEP
+    hi = 1
+    while hi < top and count(hi) < reference:
+        hi = min(2 * hi, top)
+    lo = max(1, hi // 2)
     if count(hi) < reference:
         lo = hi
     else:
