@@ -26,8 +26,11 @@ from envs.tracks import EVAL_SEED_BASE
 
 FMT = argparse.ArgumentDefaultsHelpFormatter
 
-#: help text of --gas-at-standstill (collect, train, evaluate)
-_GAS_HELP = ('the teacher\'s start rule (discrete expert): at a standstill (speed < 1 unit/s) it gives gas whatever its network chose, since its argmax can keep steering or braking at rest, which never moves the car (README, "Stalls"). Default on; a continuous expert is unaffected')
+#: help text of --start-rule (collect, train, evaluate)
+_START_RULE_HELP = ("the teacher's start rule (discrete expert): gas at a standstill (speed < 1 unit/s) whatever its network "
+                    "chose, and gas instead of brake below 10 units/s; its argmax can otherwise brake a slow car to a halt "
+                    "and brake or steer at rest until the time limit (README, \"The expert's stalls\"). Default on; a "
+                    "continuous expert is unaffected")
 
 
 class CLIError(Exception):
@@ -156,16 +159,16 @@ def _add_collect(sub) -> None:
                         "nac-drive/expert-0-19-v0; MINARI_DATASETS_PATH=recordings lets Minari's tools find it)")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     p.add_argument("--max-steps", type=int, default=None, help="cap on episode length (default: the env's 1000)")
-    p.add_argument("--gas-at-standstill", action=argparse.BooleanOptionalAction, default=True, help=_GAS_HELP)
+    p.add_argument("--start-rule", action=argparse.BooleanOptionalAction, default=True, help=_START_RULE_HELP)
 
 
 def _use_start_rule(expert, on: bool):
-    """Turn the discrete expert's start rule (:attr:`agent.train.expert.ExpertPolicy.gas_at_standstill`)
+    """Turn the discrete expert's start rule (:attr:`agent.train.expert.ExpertPolicy.start_rule`)
     on or off; a continuous expert is left as it is. Returns the expert."""
     from agent.loading import is_continuous
 
     if not is_continuous(expert):
-        expert.gas_at_standstill = bool(on)
+        expert.start_rule = bool(on)
     return expert
 
 
@@ -189,7 +192,7 @@ def _cmd_collect(args) -> int:
     else:
         from agent.loading import is_continuous, load_policy, make_actor, make_carracing_for
 
-        expert = _use_start_rule(load_policy(args.expert), args.gas_at_standstill)
+        expert = _use_start_rule(load_policy(args.expert), args.start_rule)
         actor, name = make_actor(expert), "ppo-expert"
         env = make_carracing_for(expert)  # the continuous configuration for a continuous expert
         if is_continuous(expert):
@@ -264,8 +267,8 @@ def _add_train(sub) -> None:
     p.add_argument("--expert", default=None,
                    help="carracing: PPO expert .zip for DAgger relabelling (of the same action kind as --data: a "
                         "continuous expert for continuous recordings)")
-    p.add_argument("--gas-at-standstill", action=argparse.BooleanOptionalAction, default=True,
-                   help="carracing DAgger: " + _GAS_HELP)
+    p.add_argument("--start-rule", action=argparse.BooleanOptionalAction, default=True,
+                   help="carracing DAgger: " + _START_RULE_HELP)
     p.add_argument("--dagger-rounds", type=int, default=0, help="carracing: DAgger rounds after BC")
     p.add_argument("--dagger-episodes", type=int, default=8, help="carracing: student episodes per DAgger round")
     p.add_argument("--dagger-epochs", type=int, default=3, help="carracing: epochs on the aggregate after each round")
@@ -306,7 +309,7 @@ def _add_train(sub) -> None:
 _ENV_ONLY = {"udacity": {"augment_prob": 0.6, "smooth_labels": 1, "on_bad_row": "skip"},
              "carracing": {"expert": None, "dagger_rounds": 0, "dagger_beta": 0.5, "dagger_beta_decay": 0.5,
                            "dagger_disturb": 0.0, "dagger_out": None, "dagger_max_steps": None, "dagger_seed": None,
-                           "save_bc": None, "gas_at_standstill": True}}
+                           "save_bc": None, "start_rule": True}}
 
 
 def _load_source(env: str, data: list[str], args):
@@ -404,7 +407,7 @@ def _cmd_train(args) -> int:
                           **given)
     expert = env = None
     if args.dagger_rounds:
-        expert = _use_start_rule(load_policy(args.expert), args.gas_at_standstill)
+        expert = _use_start_rule(load_policy(args.expert), args.start_rule)
         if is_continuous(expert) != continuous:
             kinds = {True: "continuous (steering, throttle)", False: "discrete"}
             raise CLIError(f"--expert {args.expert} drives with {kinds[is_continuous(expert)]} actions but the "
@@ -472,9 +475,10 @@ def _add_evaluate(sub) -> None:
                    help="carracing: sample each action from the policy's softmax instead of taking the most "
                         "probable one (seeded by the track, so runs repeat); a stalled car's identical frames "
                         "then no longer fix its decision")
-    p.add_argument("--gas-at-standstill", action="store_true",
+    p.add_argument("--start-rule", action="store_true",
                    help="carracing, an expert .zip: evaluate it with the start rule that agent collect and DAgger "
-                        "use as the teacher (gas at a standstill); off by default, so the expert is scored as trained")
+                        "use as the teacher (gas at a standstill, no brake below 10 units/s); off by default, so the "
+                        "expert is scored as trained")
     p.add_argument("--json", default=None,
                    help="write the results as JSON here (carracing: per-episode returns, steps, "
                         "longest_standstill_steps and off_road_steps, and their aggregates)")
@@ -506,10 +510,10 @@ def _cmd_evaluate(args) -> int:
         raise CLIError("--data is for --env udacity; CarRacing policies are evaluated in closed loop on tracks")
     from agent.eval.closed_loop import evaluate
 
-    if args.gas_at_standstill and kind != "sb3-ppo-expert":
-        raise CLIError("--gas-at-standstill is the PPO expert's start rule; pass an expert .zip as --policy")
+    if args.start_rule and kind != "sb3-ppo-expert":
+        raise CLIError("--start-rule is the PPO expert's start rule; pass an expert .zip as --policy")
     res = evaluate(path, args.episodes, args.seed, env=args.env, max_steps=args.max_steps, workers=args.workers,
-                   deterministic=not args.sample, gas_at_standstill=args.gas_at_standstill)
+                   deterministic=not args.sample, start_rule=args.start_rule)
     print("\n".join(res.summary_lines()))
     if args.json:
         res.to_json(args.json)
@@ -578,8 +582,8 @@ def _add_compare(sub) -> None:
                                                  "recordings/nac-drive/rule-20-39-v0"],
                    help="the expert recordings every cell learns from")
     p.add_argument("--expert", default=d.expert, help="the PPO expert that labels DAgger rollouts")
-    p.add_argument("--gas-at-standstill", action=argparse.BooleanOptionalAction, default=d.gas_at_standstill,
-                   help="DAgger: " + _GAS_HELP)
+    p.add_argument("--start-rule", action=argparse.BooleanOptionalAction, default=d.start_rule,
+                   help="DAgger: " + _START_RULE_HELP)
     p.add_argument("--window", type=int, default=d.window, help="frames per window T (a variant's @T= overrides)")
     p.add_argument("--epochs", type=int, default=d.epochs, help="behaviour-cloning epochs")
     p.add_argument("--dagger-rounds", type=int, default=d.dagger_rounds, help="DAgger rounds (0: BC alone)")
@@ -635,7 +639,7 @@ def _cmd_compare(args) -> int:
                         dagger_epochs=args.dagger_epochs, dagger_beta=args.dagger_beta,
                         dagger_beta_decay=args.dagger_beta_decay, dagger_disturb=args.dagger_disturb,
                         dagger_seed=args.dagger_seed, dagger_max_steps=args.dagger_max_steps,
-                        gas_at_standstill=args.gas_at_standstill, episodes=args.episodes, eval_seed=args.eval_seed,
+                        start_rule=args.start_rule, episodes=args.episodes, eval_seed=args.eval_seed,
                         max_steps=args.max_steps, eval_bc=not args.no_eval_bc, latency_steps=args.latency_steps)
     results = run_comparison(variants, seeds, protocol, args.out, jobs=args.jobs, threads=args.threads)
     for r in results:

@@ -406,29 +406,30 @@ class _FakeSB3Policy:
 
 
 @pytest.mark.parametrize("choice", ["left", "brake", "nothing"])
-def test_gas_at_standstill_breaks_the_argmax_fixed_point(choice):
-    from agent.train.expert import GAS, ExpertPolicy
+def test_start_rule_breaks_the_argmax_fixed_point(choice):
+    from agent.train.expert import BRAKE, CRAWL_SPEED, GAS, ExpertPolicy
     from envs.carracing import ACTION_NAMES, make_carracing
 
     action = ACTION_NAMES.index(choice)
     env = make_carracing(render_pixels=False, max_episode_steps=80)
     try:
         plain = rollout(env, ExpertActor(ExpertPolicy(_FakeSB3Policy(action))), 0, keep_frames=False)
-        ruled = rollout(env, ExpertActor(ExpertPolicy(_FakeSB3Policy(action), gas_at_standstill=True)), 0,
+        ruled = rollout(env, ExpertActor(ExpertPolicy(_FakeSB3Policy(action), start_rule=True)), 0,
                         keep_frames=False)
     finally:
         env.close()
     # Without the rule a car that starts at rest never moves: steering or braking at rest does nothing.
     assert plain.longest_standstill == plain.steps == 80 and set(plain.actions) == {action}
-    # With it the car gets gas whenever it stands, and the network's own choice once it moves.
-    assert ruled.actions[0] == GAS
-    moving = ~standstill(ruled.speeds[:-1])
-    assert moving.any() and set(ruled.actions[moving]) == {action}
-    assert set(ruled.actions[~moving]) == {GAS}
+    # With it the car gets gas whenever it stands, and instead of brake while it crawls; elsewhere
+    # the network's own choice. The speed at each decision is the one before the step.
+    speed = ruled.speeds[:-1]
+    overridden = standstill(speed) | ((action == BRAKE) & (speed < CRAWL_SPEED))
+    assert ruled.actions[0] == GAS and overridden.any() and (~overridden).any()
+    assert set(ruled.actions[overridden]) == {GAS} and set(ruled.actions[~overridden]) == {action}
     assert ruled.longest_standstill < STALL_STEPS
 
 
-def test_gas_at_standstill_is_for_discrete_experts_only(tiny_expert, tmp_path, capsys):
+def test_start_rule_is_for_discrete_experts_only(tiny_expert, tmp_path, capsys):
     import gymnasium as gym
 
     from agent.cli import main
@@ -437,25 +438,25 @@ def test_gas_at_standstill_is_for_discrete_experts_only(tiny_expert, tmp_path, c
     cont = _FakeSB3Policy(0)
     cont.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
     with pytest.raises(ValueError, match="continuous expert"):
-        ExpertPolicy(cont, gas_at_standstill=True)
-    assert ExpertPolicy.load(tiny_expert).gas_at_standstill is False  # loading never adds the rule
+        ExpertPolicy(cont, start_rule=True)
+    assert ExpertPolicy.load(tiny_expert).start_rule is False  # loading never adds the rule
     # agent evaluate: the rule is an expert's, asked for explicitly, and recorded in the JSON
     pol = _constant_policy(tmp_path / "const.pt", 0)
-    assert main(["evaluate", "--policy", str(pol), "--episodes", "1", "--gas-at-standstill"]) == 2
+    assert main(["evaluate", "--policy", str(pol), "--episodes", "1", "--start-rule"]) == 2
     assert "PPO expert" in capsys.readouterr().err
     js = tmp_path / "expert.json"
     assert main(["evaluate", "--policy", str(tiny_expert), "--episodes", "1", "--seed", "1000000", "--max-steps",
-                 "20", "--workers", "1", "--gas-at-standstill", "--json", str(js)]) == 0
+                 "20", "--workers", "1", "--start-rule", "--json", str(js)]) == 0
     res = json.loads(js.read_text())
-    assert res["gas_at_standstill"] is True and res["steps"] == [20]
+    assert res["start_rule"] is True and res["steps"] == [20]
 
 
 def test_collect_and_train_turn_the_start_rule_on_by_default():
     from agent.cli import build_parser
 
     parser = build_parser()
-    assert parser.parse_args(["collect", "--expert", "e.zip", "--out", "r/n/x-v0"]).gas_at_standstill is True
+    assert parser.parse_args(["collect", "--expert", "e.zip", "--out", "r/n/x-v0"]).start_rule is True
     assert parser.parse_args(["collect", "--expert", "e.zip", "--out", "r/n/x-v0",
-                              "--no-gas-at-standstill"]).gas_at_standstill is False
-    assert parser.parse_args(["train", "--data", "d"]).gas_at_standstill is True
-    assert parser.parse_args(["evaluate", "--policy", "p.zip"]).gas_at_standstill is False
+                              "--no-start-rule"]).start_rule is False
+    assert parser.parse_args(["train", "--data", "d"]).start_rule is True
+    assert parser.parse_args(["evaluate", "--policy", "p.zip"]).start_rule is False

@@ -147,7 +147,7 @@ class Protocol:
     Attributes:
         data: the expert recordings (Minari folders) behaviour cloning reads.
         expert: the PPO expert ``.zip`` that labels DAgger rollouts (with its start rule,
-            ``gas_at_standstill``, as ``agent train`` uses it).
+            ``start_rule``, as ``agent train`` uses it).
         window: T, frames per window (a variant's ``T`` overrides it).
         epochs: behaviour-cloning epochs. dagger_*: as ``agent train`` (rounds, student episodes
             per round, epochs on the aggregate, beta and its decay, disturbances per 1000 steps,
@@ -170,7 +170,7 @@ class Protocol:
     dagger_disturb: float = 2.0
     dagger_seed: int = 500_000
     dagger_max_steps: int | None = None
-    gas_at_standstill: bool = True
+    start_rule: bool = True
     episodes: int = 30
     eval_seed: int = 1_000_000
     max_steps: int | None = None
@@ -372,7 +372,7 @@ def run_cell(variant: Variant | str, seed: int, protocol: Protocol, out: str | P
             expert = load_policy(protocol.expert)
             if is_continuous(expert):
                 raise ValueError(f"{protocol.expert} is a continuous expert; the comparison uses the discrete one")
-            expert.gas_at_standstill = protocol.gas_at_standstill
+            expert.start_rule = protocol.start_rule
             env = make_carracing_for(expert)
         t0 = time.time()
         log.info("cell %s: training (%s, width %d, %d core parameters)", name, variant.core, width, params)

@@ -25,7 +25,7 @@ class EvalResult:
     steps with all four wheels off the road. Aggregates: ``max_longest_standstill_steps``,
     ``episodes_with_stall`` (episodes whose longest standstill exceeds ``stall_steps`` = 50 steps,
     1 s) and ``mean_off_road_steps``. ``standstill_speed`` and ``stall_steps`` record the thresholds;
-    ``deterministic`` (argmax or sampled actions) and ``gas_at_standstill`` (an expert with its start
+    ``deterministic`` (argmax or sampled actions) and ``start_rule`` (an expert with its start
     rule) how the policy acted.
     """
 
@@ -46,7 +46,7 @@ class EvalResult:
     standstill_speed: float = STANDSTILL_SPEED
     stall_steps: int = STALL_STEPS
     deterministic: bool = True
-    gas_at_standstill: bool = False
+    start_rule: bool = False
 
     def to_json(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -68,7 +68,7 @@ class EvalResult:
 def _run_seeds(args, on_episode=None) -> list[tuple]:
     """Worker: load the policy once, run each seed; returns (seed, return, steps, longest standstill,
     off-road steps) per episode."""
-    policy_path, seeds, max_steps, threads, deterministic, gas_at_standstill = args
+    policy_path, seeds, max_steps, threads, deterministic, start_rule = args
     import torch
 
     from agent.loading import load_policy, make_actor, make_carracing_for
@@ -79,10 +79,10 @@ def _run_seeds(args, on_episode=None) -> list[tuple]:
     from agent.train.expert import ExpertPolicy
 
     policy = load_policy(policy_path)
-    if gas_at_standstill:
+    if start_rule:
         if not isinstance(policy, ExpertPolicy) or policy.continuous:
-            raise ValueError(f"gas_at_standstill is the discrete PPO expert's start rule; {policy_path} is not one")
-        policy.gas_at_standstill = True
+            raise ValueError(f"start_rule is the discrete PPO expert's start rule; {policy_path} is not one")
+        policy.start_rule = True
     actor = make_actor(policy, deterministic=deterministic)
     # The expert reads privileged state only: skip the pixel rendering (same physics, same returns).
     # A policy or expert with continuous actions drives the continuous configuration (make_carracing_for).
@@ -101,7 +101,7 @@ def _run_seeds(args, on_episode=None) -> list[tuple]:
 
 def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carracing", max_steps: int | None = None,
              workers: int = 1, progress: bool = True, deterministic: bool = True,
-             gas_at_standstill: bool = False) -> EvalResult:
+             start_rule: bool = False) -> EvalResult:
     """Run ``episodes`` episodes on seeds seed .. seed+episodes-1, split over ``workers`` processes.
 
     Args:
@@ -114,14 +114,14 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
         progress: show a progress bar.
         deterministic: the most probable action (argmax); False samples it from the policy's
             softmax, with torch's generator seeded by each track's seed (the expert stays argmax).
-        gas_at_standstill: a discrete expert ``.zip`` drives with its start rule
-            (:attr:`agent.train.expert.ExpertPolicy.gas_at_standstill`), as it does as a teacher.
+        start_rule: a discrete expert ``.zip`` drives with its start rule
+            (:attr:`agent.train.expert.ExpertPolicy.start_rule`), as it does as a teacher.
 
     Returns:
         the :class:`EvalResult` (per-episode lists in seed order).
 
     Raises:
-        ValueError: an unknown env or a bad episode count; ``gas_at_standstill`` for a file that is
+        ValueError: an unknown env or a bad episode count; ``start_rule`` for a file that is
             not a discrete expert.
     """
     from agent.log import progress as bar_for
@@ -144,12 +144,12 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
         bar.set_postfix(mean=f"{np.mean([x[1] for x in results]):.0f}")
 
     if workers == 1:
-        _run_seeds((str(path), seeds, max_steps, 0, deterministic, gas_at_standstill), on_episode=tick)
+        _run_seeds((str(path), seeds, max_steps, 0, deterministic, start_rule), on_episode=tick)
     else:
         import multiprocessing as mp
 
         with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            for out in pool.map(_run_seeds, [(str(path), [s], max_steps, 1, deterministic, gas_at_standstill) for s in seeds]):
+            for out in pool.map(_run_seeds, [(str(path), [s], max_steps, 1, deterministic, start_rule) for s in seeds]):
                 tick(out[0])
     bar.close()
     results.sort()
@@ -164,4 +164,4 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
                       off_road_steps=off_road, max_longest_standstill_steps=max(standstills),
                       episodes_with_stall=sum(s > STALL_STEPS for s in standstills),
                       mean_off_road_steps=float(np.mean(off_road)), deterministic=deterministic,
-                      gas_at_standstill=gas_at_standstill)
+                      start_rule=start_rule)
