@@ -186,3 +186,55 @@ def test_compare_rejects_bad_requests(tmp_path, capsys):
     assert main(["compare", "--data", SAMPLE, "--eval-seed", "5", "--out", str(tmp_path / "c")]) == 2
     assert "training track" in capsys.readouterr().err
     assert main(["compare", "--report", str(tmp_path / "none")]) == 2
+
+
+# ----------------------------------------------------------------------------- the report from cell files
+def _fake_cell(out, variant: str, seed: int, returns, accuracy=0.9, window=4):
+    """A finished cell.json as run_cell writes it (no training), for the report's own tests."""
+    from agent.compare.cells import Variant, cell_name
+
+    v = Variant.parse(variant)
+    tracks = list(range(1_000_000, 1_000_000 + len(returns)))
+    block = {"seeds": tracks, "returns": list(map(float, returns)), "steps": [1000] * len(returns),
+             "longest_standstill_steps": [0] * (len(returns) - 1) + [120], "off_road_steps": [10] * len(returns),
+             "mean": float(np.mean(returns)), "std": float(np.std(returns))}
+    cell = {"cell": cell_name(v, seed), "variant": v.name, "core": v.core, "options": dict(v.options), "seed": seed,
+            "window": window, "width": 64, "core_parameters": 1000, "core_parameter_ratio": 1.0, "topk_effective": None,
+            "heldout_accuracy": accuracy, "heldout_accuracy_bc": accuracy - 0.01, "closed_loop": block,
+            "closed_loop_bc": dict(block, returns=[r - 50 for r in block["returns"]]),
+            "latency_ms": {"p50": 2.0, "p99": 3.0}, "train_seconds": 600.0}
+    folder = out / cell_name(v, seed)
+    folder.mkdir(parents=True)
+    (folder / "cell.json").write_text(json.dumps(cell))
+
+
+def test_report_reads_the_cells_that_exist(tmp_path):
+    from agent.compare.report import window_sweeps, write_report
+
+    update_plan(tmp_path, Protocol(data=[SAMPLE]), ["nac-steady__s0", "nac-steady__s1", "lstm__s0", "lstm__s1",
+                                                     "nac-steady@T=8__s0", "gru__s0"])
+    rng = np.random.default_rng(0)
+    base = rng.normal(800, 60, 30)
+    for s in (0, 1):
+        _fake_cell(tmp_path, "nac-steady", s, base)
+        _fake_cell(tmp_path, "lstm", s, base - 100)  # 100 worse on every episode: a real difference
+    _fake_cell(tmp_path, "nac-steady@T=8", 0, base + 1, window=8)
+    rep = write_report(tmp_path)
+    summary = rep["summary"]
+    rows = {r["variant"]: r for r in summary["rows"]}
+    assert list(rows) == ["nac-steady", "lstm", "nac-steady@T=8"]  # the plan's order
+    assert summary["missing"] == ["gru__s0"]
+    lstm = rows["lstm"]
+    assert lstm["episodes"] == 60 and lstm["mean"] == pytest.approx(base.mean() - 100)
+    d = lstm["difference_from_reference"]
+    assert d["episodes"] == 60 and d["mean"] == pytest.approx(-100) and d["real"]
+    assert rows["nac-steady@T=8"]["difference_from_reference"]["episodes"] == 30  # seed 0 only
+    assert rows["nac-steady"]["episodes_with_stall"] == 2 and rows["nac-steady"]["bc_mean"] == pytest.approx(
+        base.mean() - 50)
+    assert "nac-steady" in summary["headline"] and "real" in summary["headline"]
+    sweeps = window_sweeps(summary["rows"])
+    assert list(sweeps) == ["nac-steady"] and [w for w, _ in sweeps["nac-steady"]] == [4, 8]
+    md = (tmp_path / "report.md").read_text()
+    assert "Missing cells (1): gru__s0" in md and "| lstm | 4 |" in md
+    assert (tmp_path / "compare.png").stat().st_size > 0
+    assert json.loads((tmp_path / "report.json").read_text())["rows"][1]["variant"] == "lstm"

@@ -186,6 +186,17 @@ def headline(summary: dict) -> str:
     return text
 
 
+def window_sweeps(rows: list[dict]) -> dict[str, list[tuple[int, dict]]]:
+    """Rows that differ only in their window T, grouped by the rest of the variant (its name
+    without ``@T=``) and sorted by T; groups with a single T are left out."""
+    sweeps: dict[str, list[tuple[int, dict]]] = {}
+    for r in rows:
+        order = list(r["options"])
+        rest = tuple((k, r["options"][k]) for k in order if k != "T")
+        sweeps.setdefault(Variant(r["core"], rest).name, []).append((int(r["window"]), r))
+    return {k: sorted(v, key=lambda x: x[0]) for k, v in sweeps.items() if len({w for w, _ in v}) > 1}
+
+
 def figure(summary: dict, path: str | Path) -> Path:
     """Returns per track for each variant (box plot with every episode as a point, coloured by
     training seed); return against window T for variants that differ only in T; and held-out
@@ -196,11 +207,7 @@ def figure(summary: dict, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     rows = summary["rows"]
-    sweeps: dict[str, list[tuple[int, dict]]] = {}
-    for r in rows:
-        rest = tuple((k, v) for k, v in r["options"].items() if k != "T")
-        sweeps.setdefault(Variant(r["core"], rest).name, []).append((r["window"], r))
-    sweeps = {k: sorted(v, key=lambda x: x[0]) for k, v in sweeps.items() if len({w for w, _ in v}) > 1}
+    sweeps = window_sweeps(rows)
     panels = 2 + bool(sweeps)
     fig, axes = plt.subplots(1, panels, figsize=(6 + 1.0 * max(len(rows), 4) + 5 * (panels - 1), 5),
                              gridspec_kw={"width_ratios": [max(len(rows), 4) / 2] + [2.5] * (panels - 1)})
@@ -276,4 +283,4 @@ def write_report(out: str | Path) -> dict:
 
 
 __all__ = ["bootstrap_ci", "figure", "headline", "load_cells", "markdown", "paired_difference", "summarize",
-           "write_report"]
+           "window_sweeps", "write_report"]
