@@ -601,7 +601,8 @@ def _add_compare(sub) -> None:
                    help="do not drive the BC policy too (it gives the offline-only view: accuracy against return)")
     p.add_argument("--latency-steps", type=int, default=d.latency_steps, help="streaming steps timed for the latency")
     p.add_argument("--jobs", type=int, default=1, help="cells run in parallel processes")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads per cell")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads per cell (default: 1 with --jobs > 1, else torch's default)")
 
 
 def _int_list(text: str, what: str) -> list[int]:
@@ -629,8 +630,9 @@ def _cmd_compare(args) -> int:
                            f"carracing --expert carracing-expert.zip --episodes 20 --seed 0 --out {d}")
     if args.eval_seed < EVAL_SEED_BASE:
         raise CLIError(f"--eval-seed {args.eval_seed} is a training track; closed-loop tracks start at {EVAL_SEED_BASE}")
-    if args.jobs < 1 or args.threads < 0:
+    if args.jobs < 1 or (args.threads is not None and args.threads < 0):
         raise CLIError("--jobs must be >= 1 and --threads >= 0")
+    threads = args.threads if args.threads is not None else (1 if args.jobs > 1 else 0)
     windows = _int_list(args.windows, "--windows") if args.windows else None
     variants = parse_variants(args.cores, windows)
     seeds = _int_list(args.seeds, "--seeds")
@@ -641,7 +643,7 @@ def _cmd_compare(args) -> int:
                         dagger_seed=args.dagger_seed, dagger_max_steps=args.dagger_max_steps,
                         start_rule=args.start_rule, episodes=args.episodes, eval_seed=args.eval_seed,
                         max_steps=args.max_steps, eval_bc=not args.no_eval_bc, latency_steps=args.latency_steps)
-    results = run_comparison(variants, seeds, protocol, args.out, jobs=args.jobs, threads=args.threads)
+    results = run_comparison(variants, seeds, protocol, args.out, jobs=args.jobs, threads=threads)
     for r in results:
         if r.status == "failed":
             print(f"cell {r.name}: FAILED: {r.error}")

@@ -328,7 +328,7 @@ def run_cell(variant: Variant | str, seed: int, protocol: Protocol, out: str | P
     Args:
         variant: the variant (or its text). seed: the training seed (weights, split, batches,
             DAgger's mixing draws). protocol: the shared :class:`Protocol`. out: the comparison folder.
-        threads: torch CPU threads for this cell.
+        threads: torch CPU threads for this cell (0: torch's default).
 
     Returns:
         the :class:`CellResult` (status "done" or "kept").
@@ -390,7 +390,8 @@ def run_cell(variant: Variant | str, seed: int, protocol: Protocol, out: str | P
                    "n_val_frames": report.n_val_frames, "epochs": [asdict(e) for e in report.epochs]}
         _write_json(folder / "train.json", trained)
     policy = load_policy(folder / "policy.pt")
-    assert isinstance(policy, DrivingPolicy)
+    if not isinstance(policy, DrivingPolicy):
+        raise ValueError(f"{folder / 'policy.pt'} is not a driving policy; delete the cell folder to retrain it")
     log.info("cell %s: held-out accuracy and closed loop on %d tracks", name, protocol.episodes)
     accuracy, frames = score_stream(policy, val_src)
     bc_path = folder / "bc.pt" if protocol.dagger_rounds else folder / "policy.pt"
