@@ -29,8 +29,8 @@ FMT = argparse.ArgumentDefaultsHelpFormatter
 #: help text of --start-rule (collect, train, evaluate)
 _START_RULE_HELP = ("the teacher's start rule (discrete expert): gas at a standstill (speed < 1 unit/s) whatever its network "
                     "chose, and gas instead of brake below 10 units/s; its argmax can otherwise brake a slow car to a halt "
-                    "and brake or steer at rest until the time limit (README, \"The expert's stalls\"). Default on; a "
-                    "continuous expert is unaffected")
+                    "and brake or steer at rest until the time limit (README, \"The expert's stalls\"). A continuous "
+                    "expert is unaffected")
 
 
 class CLIError(Exception):
@@ -159,7 +159,7 @@ def _add_collect(sub) -> None:
                         "nac-drive/expert-0-19-v0; MINARI_DATASETS_PATH=recordings lets Minari's tools find it)")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     p.add_argument("--max-steps", type=int, default=None, help="cap on episode length (default: the env's 1000)")
-    p.add_argument("--start-rule", action=argparse.BooleanOptionalAction, default=True, help=_START_RULE_HELP)
+    p.add_argument("--start-rule", action=argparse.BooleanOptionalAction, default=False, help=_START_RULE_HELP)
 
 
 def _use_start_rule(expert, on: bool):
@@ -267,7 +267,7 @@ def _add_train(sub) -> None:
     p.add_argument("--expert", default=None,
                    help="carracing: PPO expert .zip for DAgger relabelling (of the same action kind as --data: a "
                         "continuous expert for continuous recordings)")
-    p.add_argument("--start-rule", action=argparse.BooleanOptionalAction, default=True,
+    p.add_argument("--start-rule", action=argparse.BooleanOptionalAction, default=False,
                    help="carracing DAgger: " + _START_RULE_HELP)
     p.add_argument("--dagger-rounds", type=int, default=0, help="carracing: DAgger rounds after BC")
     p.add_argument("--dagger-episodes", type=int, default=8, help="carracing: student episodes per DAgger round")
@@ -309,7 +309,7 @@ def _add_train(sub) -> None:
 _ENV_ONLY = {"udacity": {"augment_prob": 0.6, "smooth_labels": 1, "on_bad_row": "skip"},
              "carracing": {"expert": None, "dagger_rounds": 0, "dagger_beta": 0.5, "dagger_beta_decay": 0.5,
                            "dagger_disturb": 0.0, "dagger_out": None, "dagger_max_steps": None, "dagger_seed": None,
-                           "save_bc": None, "start_rule": True}}
+                           "save_bc": None, "start_rule": False}}
 
 
 def _load_source(env: str, data: list[str], args):

@@ -451,12 +451,14 @@ def test_start_rule_is_for_discrete_experts_only(tiny_expert, tmp_path, capsys):
     assert res["start_rule"] is True and res["steps"] == [20]
 
 
-def test_collect_and_train_turn_the_start_rule_on_by_default():
+def test_the_start_rule_is_asked_for_explicitly():
     from agent.cli import build_parser
 
     parser = build_parser()
-    assert parser.parse_args(["collect", "--expert", "e.zip", "--out", "r/n/x-v0"]).start_rule is True
-    assert parser.parse_args(["collect", "--expert", "e.zip", "--out", "r/n/x-v0",
-                              "--no-start-rule"]).start_rule is False
-    assert parser.parse_args(["train", "--data", "d"]).start_rule is True
+    # off by default where the shipped files were made without it (collect, train), on in compare's protocol
+    assert parser.parse_args(["collect", "--expert", "e.zip", "--out", "r/n/x-v0"]).start_rule is False
+    assert parser.parse_args(["collect", "--expert", "e.zip", "--out", "r/n/x-v0", "--start-rule"]).start_rule is True
+    assert parser.parse_args(["train", "--data", "d"]).start_rule is False
+    assert parser.parse_args(["train", "--data", "d", "--start-rule"]).start_rule is True
     assert parser.parse_args(["evaluate", "--policy", "p.zip"]).start_rule is False
+    assert parser.parse_args(["compare"]).start_rule is True

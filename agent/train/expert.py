@@ -193,8 +193,8 @@ class ExpertPolicy:
         policy: the stable-baselines3 ``ActorCriticPolicy`` (an MLP on (PRIVILEGED_DIM,) float32
             states, 5 discrete actions), in eval mode. ``model`` is the same object.
         start_rule: the start rule (discrete experts only, see :meth:`act`). Off after
-            :meth:`load`; the commands that use the expert as a teacher (``agent collect``,
-            DAgger in ``agent train``) turn it on unless given ``--no-start-rule``.
+            :meth:`load`; ``--start-rule`` turns it on in ``agent collect``, DAgger in ``agent
+            train`` and ``agent evaluate``, and ``agent compare``'s protocol has it on.
     """
 
     def __init__(self, policy, start_rule: bool = False):
