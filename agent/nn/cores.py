@@ -233,38 +233,51 @@ class _RecurrentCore(TemporalCore):
 
 
 class LSTMCore(_RecurrentCore):
-    """torch ``nn.LSTM`` (one layer, hidden d) over the window; the unmasked case is one fused call."""
+    """torch ``nn.LSTM`` (one layer, hidden d) over the window; the unmasked case is one fused call.
+
+    The input features pass a ``LayerNorm(D)`` first. Without it the LSTM did not train on the
+    CarRacing CNN's features: their scale grows during training (std 0.03 at initialisation,
+    1.4-2.4 after one epoch over D = 2430 unnormalised features), the gate pre-activations
+    saturate, and the policy fell to the majority action (held-out accuracy 0.740 in every
+    epoch, at learning rates 1e-3 and 3e-4).
+    """
 
     name = "lstm"
 
     def __init__(self, input_dim, output_dim, window, frame_dt):
         super().__init__(input_dim, output_dim, window, frame_dt)
-        self.rnn = nn.LSTM(input_dim, output_dim, batch_first=True)
+        self.norm = nn.LayerNorm(input_dim)
+        self.rnn = self._rnn(input_dim, output_dim)
+
+    @staticmethod
+    def _rnn(input_dim, output_dim):
+        return nn.LSTM(input_dim, output_dim, batch_first=True)
 
     def _zero(self, B, device, dtype):
         z = torch.zeros(1, B, self.output_dim, device=device, dtype=dtype)
         return z, z
 
     def _cell(self, x_i, h, ts_i):
-        y, h = self.rnn(x_i[:, None], h)
+        y, h = self.rnn(self.norm(x_i)[:, None], h)
         return y[:, 0], h
 
     def forward(self, x, t=None, mask=None, return_intermediates=False):
         if mask is None or bool(mask.all()):
             _check_forward(self, x, t, mask)
-            y = self.rnn(x)[0]
+            y = self.rnn(self.norm(x))[0]
             return (y, None) if return_intermediates else y
         return super().forward(x, t, mask, return_intermediates)
 
 
 class GRUCore(LSTMCore):
-    """torch ``nn.GRU`` (one layer, hidden d) over the window."""
+    """torch ``nn.GRU`` (one layer, hidden d) over the window, after the same ``LayerNorm(D)``
+    as :class:`LSTMCore`."""
 
     name = "gru"
 
-    def __init__(self, input_dim, output_dim, window, frame_dt):
-        TemporalCore.__init__(self, input_dim, output_dim, window, frame_dt)
-        self.rnn = nn.GRU(input_dim, output_dim, batch_first=True)
+    @staticmethod
+    def _rnn(input_dim, output_dim):
+        return nn.GRU(input_dim, output_dim, batch_first=True)
 
     def _zero(self, B, device, dtype):
         return torch.zeros(1, B, self.output_dim, device=device, dtype=dtype)
