@@ -167,9 +167,7 @@ def _use_start_rule(expert, on: bool):
     on or off; a continuous expert is left as it is. Returns the expert."""
     from agent.loading import is_continuous
 
-    if not is_continuous(expert):
-        expert.start_rule = bool(on)
-    return expert
+    return expert if is_continuous(expert) else expert.use_start_rule(on)
 
 
 def _cmd_collect(args) -> int:

@@ -372,7 +372,7 @@ def run_cell(variant: Variant | str, seed: int, protocol: Protocol, out: str | P
             expert = load_policy(protocol.expert)
             if is_continuous(expert):
                 raise ValueError(f"{protocol.expert} is a continuous expert; the comparison uses the discrete one")
-            expert.start_rule = protocol.start_rule
+            expert.use_start_rule(protocol.start_rule)
             env = make_carracing_for(expert)
         t0 = time.time()
         log.info("cell %s: training (%s, width %d, %d core parameters)", name, variant.core, width, params)

@@ -80,9 +80,9 @@ def _run_seeds(args, on_episode=None) -> list[tuple]:
 
     policy = load_policy(policy_path)
     if start_rule:
-        if not isinstance(policy, ExpertPolicy) or policy.continuous:
+        if not isinstance(policy, ExpertPolicy):
             raise ValueError(f"start_rule is the discrete PPO expert's start rule; {policy_path} is not one")
-        policy.start_rule = True
+        policy.use_start_rule(True)
     actor = make_actor(policy, deterministic=deterministic)
     # The expert reads privileged state only: skip the pixel rendering (same physics, same returns).
     # A policy or expert with continuous actions drives the continuous configuration (make_carracing_for).

@@ -203,10 +203,20 @@ class ExpertPolicy:
         self.policy = policy
         #: whether the expert drives the continuous configuration ((steering, throttle) actions)
         self.continuous = isinstance(policy.action_space, spaces.Box)
-        if start_rule and self.continuous:
+        self.start_rule = False
+        self.use_start_rule(start_rule)
+
+    def use_start_rule(self, on: bool = True) -> "ExpertPolicy":
+        """Turn the start rule (see :meth:`act`) on or off; returns the expert.
+
+        Raises:
+            ValueError: ``on`` for a continuous expert (it has a throttle and needs no rule).
+        """
+        if on and self.continuous:
             raise ValueError("start_rule is the discrete expert's start rule; a continuous expert has a "
                              "throttle and is used without it")
-        self.start_rule = bool(start_rule)
+        self.start_rule = bool(on)
+        return self
 
     @property
     def model(self):
