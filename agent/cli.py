@@ -289,8 +289,10 @@ def _add_train(sub) -> None:
     p.add_argument("--init", default=None,
                    help="start from this policy file (its core, window and features are kept); with --epochs 0 "
                         "behaviour cloning is skipped, e.g. DAgger rounds on top of a saved BC policy")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    p.add_argument("--device", default="cpu", help="torch device")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch CPU threads (0: torch's default; under torchrun: cores / processes per machine)")
+    p.add_argument("--device", default="cpu",
+                   help="torch device (under torchrun: cpu trains with gloo, cuda with NCCL on cuda:LOCAL_RANK)")
     p.add_argument("--tensorboard", default="runs/train", help="TensorBoard root folder ('' for none)")
     p.add_argument("--report", default=None, help="also write the training report as JSON here")
     p.add_argument("--time-limit", type=float, default=None, help="stop after the epoch that crosses this many minutes")
@@ -352,7 +354,6 @@ def _carracing_continuous(source) -> bool:
 
 def _cmd_train(args) -> int:
     import numpy as np
-    import torch
 
     from agent.loading import is_continuous, load_policy, make_carracing_for
     from agent.nn.policy import DrivingPolicy, default_config
@@ -397,8 +398,11 @@ def _cmd_train(args) -> int:
         if args.env != "carracing":
             raise CLIError(f"--{next(iter(cnn_options))} only applies to --env carracing")
         given["features_kwargs"] = {**default_config("carracing").features_kwargs, **cnn_options}
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    from agent.train import distributed as ddp
+
+    dist = ddp.init_from_env(args.device, args.threads)  # under torchrun: join its process group; else --threads
+    if args.dagger_rounds and dist.world_size > 1:
+        raise CLIError(ddp.DAGGER_UNDER_TORCHRUN)
     source = _load_source(args.env, args.data, args)
     continuous = _carracing_continuous(source) if args.env == "carracing" else False
     pcfg = default_config(args.env, getattr(args, "core", None), continuous=continuous, seed=22222 + args.seed,
@@ -426,7 +430,10 @@ def _cmd_train(args) -> int:
     elif cfg.epochs == 0:
         raise CLIError("--epochs 0 (no behaviour cloning) needs --init POLICY")
     policy, report = train(source, pcfg, cfg, tensorboard_dir=args.tensorboard or None, expert=expert, env=env,
-                           bc_checkpoint=args.save_bc, init=init)
+                           bc_checkpoint=args.save_bc, init=init, dist=dist)
+    if not dist.is_main:  # torchrun: rank 0 alone writes the policy, the report and the results
+        ddp.close(dist)
+        return 0
     command = "agent train " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["train"] else "agent train"
     policy.save(out, metadata=json.loads(json.dumps(report_metadata(report, command=command,
                                                                     recordings=[str(d) for d in args.data]),
@@ -443,6 +450,7 @@ def _cmd_train(args) -> int:
     print(f"training took {report.seconds['total']:.0f} s -> {out}")
     if args.report:
         _write_json(args.report, report.as_dict())
+    ddp.close(dist)
     return 0
 
 

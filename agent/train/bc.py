@@ -19,6 +19,10 @@ Read top to bottom (CleanRL style; DESIGN.md section 6):
 TensorBoard (``runs/<run name>``, the name holds env, core, seed and time): ``losses/train``,
 ``losses/val_<metric>``, ``charts/lr``, ``charts/epoch_seconds``, and the hyper-parameters as
 text. DAgger (:mod:`agent.train.dagger`) sits on top of :func:`fit`.
+
+Under ``torchrun`` (:mod:`agent.train.distributed`) the same loop runs data-parallel: each rank
+reads its shard of the windows (``DistributedSampler``), the model is wrapped in
+``DistributedDataParallel``, the held-out metric is all-reduced, and rank 0 alone logs and writes.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from agent.data.windows import WindowDataset
 from agent.eval.offline import score_stream
 from agent.log import get_logger, progress
 from agent.nn.policy import DrivingPolicy, PolicyConfig
+from agent.train import distributed as ddp
+from agent.train.distributed import DistContext
 from envs.tracks import DAGGER_SEED_BASE
 
 log = get_logger(__name__)
@@ -159,25 +165,45 @@ def _loss_mask(policy: DrivingPolicy, mask: torch.Tensor) -> torch.Tensor:
 
 
 def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epochs: int, report: TrainReport,
-        tb=None, tag: str = "bc", epoch_offset: int = 0, t_start: float | None = None) -> DrivingPolicy:
+        tb=None, tag: str = "bc", epoch_offset: int = 0, t_start: float | None = None,
+        dist: DistContext | None = None) -> DrivingPolicy:
     """Train ``policy`` in place for ``epochs`` epochs on ``train_source``; return the best checkpoint.
 
     The best is chosen by the head's metric on ``val_source`` (streaming); without a validation
     source, the last epoch's weights are returned.
 
+    With ``dist`` of a torchrun process group (:func:`agent.train.distributed.init_from_env`) the
+    epoch is data-parallel: this rank trains on its ``DistributedSampler`` shard of the windows
+    with ``ceil(windows per batch / N)`` windows per step (``cfg.batch_frames`` is the global
+    batch), through ``torch.nn.parallel.DistributedDataParallel`` (gradients averaged over the
+    ranks); the training loss and the held-out metric are all-reduced, so every rank keeps the
+    same best epoch; only rank 0 logs and writes ``tb``. ``policy`` itself (not the DDP wrapper)
+    is trained in place and returned. Without ``dist`` (or with a one-process one) nothing changes.
+
     Raises:
         ValueError: a source without frames.
     """
-    device = torch.device(cfg.device)
+    dist = dist if dist is not None else DistContext(device=cfg.device)
+    device = torch.device(dist.device if dist.distributed else cfg.device)
     policy.to(device)
     head, T = policy.head, policy.config.window
-    bsz = max(1, cfg.batch_frames // T)  # windows per batch
+    bsz = max(1, cfg.batch_frames // T)  # windows per batch (all ranks together)
     dataset = WindowDataset(train_source, T, shuffle_borders=True, seed=cfg.seed + epoch_offset,
                             previous=policy.features.uses_previous)
-    loader = DataLoader(dataset, batch_size=bsz, shuffle=True, num_workers=cfg.workers,
-                        generator=torch.Generator().manual_seed(cfg.seed + epoch_offset), drop_last=False)
+    model = policy
+    if dist.distributed:
+        from torch.nn.parallel import DistributedDataParallel
+
+        # broadcasts rank 0's weights now and averages the gradients in backward()
+        model = DistributedDataParallel(policy, device_ids=[device.index] if device.type == "cuda" else None)
+        bsz = ddp.shard_batch_size(bsz, dist)  # this rank's windows per step
+        loader = None  # one per epoch (ddp.epoch_loader), after the dataset recuts its windows
+    else:
+        loader = DataLoader(dataset, batch_size=bsz, shuffle=True, num_workers=cfg.workers,
+                            generator=torch.Generator().manual_seed(cfg.seed + epoch_offset), drop_last=False)
     opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    total_steps = max(1, epochs * math.ceil(len(dataset) * 1.1 / bsz) + 1)  # border shuffles change the count a little
+    per_rank = len(dataset) * 1.1 / dist.world_size  # border shuffles change the count a little
+    total_steps = max(1, epochs * math.ceil(per_rank / bsz) + 1)
     if cfg.schedule == "onecycle":
         sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=total_steps, pct_start=0.15)
     else:
@@ -188,19 +214,26 @@ def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epoch
         t0 = time.time()
         n_epoch = epoch_offset + epoch + 1
         dataset.set_epoch(n_epoch)
+        if dist.distributed:
+            loader = ddp.epoch_loader(dataset, bsz, dist, cfg.seed + epoch_offset, n_epoch, cfg.workers)
         policy.train()
         total, seen = 0.0, 0
-        bar = progress(loader, desc=f"{tag} epoch {epoch + 1}/{epochs}", unit="batch", leave=False)
+        bar = progress(loader, desc=f"{tag} epoch {epoch + 1}/{epochs}", unit="batch", leave=False,
+                       disable=not dist.is_main)
         for batch in bar:
             mask = batch["mask"].to(device)
             prev = batch["prev"].to(device) if "prev" in batch else None  # (B, H, W, C): motion channels
-            out = policy(batch["obs"].to(device), batch["t"].to(device), mask, prev=prev)  # (B, T, A)
+            out = model(batch["obs"].to(device), batch["t"].to(device), mask, prev=prev)  # (B, T, A)
             counted = _loss_mask(policy, mask)
             if "learn" in batch:  # the source's own exclusions (the expert's stalls, --skip-stalls)
                 counted = counted & batch["learn"].to(device)
             if not bool(counted.any()):
-                continue
-            loss = head.loss(out, batch["target"].to(device), counted)
+                if not dist.distributed:
+                    continue
+                # every rank must join each step's gradient all-reduce: a zero loss adds zero gradients
+                loss = out.sum() * 0.0
+            else:
+                loss = head.loss(out, batch["target"].to(device), counted)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
@@ -211,7 +244,11 @@ def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epoch
             total, seen = total + loss.item() * n, seen + n
             bar.set_postfix(loss=f"{total / max(seen, 1):.4f}")
         bar.close()
-        val, _ = score_stream(policy, val_source) if val_source is not None else (float("nan"), 0)
+        total, seen = ddp.all_reduce_sums(dist, total, seen)  # the loss over every rank's frames
+        if dist.distributed:
+            val, _ = ddp.score_stream_sharded(policy, val_source, dist) if val_source is not None else (float("nan"), 0)
+        else:
+            val, _ = score_stream(policy, val_source) if val_source is not None else (float("nan"), 0)
         m = EpochMetrics(n_epoch, total / max(seen, 1), val, time.time() - t0, tag)
         report.epochs.append(m)
         improved = val_source is not None and head.better(val, best)
@@ -225,7 +262,9 @@ def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epoch
             tb.add_scalar(f"losses/val_{head.metric}", val, n_epoch)
             tb.add_scalar("charts/lr", sched.get_last_lr()[0], n_epoch)
             tb.add_scalar("charts/epoch_seconds", m.seconds, n_epoch)
-        if cfg.time_limit_s is not None and time.time() - t_start > cfg.time_limit_s and epoch + 1 < epochs:
+        # rank 0's clock decides, so that every rank stops after the same epoch
+        if ddp.any_rank(dist, dist.is_main and cfg.time_limit_s is not None and time.time() - t_start > cfg.time_limit_s
+                        ) and epoch + 1 < epochs:
             log.info("time limit of %.0f s reached after epoch %d; stopping", cfg.time_limit_s, epoch + 1)
             break
     if best_state is not None:
@@ -235,7 +274,7 @@ def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epoch
 
 def train(source, policy_config: PolicyConfig, cfg: TrainConfig, tensorboard_dir: str | Path | None = None,
           expert=None, env=None, bc_checkpoint: str | Path | None = None,
-          init: DrivingPolicy | None = None) -> tuple[DrivingPolicy, TrainReport]:
+          init: DrivingPolicy | None = None, dist: DistContext | None = None) -> tuple[DrivingPolicy, TrainReport]:
     """Behaviour cloning on ``source``, then ``cfg.dagger_rounds`` DAgger rounds with ``expert`` in ``env``.
 
     Args:
@@ -247,16 +286,25 @@ def train(source, policy_config: PolicyConfig, cfg: TrainConfig, tensorboard_dir
         bc_checkpoint: also save the policy as it is after behaviour cloning, before DAgger.
         init: start from this trained policy (its configuration replaces ``policy_config``); with
             ``cfg.epochs == 0`` behaviour cloning is skipped, so DAgger continues a saved BC policy.
+        dist: this process's place in a torchrun run (:func:`agent.train.distributed.init_from_env`);
+            None: one process. Every rank returns the same policy; only rank 0 logs, writes
+            TensorBoard and ``bc_checkpoint``. The initial weights are seeded alike on every rank
+            (DDP broadcasts rank 0's anyway); torch's RNG is then reseeded with ``seed + rank``
+            (dropout). The augmentation draws depend on (seed, epoch, window), not on the rank.
 
     Returns:
         (the best policy, in eval mode; the report).
 
     Raises:
-        ValueError: DAgger without an expert and env, a source without training frames, or no
-            epochs and nothing to start from.
+        ValueError: DAgger without an expert and env, DAgger under torchrun
+            (:data:`agent.train.distributed.DAGGER_UNDER_TORCHRUN`), a source without training
+            frames, or no epochs and nothing to start from.
     """
+    dist = dist if dist is not None else DistContext(device=cfg.device)
     if cfg.epochs == 0 and init is None:
         raise ValueError("epochs 0 (no behaviour cloning) needs a policy to start from (--init)")
+    if cfg.dagger_rounds and dist.world_size > 1:
+        raise ValueError(ddp.DAGGER_UNDER_TORCHRUN)
     if cfg.dagger_rounds and (expert is None or env is None):
         raise ValueError("DAgger needs --expert (the PPO expert that labels the student's states)")
     t_start = time.time()
@@ -265,6 +313,8 @@ def train(source, policy_config: PolicyConfig, cfg: TrainConfig, tensorboard_dir
         policy, policy_config = init, init.config
     else:
         policy = DrivingPolicy(policy_config)
+    if dist.distributed:
+        torch.manual_seed(cfg.seed + dist.rank)  # dropout differs between ranks; the weights above do not
     train_src, val_src = source.split(cfg.val_fraction, cfg.seed)
     name = run_name(policy_config.env, policy_config.core, cfg.seed)
     report = TrainReport(run_name=name, config=asdict(cfg), policy_config=policy_config.to_dict(),
@@ -286,7 +336,7 @@ def train(source, policy_config: PolicyConfig, cfg: TrainConfig, tensorboard_dir
             vy = np.concatenate([val_src.targets(e) for e, n in enumerate(val_src.lengths) if n])
             report.baselines.update(val_zero_mse=float(np.mean(vy ** 2)), val_mean_mse=float(np.mean((vy - mean) ** 2)))
     tb = None
-    if tensorboard_dir:
+    if tensorboard_dir and dist.is_main:
         from torch.utils.tensorboard import SummaryWriter
 
         tb = SummaryWriter(str(Path(tensorboard_dir) / name))
@@ -294,13 +344,17 @@ def train(source, policy_config: PolicyConfig, cfg: TrainConfig, tensorboard_dir
     log.info("behaviour cloning %s: %s (train %d frames, held-out %d), %s core, window T=%d, %d parameters",
              name, source.describe(), report.n_train_frames, report.n_val_frames, policy_config.core,
              policy_config.window, sum(p.numel() for p in policy.parameters()))
+    if dist.distributed:
+        log.info("data-parallel (torchrun): world size %d, %s, %d torch thread(s) per rank, %d windows per step "
+                 "per rank", dist.world_size, dist.backend, torch.get_num_threads(),
+                 ddp.shard_batch_size(max(1, cfg.batch_frames // policy_config.window), dist))
     if report.baselines.get("val_zero_mse") is not None:
         log.info("held-out baselines: predict 0 MSE %.4f, predict the training mean MSE %.4f",
                  report.baselines["val_zero_mse"], report.baselines["val_mean_mse"])
     if cfg.epochs:
-        policy = fit(policy, train_src, val_src, cfg, cfg.epochs, report, tb, "bc", t_start=t_start)
+        policy = fit(policy, train_src, val_src, cfg, cfg.epochs, report, tb, "bc", t_start=t_start, dist=dist)
     report.seconds["bc"] = time.time() - t_start
-    if bc_checkpoint is not None:
+    if bc_checkpoint is not None and dist.is_main:
         policy.save(bc_checkpoint, metadata=report_metadata(report, stage="behaviour cloning (before DAgger)"))
     if cfg.dagger_rounds:
         from agent.train.dagger import dagger
