@@ -2,7 +2,7 @@
 
 - :mod:`envs.carracing`: gymnasium CarRacing-v3 (discrete), seeded tracks, privileged-state view.
 - :mod:`envs.udacity`: the Udacity self-driving-car simulator over socket.io (``agent/Udacity-v0``,
-  :mod:`envs.udacity.env`); imported on first use (it loads python-socketio and aiohttp), e.g. ``envs.UdacityEnv``.
+  :mod:`envs.udacity.env`); imported on first use (it loads aiohttp), e.g. ``envs.UdacityEnv``.
 """
 
 import gymnasium as gym

@@ -317,12 +317,30 @@ def test_only_local_websocket_connections_are_served(env, warnings_counter):
         websocket.create_connection(url, host="evil.example:4567", origin="http://evil.example:4567", timeout=5)
     with pytest.raises(websocket.WebSocketBadStatusException):  # a page elsewhere (engine.io's origin check)
         websocket.create_connection(url, origin="http://evil.example", timeout=5)
-    assert warnings_counter.count == 2  # the origin refusal is engine.io's own (logged once by it)
+    with pytest.raises(websocket.WebSocketBadStatusException):  # same host, other port: another origin
+        websocket.create_connection(url, origin=f"http://127.0.0.1:{env.port + 1}", timeout=5)
+    with pytest.raises(websocket.WebSocketBadStatusException):  # a websocket that asks for long-polling
+        websocket.create_connection(url.replace("transport=websocket", "transport=polling"), timeout=5)
+    with pytest.raises(websocket.WebSocketBadStatusException):  # an engine.io version we do not speak
+        websocket.create_connection(url.replace("EIO=4", "EIO=2"), timeout=5)
+    assert warnings_counter.count == 6 and env.bridge.stats["refused"] == 6  # each refusal logged once
+    # the server's own origin (websocket-client sends it by default) and no Origin at all are served
+    for kwargs in ({}, {"suppress_origin": True}):
+        ws = websocket.create_connection(url, timeout=5, **kwargs)
+        try:
+            assert ws.recv().startswith('0{"sid":')
+        finally:
+            ws.close()
+    assert env.bridge.stats["refused"] == 6
+    deadline = time.monotonic() + 5  # both ended before the four below (MAX_CONNECTIONS)
+    while env.bridge.stats["disconnects"] < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert env.bridge.stats["disconnects"] == 2
     sims = [FakeSimulator(env.port).connect() for _ in range(4)]
     try:
         with pytest.raises(websocket.WebSocketBadStatusException):
             FakeSimulator(env.port).connect()  # a fifth
-        assert env.bridge.stats["refused"] == 3
+        assert env.bridge.stats["refused"] == 7
     finally:
         for sim in sims:
             sim.close()
@@ -447,8 +465,8 @@ def test_ten_thousand_malformed_messages_are_each_answered_or_logged_without_cra
             assert sim.connected and env.bridge.running
             # bounded state: the env's event queue and the simulator's reply queue
             assert len(env.bridge.events) <= EVENT_CAPACITY
-            (eio_socket,) = env.bridge._sio.eio.sockets.values()
-            assert eio_socket.queue.qsize() <= 2
+            assert env.bridge.newest_sid() == sim.sid and env.bridge.is_connected(sim.sid)
+            assert env.bridge.pending_replies(sim.sid) <= 2
             gc.collect()
             measurements.append((_rss_mb(), len(gc.get_objects())))
         (rss0, objects0), (rss1, objects1) = measurements[1], measurements[3]

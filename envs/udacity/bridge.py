@@ -1,21 +1,33 @@
-"""The socket.io server the Udacity simulator connects to (:class:`UdacityBridge`): the transport.
+"""The websocket server the Udacity simulator connects to (:class:`UdacityBridge`): the transport.
 
-The simulator speaks the old socket.io protocol (:mod:`envs.udacity.protocol`); python-socketio 5
-servers ignore its events. We serve it with python-socketio 4.6 and python-engineio 3.13 (3.14
-and later reject the ``EIO=4`` query with HTTP 400), in a background thread running an asyncio
-loop with aiohttp, so nothing is monkey-patched. :class:`envs.udacity.env.UdacityEnv` drives it.
+The simulator is a socket.io 2 client: engine.io revision 3 framing behind an ``EIO=4`` URL,
+no socket.io namespace CONNECT, client-sent pings (:mod:`envs.udacity.protocol`). The bridge
+serves exactly that on aiohttp's public websocket server API (``web.Application``,
+``web.WebSocketResponse``, ``web.AppRunner``, ``web.TCPSite``), with the project's own codec for
+the few packets involved (:mod:`envs.udacity.codec`), in a background thread running an asyncio
+loop. One session, as the simulator sees it::
 
-Nothing here trusts the simulator's bytes: every malformed message (bad base64, truncated or
-non-JPEG images, wrong sizes, missing or non-numeric fields, garbage frames, unknown events) is
-logged to the ``envs.udacity.bridge`` logger, then answered with ``manual`` (telemetry: it asks
-for a fresh frame, so the simulator never stalls) or dropped (anything else); all queues are
-bounded and websocket frames are limited to ``max_message_bytes``.
+    GET /socket.io/?EIO=4&transport=websocket      (websocket upgrade)
+    <- 0{"sid":"...","upgrades":[],"pingInterval":25000,"pingTimeout":60000}   engine.io OPEN
+    <- 40                                           socket.io CONNECT of the default namespace
+    -> 42["telemetry",{...}]   <- 42["steer",{...}] or 42["manual",{}]   (one reply per frame)
+    -> 2                       <- 3                 engine.io PING / PONG, every pingInterval
+    -> 1 or a websocket close                       the end; so is pingInterval + pingTimeout of silence
+
+Nothing here trusts the simulator's bytes: every malformed message (frames that are not engine.io
+packets, binary frames, socket.io packets that are not EVENTs on ``/``, bad JSON, unknown events,
+bad base64, truncated or non-JPEG images, wrong sizes, missing or non-numeric fields) is logged
+to the ``envs.udacity.bridge`` logger, then answered with ``manual`` (telemetry: it asks for a
+fresh frame, so the simulator never stalls) or dropped (anything else); the event queue and each
+connection's reply queue are bounded and websocket frames are limited to ``max_message_bytes``
+(a larger one ends that connection).
 
 Security: the server listens on 127.0.0.1 by default, so only programs on this machine can
 connect; on another interface anybody who can reach the port could steer the car and read the
-camera. Web pages cannot connect: engine.io refuses foreign origins and, on loopback, the bridge
-refuses a Host header that is not a loopback name (DNS rebinding). Long-polling (which the
-simulator never uses) is refused, and at most ``MAX_CONNECTIONS`` connections are served.
+camera. Web pages cannot connect: as engine.io does, the bridge refuses an ``Origin`` header
+other than the server's own ``http://<Host>``, and on loopback it refuses a Host header that is
+not a loopback name (DNS rebinding). Long-polling (which the simulator never uses) is refused,
+and at most ``MAX_CONNECTIONS`` connections are served.
 """
 
 from __future__ import annotations
@@ -24,34 +36,38 @@ import asyncio
 import collections
 import logging
 import math
+import secrets
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
-import socketio
 from aiohttp import WSMsgType, web
-from socketio import packet as sio_packet
 
-from envs.udacity.protocol import (DEFAULT_PORT, MAX_MESSAGE_BYTES, Telemetry, TelemetryError, _preview,
-                                   decode_telemetry)
+from envs.udacity.codec import (EngineIOType, PacketError, SocketIOPacket, SocketIOType, decode_engineio,
+                                decode_socketio, encode_engineio, encode_event, encode_open, encode_socketio,
+                                event_of)
+from envs.udacity.protocol import DEFAULT_PORT, MAX_MESSAGE_BYTES, Telemetry, TelemetryError, _preview, decode_telemetry
 
 LOGGER = logging.getLogger("envs.udacity.bridge")
-#: python-socketio and python-engineio log every packet at INFO; they get this quieter child logger.
-_LIB_LOGGER = logging.getLogger("envs.udacity.socketio")
-if _LIB_LOGGER.level == logging.NOTSET:
-    _LIB_LOGGER.setLevel(logging.WARNING)
 
 DEFAULT_HOST = "127.0.0.1"
 #: Events (frames, manual-driving notices, connects) waiting for the env; the oldest are dropped beyond.
 EVENT_CAPACITY = 64
-#: Replies waiting to be written to one simulator; further replies are dropped (with a log line).
+#: Replies (and pongs) waiting to be written to one simulator; further ones are dropped (with a log line).
 MAX_PENDING_REPLIES = 64
 #: Simultaneous connections accepted (the simulator opens one; a restarted one may overlap briefly).
 MAX_CONNECTIONS = 4
+#: engine.io handshake times (milliseconds), engine.io 3's defaults: the simulator pings every
+#: PING_INTERVAL_MS; a connection silent for PING_INTERVAL_MS + PING_TIMEOUT_MS is closed.
+PING_INTERVAL_MS = 25_000
+PING_TIMEOUT_MS = 60_000
+#: The path the simulator connects to (engine.io's default, as socket.io clients use it).
+SOCKETIO_PATH = "/socket.io/"
+#: The ``EIO`` query values served: the simulator sends 4 but speaks revision 3 (see the module docstring).
+_EIO_VERSIONS = frozenset({"3", "4"})
 _LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
-
-_ENGINEIO_TYPES_FROM_SIM = frozenset("124")  # CLOSE, PING, MESSAGE: all the simulator sends
+_CONNECT_DEFAULT_NAMESPACE = encode_engineio(EngineIOType.MESSAGE, encode_socketio(SocketIOPacket(SocketIOType.CONNECT)))
 
 
 @dataclass(frozen=True)
@@ -94,101 +110,36 @@ class _EventQueue:
         return len(self._items)
 
 
-class _GuardedWebSocket:
-    """engineio 3's aiohttp websocket wrapper, plus a frame-size limit and a garbage filter.
+class _Connection:
+    """One simulator's websocket: its engine.io session id, its bounded reply queue and writer task.
 
-    engineio decodes a frame before its own error handling and ends the connection on anything
-    it cannot parse, so frames that are not engine.io packets the simulator sends (CLOSE, PING,
-    MESSAGE, as text) are logged and skipped here instead.
+    Lives in the server thread only. Replies go through the queue so that a simulator that stops
+    reading holds at most :data:`MAX_PENDING_REPLIES` of them and never blocks the reader.
     """
 
-    def __init__(self, handler, bridge: UdacityBridge):
-        self.handler = handler
-        self.bridge = bridge
-        self.sid = getattr(getattr(handler, "__self__", None), "sid", None)  # the engine.io socket's
-        self._sock: web.WebSocketResponse | None = None
+    def __init__(self, sid: str, ws: web.WebSocketResponse, peer: str):
+        self.sid = sid
+        self.ws = ws
+        self.peer = peer
+        self.replies: asyncio.Queue[str] = asyncio.Queue(MAX_PENDING_REPLIES)
+        self.writer: asyncio.Task | None = None
+        self.closing = False
 
-    async def __call__(self, environ):
-        request = environ["aiohttp.request"]
-        self._sock = web.WebSocketResponse(max_msg_size=self.bridge.max_message_bytes, compress=False)
-        await self._sock.prepare(request)
-        self.bridge._open_websockets.add(self)
-        try:
-            await self.handler(self)
-        finally:
-            self.bridge._open_websockets.discard(self)
-        return self._sock
-
-    async def close(self):
-        await self._sock.close()
-
-    async def send(self, message):
-        if isinstance(message, bytes):
-            await self._sock.send_bytes(message)
-        else:
-            await self._sock.send_str(message)
-
-    async def wait(self):
+    async def write_replies(self) -> None:
+        """Write queued frames in order until the connection ends (the writer task)."""
         while True:
-            msg = await self._sock.receive()
-            if msg.type == WSMsgType.TEXT:
-                text = msg.data
-                if text and text[0] in _ENGINEIO_TYPES_FROM_SIM:
-                    return text
-                self.bridge._drop("websocket text frame", self.sid, f"not an engine.io packet the simulator "
-                                                                    f"sends: {_preview(text)}")
-            elif msg.type == WSMsgType.BINARY:
-                self.bridge._drop("websocket binary frame", self.sid, f"{len(msg.data)} bytes (the simulator "
-                                                                      f"sends text)")
-            elif msg.type == WSMsgType.ERROR:
-                # aiohttp ends the connection after this (e.g. a frame over max_message_bytes)
-                LOGGER.warning("websocket error from simulator %s, closing its connection: %s", self.sid, msg.data)
-                self.bridge.stats["websocket_errors"] += 1
-                raise OSError(str(msg.data))
-            else:  # CLOSE, CLOSING, CLOSED
-                raise OSError("websocket closed")
-
-
-class _SimulatorServer(socketio.AsyncServer):
-    """python-socketio 4's server with its message dispatch replaced by a strict one.
-
-    Only socket.io EVENT packets on the default namespace reach the bridge; everything else
-    (malformed JSON, other packet types, binary attachments that would swallow the next
-    message, other namespaces) is logged and dropped instead of raising inside engineio.
-    """
-
-    def __init__(self, bridge: UdacityBridge, **kwargs):
-        super().__init__(**kwargs)
-        self._bridge = bridge
-
-    async def _handle_eio_message(self, sid, data):
-        bridge = self._bridge
-        bridge.stats["messages"] += 1
-        if not isinstance(data, str):
-            bridge._drop("engine.io message", sid, f"payload {_preview(data)} is not a socket.io packet")
-            return
-        try:
-            pkt = sio_packet.Packet(encoded_packet=data)
-        except Exception as e:  # noqa: BLE001 - json errors, bad types
-            bridge._drop("socket.io packet", sid, f"{type(e).__name__} ({e}) in {_preview(data)}")
-            return
-        if pkt.packet_type != sio_packet.EVENT:
-            bridge._drop("socket.io packet", sid, f"type {_preview(pkt.packet_type)} is not EVENT: {_preview(data)}")
-            return
-        if pkt.namespace not in (None, "/"):
-            bridge._drop("socket.io event", sid, f"namespace {_preview(pkt.namespace)} is not '/'")
-            return
-        if not isinstance(pkt.data, list) or not pkt.data or not isinstance(pkt.data[0], str):
-            bridge._drop("socket.io event", sid, f"{_preview(pkt.data)} is not [name, args...]")
-            return
-        if pkt.data[0] != "telemetry":
-            bridge._drop("socket.io event", sid, f"unknown event {_preview(pkt.data[0])}")
-            return
-        await bridge._on_telemetry(sid, pkt.data[1] if len(pkt.data) > 1 else None)
+            text = await self.replies.get()
+            if self.closing or self.ws.closed:
+                return
+            try:
+                await self.ws.send_str(text)
+            except Exception as e:  # noqa: BLE001 - the socket closed meanwhile (ConnectionResetError, ...)
+                LOGGER.debug("writing to simulator %s failed, it is going away: %r", self.sid, e)
+                return
 
 
 class UdacityBridge:
-    """The socket.io server the simulator connects to, run by an asyncio loop in a daemon thread.
+    """The websocket server the simulator connects to, run by an asyncio loop in a daemon thread.
 
     The env talks to it from its own thread: frames arrive through a bounded event queue and
     commands leave through :meth:`send`. Manual-driving notices and malformed telemetry are
@@ -211,11 +162,10 @@ class UdacityBridge:
         self.stats: collections.Counter[str] = collections.Counter()
         self._connected: dict[str, float] = {}  # sid -> connect time; newest last
         self._talked: set[str] = set()  # connected sids that have sent telemetry (real simulators)
-        self._open_websockets: set[_GuardedWebSocket] = set()
+        self._connections: dict[str, _Connection] = {}  # sid -> its websocket (server thread only)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
-        self._sio: _SimulatorServer | None = None
 
     @property
     def url(self) -> str:
@@ -243,6 +193,14 @@ class UdacityBridge:
         """The most recently connected simulator that is still connected, if any."""
         sids = list(self._connected)
         return sids[-1] if sids else None
+
+    def pending_replies(self, sid: str) -> int:
+        """Replies and pongs queued for simulator ``sid`` and not yet written (0 when it is gone).
+
+        At most :data:`MAX_PENDING_REPLIES`; more than a few means the simulator is not reading.
+        """
+        connection = self._connections.get(sid)
+        return 0 if connection is None else connection.replies.qsize()
 
     # -- lifecycle (caller's thread) ------------------------------------------------------------
 
@@ -318,45 +276,160 @@ class UdacityBridge:
             loop.close()
 
     async def _serve(self) -> None:
-        sio = _SimulatorServer(self, async_mode="aiohttp", async_handlers=False, logger=_LIB_LOGGER,
-                               engineio_logger=_LIB_LOGGER, max_http_buffer_size=self.max_message_bytes)
-        # engineio picks its websocket wrapper from the driver table; ours filters and limits frames
-        sio.eio._async = dict(sio.eio._async, websocket=lambda handler: _GuardedWebSocket(handler, self))
-        sio.on("connect", self._on_connect)
-        sio.on("disconnect", self._on_disconnect)
-        self._sio = sio
         app = web.Application(client_max_size=self.max_message_bytes, middlewares=[self._guard])
-        sio.attach(app)
+        app.router.add_get(SOCKETIO_PATH, self._handle_websocket)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
         self.port = int(self._runner.addresses[0][1])
 
+    def _refuse(self, request: web.Request, reason: str, status: int) -> web.Response:
+        self.stats["refused"] += 1
+        LOGGER.warning("refused a connection from %s: %s", request.remote, reason)
+        return web.Response(status=status, text=reason + "\n")
+
     @web.middleware
     async def _guard(self, request: web.Request, handler):
-        """Refuse what the simulator never does: long-polling, a foreign Host, too many connections.
+        """Refuse what the simulator never does: plain HTTP (long-polling), a foreign Host or Origin.
 
-        The Host check stops DNS rebinding (a web page whose name resolves to 127.0.0.1 would
-        pass engine.io's same-origin check) while the bridge listens on loopback.
+        The Origin check is engine.io's same-origin rule (a browser always sends ``Origin``; the
+        simulator sends none or its own); the Host check stops DNS rebinding (a web page whose name
+        resolves to 127.0.0.1 would pass the Origin check) while the bridge listens on loopback.
         """
-        reason = None
+        origin = request.headers.get("Origin")
         if request.headers.get("Upgrade", "").lower() != "websocket":
-            reason, status = "not a websocket request (the simulator does not use long-polling)", 400
-        elif self.host in _LOOPBACK_NAMES and (request.url.host or "").strip("[]") not in _LOOPBACK_NAMES:
-            reason, status = f"Host {request.host!r} is not a loopback name", 403
-        elif len(self._open_websockets) >= MAX_CONNECTIONS:
-            reason, status = f"already {len(self._open_websockets)} connections", 503
-        if reason is not None:
-            self.stats["refused"] += 1
-            LOGGER.warning("refused a connection from %s: %s", request.remote, reason)
-            return web.Response(status=status, text=reason + "\n")
+            return self._refuse(request, "not a websocket request (the simulator does not use long-polling)", 400)
+        if self.host in _LOOPBACK_NAMES and (request.url.host or "").strip("[]") not in _LOOPBACK_NAMES:
+            return self._refuse(request, f"Host {request.host!r} is not a loopback name", 403)
+        if origin is not None and origin != f"{request.scheme}://{request.host}":
+            return self._refuse(request, f"Origin {origin!r} is not this server's (a web page?)", 400)
         return await handler(request)
 
-    async def _shutdown(self) -> None:
-        for ws in list(self._open_websockets):
+    async def _handle_websocket(self, request: web.Request) -> web.StreamResponse:
+        """One simulator connection, from the websocket handshake to its end."""
+        query = request.query
+        if query.get("transport") != "websocket":
+            return self._refuse(request, f"transport {query.get('transport')!r} is not 'websocket' "
+                                         f"(the simulator does not use long-polling)", 400)
+        if query.get("EIO", "3") not in _EIO_VERSIONS:
+            return self._refuse(request, f"EIO={query.get('EIO')!r} is not an engine.io version served (3, or "
+                                         f"the simulator's 4)", 400)
+        if "sid" in query:
+            return self._refuse(request, "a 'sid' to upgrade: this server has websocket-only sessions", 400)
+        if len(self._connections) >= MAX_CONNECTIONS:
+            return self._refuse(request, f"already {len(self._connections)} connections", 503)
+        ws = web.WebSocketResponse(timeout=1.0, compress=False, max_msg_size=self.max_message_bytes)
+        if not ws.can_prepare(request).ok:
+            return self._refuse(request, "not a valid websocket handshake", 400)
+        sid = secrets.token_hex(16)
+        connection = _Connection(sid, ws, request.remote or "?")
+        self._connections[sid] = connection  # before the first await: MAX_CONNECTIONS holds under races
+        try:
+            await ws.prepare(request)
+            await ws.send_str(encode_open(sid, PING_INTERVAL_MS, PING_TIMEOUT_MS))
+            await ws.send_str(_CONNECT_DEFAULT_NAMESPACE)
+        except Exception as e:  # noqa: BLE001 - the client went away during the handshake
+            self._connections.pop(sid, None)
+            LOGGER.info("simulator handshake from %s failed: %r", connection.peer, e)
+            return ws
+        connection.writer = asyncio.ensure_future(connection.write_replies())
+        self._on_connect(connection)
+        try:
+            await self._read(connection)
+        finally:
+            connection.closing = True
+            connection.writer.cancel()
+            self._connections.pop(sid, None)
+            self._on_disconnect(sid)
+            if not ws.closed:
+                try:
+                    await asyncio.wait_for(ws.close(), 1.0)
+                except Exception as e:  # noqa: BLE001 - best effort; the peer may be gone
+                    LOGGER.debug("closing simulator %s: %r", sid, e)
+        return ws
+
+    async def _read(self, connection: _Connection) -> None:
+        """Read and handle one connection's frames in order until it ends."""
+        ws, sid = connection.ws, connection.sid
+        silence_s = (PING_INTERVAL_MS + PING_TIMEOUT_MS) / 1000.0
+        while True:
             try:
-                await asyncio.wait_for(ws.close(), 1.0)
+                msg = await ws.receive(timeout=silence_s)
+            except asyncio.TimeoutError:
+                self.stats["timeouts"] += 1
+                LOGGER.warning("simulator %s sent nothing for %g s (engine.io pingInterval + pingTimeout), "
+                               "closing its connection", sid, silence_s)
+                return
+            if msg.type == WSMsgType.TEXT:
+                try:
+                    keep = await self._on_frame(connection, msg.data)
+                except Exception:  # noqa: BLE001 - a bug of ours must not end the simulator's session
+                    self.stats["dropped"] += 1
+                    LOGGER.exception("handling a frame from simulator %s failed; it is dropped: %s", sid,
+                                     _preview(msg.data))
+                    keep = True
+                if not keep:
+                    return
+            elif msg.type == WSMsgType.BINARY:
+                self._drop("websocket binary frame", sid, f"{len(msg.data)} bytes (the simulator sends text)")
+            elif msg.type == WSMsgType.ERROR:  # aiohttp has closed the connection (e.g. a frame over max_msg_size)
+                self.stats["websocket_errors"] += 1
+                LOGGER.warning("websocket error from simulator %s, closing its connection: %s", sid, msg.data)
+                return
+            else:  # CLOSE, CLOSING, CLOSED: the simulator went away
+                return
+
+    async def _on_frame(self, connection: _Connection, text: str) -> bool:
+        """Handle one engine.io packet; returns False when the connection is to end (CLOSE)."""
+        sid = connection.sid
+        try:
+            packet = decode_engineio(text)
+        except PacketError as e:
+            self._drop("websocket text frame", sid, f"not an engine.io packet: {e}")
+            return True
+        if packet.type == EngineIOType.PING:  # revision 3: the client pings, we answer with the same data
+            self._enqueue(connection, encode_engineio(EngineIOType.PONG, packet.data), "pong")
+            return True
+        if packet.type == EngineIOType.MESSAGE:
+            self.stats["messages"] += 1
+            await self._on_message(sid, packet.data)
+            return True
+        if packet.type == EngineIOType.CLOSE:
+            LOGGER.info("simulator %s sent engine.io CLOSE", sid)
+            return False
+        self._drop("engine.io packet", sid, f"{packet.type.name} is not a packet the simulator sends "
+                                            f"(PING, MESSAGE, CLOSE): {_preview(text)}")
+        return True
+
+    async def _on_message(self, sid: str, data: str) -> None:
+        """Handle the socket.io packet in an engine.io MESSAGE: only ``telemetry`` events on ``/`` are used."""
+        try:
+            packet = decode_socketio(data)
+        except PacketError as e:
+            self._drop("socket.io packet", sid, str(e))
+            return
+        if packet.type != SocketIOType.EVENT:
+            self._drop("socket.io packet", sid, f"type {packet.type.name} is not EVENT: {_preview(data)}")
+            return
+        if packet.namespace != "/":
+            self._drop("socket.io event", sid, f"namespace {_preview(packet.namespace)} is not '/'")
+            return
+        try:
+            name, args = event_of(packet)
+        except PacketError as e:
+            self._drop("socket.io event", sid, str(e))
+            return
+        if name != "telemetry":
+            self._drop("socket.io event", sid, f"unknown event {_preview(name)}")
+            return
+        await self._on_telemetry(sid, args[0] if args else None)
+
+    async def _shutdown(self) -> None:
+        for connection in list(self._connections.values()):
+            connection.closing = True
+            try:
+                await asyncio.wait_for(connection.ws.close(code=1001, message=b"server shutting down"), 1.0)
             except Exception:  # noqa: BLE001 - best effort; the runner cleans up the rest
                 pass
         if self._runner is not None:
@@ -369,15 +442,13 @@ class UdacityBridge:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _on_connect(self, sid: str, environ: dict) -> None:
-        request = environ.get("aiohttp.request")
-        peer = getattr(request, "remote", None) or "?"
-        self._connected[sid] = time.perf_counter()
+    def _on_connect(self, connection: _Connection) -> None:
+        self._connected[connection.sid] = time.perf_counter()
         self.stats["connects"] += 1
-        LOGGER.info("Udacity simulator connected from %s (session %s)", peer, sid)
-        self.events.put(_Event("connect", sid, time.perf_counter()))
+        LOGGER.info("Udacity simulator connected from %s (session %s)", connection.peer, connection.sid)
+        self.events.put(_Event("connect", connection.sid, time.perf_counter()))
 
-    async def _on_disconnect(self, sid: str) -> None:
+    def _on_disconnect(self, sid: str) -> None:
         self._connected.pop(sid, None)
         self._talked.discard(sid)
         self.stats["disconnects"] += 1
@@ -408,21 +479,23 @@ class UdacityBridge:
         self.stats["dropped"] += 1
         LOGGER.warning("dropped a %s from simulator %s: %s", what, sid or "?", reason)
 
+    def _enqueue(self, connection: _Connection, text: str, what: str) -> bool:
+        """Queue one frame for ``connection``'s writer; drops it (with a log line) when the queue is full."""
+        if connection.replies.full():
+            self.stats["replies_dropped"] += 1
+            LOGGER.warning("simulator %s is not reading (%d replies queued): dropped %s", connection.sid,
+                           connection.replies.qsize(), what)
+            return False
+        connection.replies.put_nowait(text)
+        return True
+
     async def _emit(self, sid: str, event: str, data: dict) -> bool:
-        sio = self._sio
-        sock = sio.eio.sockets.get(sid) if sio is not None else None
-        if sock is None or sock.closed or sock.closing:
+        connection = self._connections.get(sid)
+        if connection is None or connection.closing or connection.ws.closed:
             LOGGER.debug("simulator %s is gone: %s not sent", sid, event)
             return False
-        if sock.queue.qsize() >= MAX_PENDING_REPLIES:
-            self.stats["replies_dropped"] += 1
-            LOGGER.warning("simulator %s is not reading (%d replies queued): dropped %s", sid,
-                           sock.queue.qsize(), event)
+        if not self._enqueue(connection, encode_event(event, data), event):
             return False
-        # socket.io 4's own emit() cannot run on Python >= 3.11 (it passes coroutines to
-        # asyncio.wait), so the EVENT packet is encoded here and handed to engine.io directly.
-        encoded = sio_packet.Packet(sio_packet.EVENT, data=[event, data]).encode()
-        await sio.eio.send(sid, encoded, binary=False)
         self.stats["replies"] += 1
         await asyncio.sleep(0)  # let the writer task send it before the next frame is read (fairness)
         return True

@@ -2,7 +2,7 @@
 
 The protocol is lock-step (:mod:`envs.udacity.protocol`): every autonomous ``step`` sends one
 ``steer`` in reply to the last frame and waits for the next frame. :class:`UdacityEnv` does that
-over the socket.io server of :mod:`envs.udacity.bridge`, with the throttle of
+over the websocket server of :mod:`envs.udacity.bridge`, with the throttle of
 :mod:`envs.udacity.throttle`. When several simulators are connected, the env drives the newest
 one that has sent telemetry. It logs to the ``envs.udacity.bridge`` logger, as the bridge does.
 """
@@ -107,7 +107,7 @@ class UdacityEnv(gym.Env):
         return self.bridge.url
 
     def start(self) -> int:
-        """Start the socket.io server if it is not running; returns the bound port."""
+        """Start the bridge's server if it is not running; returns the bound port."""
         return self.bridge.start()
 
     # -- gymnasium API -------------------------------------------------------------------------

@@ -16,33 +16,32 @@ opens ``ws://127.0.0.1:4567/socket.io/?EIO=4&transport=websocket`` and we are th
 
 This module holds those constants, the decoded :class:`Telemetry` and its validating decoders
 (:func:`decode_telemetry`, :func:`decode_frame`, :func:`parse_number`), which raise
-:class:`TelemetryError` on anything malformed: nothing here trusts the simulator's bytes. One
-limit: a JPEG that is structurally complete but has corrupted entropy data decodes to a damaged
-picture (libjpeg reports that only as a warning); truncated, foreign-format or wrongly sized
-images are refused. It imports neither socket.io nor aiohttp.
+:class:`TelemetryError` on anything malformed: nothing here trusts the simulator's bytes. JPEGs
+are decoded by :mod:`envs.udacity.camera`, as recordings are. One limit: a JPEG that is
+structurally complete but has corrupted entropy data decodes to a damaged picture (libjpeg
+reports that only as a warning); truncated, foreign-format or wrongly sized images are refused.
+It has no transport (the websocket and its packets are :mod:`envs.udacity.bridge` and
+:mod:`envs.udacity.codec`).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import io
 import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from PIL import Image
+
+from envs.udacity.camera import FRAME_SHAPE, CameraImageError, decode_camera_jpeg
 
 #: The TCP port the simulator connects to (hard-coded in the simulator).
 DEFAULT_PORT = 4567
-#: The camera frame the simulator sends: 160 rows x 320 columns, RGB.
-FRAME_SHAPE = (160, 320, 3)
 #: The simulator's steering limit in degrees; a normalised steering of 1.0 means this angle.
 MAX_STEERING_DEG = 25.0
 #: The largest websocket frame accepted (bytes). A real frame is 10-30 kB of base64 JPEG.
 MAX_MESSAGE_BYTES = 1 << 20
-_JPEG_SOI, _JPEG_EOI = b"\xff\xd8", b"\xff\xd9"
 _NUMBER_MAX_CHARS = 32
 
 
@@ -110,9 +109,11 @@ def parse_number(value: Any, name: str) -> float:
 def decode_frame(image_b64: Any) -> np.ndarray:
     """Decode the simulator's ``image`` field (base64 JPEG) to a (160, 320, 3) uint8 RGB array.
 
-    The JPEG header is checked (format and 320x160 size) before any pixel is decoded, so a
-    forged header cannot make us allocate a huge image; a truncated JPEG is refused rather
-    than returned with grey rows.
+    The JPEG goes through :func:`envs.udacity.camera.decode_camera_jpeg`, the decoder the
+    recording reader uses too, so a live frame equals the same JPEG read from a recording. Its
+    header (format and 320x160 size) is checked before any pixel is decoded, so a forged header
+    cannot make us allocate a huge image; a truncated JPEG is refused rather than returned with
+    grey rows.
 
     Raises:
         TelemetryError: not a string, not base64, not a complete JPEG, or not 320x160.
@@ -125,25 +126,10 @@ def decode_frame(image_b64: Any) -> np.ndarray:
         data = base64.b64decode(image_b64, validate=True)
     except (binascii.Error, ValueError) as e:
         raise TelemetryError(f"field 'image' is not valid base64 ({e})") from None
-    if not data.startswith(_JPEG_SOI):
-        raise TelemetryError(f"field 'image' is not a JPEG (starts with {data[:4]!r})")
-    if _JPEG_EOI not in data[-32:]:
-        raise TelemetryError(f"field 'image' is a truncated JPEG ({len(data)} bytes, no end marker)")
     try:
-        with Image.open(io.BytesIO(data), formats=["JPEG"]) as img:
-            width, height = img.size
-            if (height, width) != FRAME_SHAPE[:2]:
-                raise TelemetryError(f"field 'image' is {width}x{height}, expected "
-                                     f"{FRAME_SHAPE[1]}x{FRAME_SHAPE[0]}")
-            img.load()
-            frame = np.asarray(img if img.mode == "RGB" else img.convert("RGB"), dtype=np.uint8)
-    except TelemetryError:
-        raise
-    except Exception as e:  # noqa: BLE001 - PIL raises OSError, SyntaxError, ValueError, ... on corrupt data
-        raise TelemetryError(f"field 'image' is not a decodable JPEG ({type(e).__name__}: {e})") from None
-    if frame.shape != FRAME_SHAPE:  # e.g. a CMYK JPEG converted oddly
-        raise TelemetryError(f"field 'image' decoded to shape {frame.shape}, expected {FRAME_SHAPE}")
-    return frame
+        return decode_camera_jpeg(data)
+    except CameraImageError as e:
+        raise TelemetryError(f"field 'image' {e}") from None
 
 
 def decode_telemetry(data: Any, time_s: float = 0.0, sid: str = "") -> Telemetry | None:
