@@ -160,7 +160,9 @@ def test_round_trip_steer_manual_disconnect_and_reconnect(env):
     assert env.port > 0
     sim = FakeSimulator(env.port, autoreply=True, ping_interval=0.05).connect()
     try:
-        assert sim.open_packet["sid"] and sim.open_packet["pingInterval"] > 0  # the engine.io OPEN
+        assert sim.open_packet == {"sid": sim.sid, "upgrades": [], "pingInterval": 25000,  # the engine.io OPEN
+                                   "pingTimeout": 60000}
+        assert len(sim.sid) >= 16 and env.bridge.newest_sid() == sim.sid
         obs, info = env.reset()  # the simulator's first telemetry (sent on connect)
         assert obs.shape == (160, 320, 3) and obs.dtype == np.uint8 and env.observation_space.contains(obs)
         assert np.array_equal(obs, decode_frame(sim.frames_b64[0]))  # exactly the frame it sent
@@ -217,6 +219,69 @@ def test_round_trip_steer_manual_disconnect_and_reconnect(env):
         assert sim.counts["steer"] == 5  # the first simulator got nothing more
     finally:
         sim2.close()
+
+
+def test_ping_data_is_echoed_and_an_engineio_close_ends_only_that_session(env):
+    with FakeSimulator(env.port, ping_interval=3600) as other:
+        sim = FakeSimulator(env.port, ping_interval=3600).connect()
+        try:
+            assert sim.sid != other.sid and env.bridge.is_connected(sim.sid)
+            sim.send_raw("2probe")  # engine.io 3: the pong carries the ping's data
+            assert sim.next_event("pong") == "3probe"
+            sim.ping()
+            assert sim.next_event("pong") == "3"
+            sim.send_raw("1")  # engine.io CLOSE from the client
+            assert sim.wait_for(lambda c: c["disconnected"] >= 1, 5) and sim.closed_by_server
+            deadline = time.monotonic() + 5
+            while env.bridge.is_connected(sim.sid) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert not env.bridge.is_connected(sim.sid) and env.bridge.is_connected(other.sid)
+            assert env.bridge.pending_replies(sim.sid) == 0
+            other.ping()
+            assert other.next_event("pong") == "3"  # the other session goes on
+        finally:
+            sim.close()
+
+
+def test_live_and_training_decoders_give_identical_tensors(tmp_path, monkeypatch):
+    """A JPEG from the simulator and the same JPEG in a recording reach the policy as identical tensors:
+    both pipelines decode with envs.udacity.camera.decode_camera_jpeg (counted here)."""
+    import torch
+    from udacity_fixture import write_recording
+
+    import envs.udacity.camera as camera
+    import envs.udacity.protocol as protocol
+    from agent.data.udacity import load_recording, preprocess
+    from agent.nn.policy import DrivingPolicy, default_config
+
+    calls = []
+
+    def spy(data):
+        calls.append(len(data))
+        return decoder(data)
+
+    decoder = camera.decode_camera_jpeg
+    monkeypatch.setattr(camera, "decode_camera_jpeg", spy)
+    monkeypatch.setattr(protocol, "decode_camera_jpeg", spy)
+
+    root, _ = write_recording(tmp_path / "rec", n=4)
+    rec = load_recording(root, on_bad_row="error", progress=False)  # the training pipeline
+    assert len(calls) == 4 * 3  # every camera image of every row
+    centers = sorted((root / "IMG").glob("center_*.jpg"))  # the names carry the time: row order
+    assert len(centers) == len(rec.frames_center) == 4
+    features = DrivingPolicy(default_config("udacity", window=2, d_model=20, seed=0,
+                                            core_kwargs={"num_heads": 4, "topk": 4})).eval().features
+    for i, path in enumerate(centers):
+        live = decode_telemetry(dict(GOOD, image=base64.b64encode(path.read_bytes()).decode()))  # the live one
+        assert len(calls) == 4 * 3 + i + 1
+        assert live.frame.dtype == rec.frames_center.dtype == np.uint8
+        assert np.array_equal(live.frame, rec.frames_center[i])
+        # the tensors: live frames go to the policy raw, training windows arrive preprocessed (66x200 YUV)
+        live_x = features.preprocess(live.frame[None])
+        train_x = features.preprocess(preprocess(rec.frames_center[i: i + 1]))
+        assert live_x.shape == (1, 3, 66, 200) and torch.equal(live_x, train_x)
+    other = features.preprocess(preprocess(rec.frames_center[1:2]))
+    assert not torch.equal(features.preprocess(preprocess(rec.frames_center[:1])), other)  # frames do differ
 
 
 def test_reset_without_simulator_times_out_quickly_with_a_clear_message():

@@ -159,17 +159,19 @@ def _basename(path: str) -> str:
 
 
 def _decode(path: Path) -> np.ndarray | str:
-    """RGB uint8 image, or the reason it cannot be used."""
+    """RGB uint8 image, or the reason it cannot be used. The live bridge decodes the simulator's
+    frames with the same function (:func:`envs.udacity.camera.decode_camera_jpeg`), so the policy
+    sees in the simulator exactly what it saw in training."""
+    from envs.udacity.camera import CameraImageError, decode_camera_jpeg
+
     try:
-        buf = np.fromfile(path, np.uint8)
+        data = path.read_bytes()
     except OSError as exc:
         return f"cannot read image IMG/{path.name}: {exc}"
-    img = cv2.imdecode(buf, cv2.IMREAD_COLOR) if buf.size else None
-    if img is None:
-        return f"unreadable image IMG/{path.name}"
-    if img.shape != FRAME_SHAPE:
-        return f"image IMG/{path.name} is {img.shape[1]}x{img.shape[0]}, expected 320x160"
-    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+    try:
+        return decode_camera_jpeg(data)
+    except CameraImageError as exc:
+        return f"unreadable image IMG/{path.name}: it {exc}"
 
 
 def load_recording(path: str | Path, on_bad_row: str = "skip", max_gap: float = MAX_GAP_S,
