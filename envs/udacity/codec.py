@@ -30,14 +30,16 @@ https://github.com/socketio/socket.io-protocol/tree/v4, "Packet format" and "Pac
   server's namespace CONNECT is ``40``.
 
 Every decoder raises :class:`PacketError` (a ``ValueError``) with the reason on anything
-malformed, and never anything else: the input comes from the network. JSON is parsed as the
-JavaScript parser does: ``NaN`` and ``Infinity`` are refused, and so is nesting too deep to parse.
+malformed, and never anything else: the input comes from the network. JSON is parsed strictly:
+``NaN`` and ``Infinity`` are refused (as JavaScript's ``JSON.parse`` does), and so are numbers
+beyond a double (which JavaScript would read as infinite) and nesting too deep to parse.
 """
 
 from __future__ import annotations
 
 import enum
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,13 +110,20 @@ def _preview(text: Any, limit: int = 60) -> str:
 
 
 def _refuse_constant(name: str) -> Any:
-    raise PacketError(f"JSON {name} is not JSON (JavaScript's parser refuses it)")
+    raise PacketError(f"{name} is not JSON (JavaScript's parser refuses it)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise PacketError(f"the number {_preview(text)} does not fit a double")
+    return value
 
 
 def _loads(text: str, what: str) -> Any:
     """JSON as JavaScript's ``JSON.parse`` reads it; PacketError instead of any parser error."""
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except PacketError as e:
         raise PacketError(f"{what}: {e}") from None
     except RecursionError:
@@ -218,7 +227,10 @@ def encode_socketio(packet: SocketIOPacket) -> str:
     """The text of one socket.io revision 4 packet (the data of an engine.io MESSAGE).
 
     ``<type>[<attachments>-][<namespace>,][<id>][<JSON data>]``; the default namespace ``/`` is
-    left out, as socket.io-parser does. Spec: socket.io-protocol v4, "Packet encoding".
+    left out, as socket.io-parser does. The data of an ERROR packet may be a bare number, which
+    would read as an ack id: it gets a leading space (JSON allows it), so every packet that
+    :func:`decode_socketio` returns encodes back to one that decodes the same. Spec:
+    socket.io-protocol v4, "Packet encoding".
 
     Raises:
         ValueError: a namespace that does not start with ``/`` or holds a ``,``; a negative id;
@@ -246,7 +258,9 @@ def encode_socketio(packet: SocketIOPacket) -> str:
     if packet.data is not None:
         if kind != SocketIOType.ERROR and not isinstance(packet.data, (list, tuple)):
             raise ValueError(f"the data of a {kind.name} packet must be a list, got {type(packet.data).__name__}")
-        text += _dumps(list(packet.data) if isinstance(packet.data, tuple) else packet.data)
+        data = _dumps(list(packet.data) if isinstance(packet.data, tuple) else packet.data)
+        # an ERROR's bare number would read as (more of) the ack id: JSON allows a leading space
+        text += " " + data if data[0].isdigit() else data
     return text
 
 
