@@ -33,6 +33,12 @@ _START_RULE_HELP = ("the teacher's start rule (discrete expert): gas at a stands
                     "expert is unaffected")
 
 
+#: help text of --envs (collect, train, evaluate)
+_ENVS_HELP = ("step this many CarRacing envs at once, each in its own process (gymnasium AsyncVectorEnv), the policy "
+              "acting on the batch of their observations; each episode keeps its track and is measured alike. 1: one "
+              "env in this process, episodes one after another (README, \"Vectorised rollouts\")")
+
+
 class CLIError(Exception):
     """A user error: printed as one line, exit code 2."""
 
@@ -160,6 +166,7 @@ def _add_collect(sub) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     p.add_argument("--max-steps", type=int, default=None, help="cap on episode length (default: the env's 1000)")
     p.add_argument("--start-rule", action=argparse.BooleanOptionalAction, default=False, help=_START_RULE_HELP)
+    p.add_argument("--envs", type=int, default=1, help="--expert: " + _ENVS_HELP)
 
 
 def _use_start_rule(expert, on: bool):
@@ -177,6 +184,8 @@ def _cmd_collect(args) -> int:
 
     if args.episodes < 1:
         raise CLIError(f"--episodes must be >= 1, got {args.episodes}")
+    if args.envs < 1 or (args.keyboard and args.envs != 1):
+        raise CLIError(f"--envs must be >= 1 (and 1 with --keyboard: one person drives one car), got {args.envs}")
     out = Path(args.out)
     _, dataset_id = dataset_layout(out)  # RecordingError (a ValueError, exit 2) suggests a valid path
     if out.exists() and not args.overwrite:
@@ -196,8 +205,16 @@ def _cmd_collect(args) -> int:
         if is_continuous(expert):
             description = ("CarRacing demonstrations by ppo-expert, continuous configuration: actions (steering, "
                            "throttle) in [-1, 1] (envs.carracing.ThrottleAction)")
-    writer = collect(env, actor, args.episodes, args.seed, out, name, overwrite=args.overwrite,
-                     max_steps=args.max_steps, description=description)
+    if args.envs > 1:
+        from agent.vector import BatchExpertActor, collect as collect_vector, envs_for
+
+        env.close()
+        envs = envs_for(expert, args.envs, render_pixels=True)  # the student's frames are what is recorded
+        writer = collect_vector(envs, BatchExpertActor(expert), args.episodes, args.seed, out, name,
+                                overwrite=args.overwrite, max_steps=args.max_steps, description=description)
+    else:
+        writer = collect(env, actor, args.episodes, args.seed, out, name, overwrite=args.overwrite,
+                         max_steps=args.max_steps, description=description)
     kind = "continuous (steering, throttle)" if description else "discrete"
     print(f"recorded {writer.episodes} episode(s), {writer.steps} steps, {kind} actions -> {out} "
           f"(Minari dataset {dataset_id})")
@@ -282,6 +299,7 @@ def _add_train(sub) -> None:
                    help="carracing: also write each round's relabelled episodes as Minari datasets "
                         "DAGGER_OUT-r<round>-v0, e.g. recordings/nac-drive/nac-dagger")
     p.add_argument("--dagger-max-steps", type=int, default=None, help="carracing: cap on DAgger episode length")
+    p.add_argument("--envs", type=int, default=1, help="carracing, DAgger rollouts: " + _ENVS_HELP)
     p.add_argument("--dagger-seed", type=int, default=None,
                    help="carracing: first track of DAgger round 1 (default 500,000; round r drives "
                         "seed + (r-1) * episodes onwards); give another to continue DAgger on new tracks")
@@ -309,7 +327,7 @@ def _add_train(sub) -> None:
 _ENV_ONLY = {"udacity": {"augment_prob": 0.6, "smooth_labels": 1, "on_bad_row": "skip"},
              "carracing": {"expert": None, "dagger_rounds": 0, "dagger_beta": 0.5, "dagger_beta_decay": 0.5,
                            "dagger_disturb": 0.0, "dagger_out": None, "dagger_max_steps": None, "dagger_seed": None,
-                           "save_bc": None, "start_rule": False}}
+                           "save_bc": None, "start_rule": False, "envs": 1}}
 
 
 def _load_source(env: str, data: list[str], args):
@@ -372,6 +390,8 @@ def _cmd_train(args) -> int:
                            f"from {EVAL_SEED_BASE:,} on are the evaluation tracks")
     if args.dagger_rounds and not args.expert:
         raise CLIError("--dagger-rounds needs --expert (the PPO expert that relabels the student's states)")
+    if args.envs < 1 or (args.envs != 1 and not args.dagger_rounds):
+        raise CLIError(f"--envs steps the DAgger rollouts: it needs --dagger-rounds and must be >= 1, got {args.envs}")
     if not 0.0 <= args.augment_prob <= 1.0:
         raise CLIError(f"--augment-prob must be in [0, 1], got {args.augment_prob}")
     if args.smooth_labels < 1 or args.smooth_labels % 2 == 0:
@@ -416,6 +436,11 @@ def _cmd_train(args) -> int:
                            f"recordings hold {kinds[continuous]} actions; DAgger needs an expert of the same kind "
                            "as the data (record with that expert, or pass the matching one)")
         env = make_carracing_for(expert)  # the continuous configuration for a continuous expert
+        if args.envs > 1:  # the student's rollouts on --envs envs at once, the expert labelling from info
+            from agent.vector import envs_for
+
+            env.close()
+            env = envs_for(expert, args.envs, render_pixels=True)
     init = None
     if args.init:
         init = load_policy(args.init)
@@ -476,7 +501,9 @@ def _add_evaluate(sub) -> None:
     p.add_argument("--episodes", type=int, default=50, help="carracing: episodes (one track each)")
     p.add_argument("--seed", type=int, default=EVAL_SEED_BASE, help="carracing: track seed of the first episode")
     p.add_argument("--max-steps", type=int, default=None, help="carracing: cap on episode length (default: 1000)")
-    p.add_argument("--workers", type=int, default=2, help="carracing: parallel processes")
+    p.add_argument("--workers", type=int, default=None,
+                   help="carracing: parallel processes, one episode at a time each (default 2; 1 with --envs > 1)")
+    p.add_argument("--envs", type=int, default=1, help="carracing: " + _ENVS_HELP + "; use with --workers 1")
     p.add_argument("--sample", action="store_true",
                    help="carracing: sample each action from the policy's softmax instead of taking the most "
                         "probable one (seeded by the track, so runs repeat); a stalled car's identical frames "
@@ -518,8 +545,13 @@ def _cmd_evaluate(args) -> int:
 
     if args.start_rule and kind != "sb3-ppo-expert":
         raise CLIError("--start-rule is the PPO expert's start rule; pass an expert .zip as --policy")
-    res = evaluate(path, args.episodes, args.seed, env=args.env, max_steps=args.max_steps, workers=args.workers,
-                   deterministic=not args.sample, start_rule=args.start_rule)
+    if args.envs < 1:
+        raise CLIError(f"--envs must be >= 1, got {args.envs}")
+    workers = args.workers if args.workers is not None else (2 if args.envs == 1 else 1)
+    if args.envs > 1 and workers > 1:
+        raise CLIError(f"--envs {args.envs} steps its envs from one process: drop --workers {workers} (or pass 1)")
+    res = evaluate(path, args.episodes, args.seed, env=args.env, max_steps=args.max_steps, workers=workers,
+                   deterministic=not args.sample, start_rule=args.start_rule, envs=args.envs)
     print("\n".join(res.summary_lines()))
     if args.json:
         res.to_json(args.json)

@@ -50,6 +50,8 @@ class CarRacingEnv(CarRacing):
         self.render_pixels = render_pixels
         self._track_xy: np.ndarray | None = None
         self._nearest = 0
+        self._state_version = 0  # counts resets and steps: the privileged view is computed once per state
+        self._privileged: tuple[int, np.ndarray] | None = None
 
     def _render(self, mode: str):  # noqa: D401 - gymnasium's private hook
         if mode == "state_pixels" and not self.render_pixels:
@@ -60,8 +62,15 @@ class CarRacingEnv(CarRacing):
         obs, info = super().reset(seed=seed, options=options)
         self._track_xy = np.asarray([(p[2], p[3]) for p in self.track], dtype=np.float64)
         self._nearest = 0
+        self._state_version += 1
+        self._privileged = None
         info["track_seed"] = seed
         return obs, info
+
+    def step(self, action):
+        """gymnasium's ``CarRacing.step`` (the state changes, so the privileged view is recomputed)."""
+        self._state_version += 1
+        return super().step(action)
 
     @property
     def speed(self) -> float:
@@ -76,7 +85,19 @@ class CarRacingEnv(CarRacing):
         velocity of each wheel (4); each wheel on grass (1) or road (0) (4); fraction of the track
         visited (1); lateral offset from the centre line, heading error (sin, cos) (3); the next
         ``N_WAYPOINTS`` track points in the car frame, x right and y forward (2 * N_WAYPOINTS).
+
+        Computed once per state (after each reset and step) and returned as a copy on later calls,
+        so the expert labelling a state and then acting on it (DAgger), the observation wrapper and
+        :class:`StateInfo` all see the same vector: the nearest-track-point search it starts from
+        depends on the previous call.
         """
+        if self._privileged is not None and self._privileged[0] == self._state_version:
+            return self._privileged[1].copy()
+        state = self._compute_privileged()
+        self._privileged = (self._state_version, state)
+        return state.copy()
+
+    def _compute_privileged(self) -> np.ndarray:
         hull = self.car.hull
         pos = np.asarray(hull.position, dtype=np.float64)
         fwd = np.asarray(hull.GetWorldVector((0.0, 1.0)), dtype=np.float64)
@@ -128,6 +149,43 @@ class PrivilegedObservation(gym.ObservationWrapper):
 
     def observation(self, observation):
         return self.env.unwrapped.privileged_observation()
+
+
+class StateInfo(gym.Wrapper):
+    """Add the car's state to the ``info`` of every reset and step, so that it reaches a caller
+    that cannot read the env itself (an env in a ``gymnasium.vector.AsyncVectorEnv`` subprocess).
+
+    Keys: ``speed``, the hull's speed in simulator units per second (:attr:`CarRacingEnv.speed`);
+    ``off_road``, True when all four wheels are off the road (no wheel touches a road tile, the
+    test of :class:`OffTrackTermination`); with ``privileged=True`` also ``privileged_state``, the
+    expert's (PRIVILEGED_DIM,) float32 view (:meth:`CarRacingEnv.privileged_observation`).
+
+    Raises:
+        TypeError: if the wrapped env is not a :class:`CarRacingEnv`.
+    """
+
+    def __init__(self, env: gym.Env, privileged: bool = False):
+        super().__init__(env)
+        if not isinstance(env.unwrapped, CarRacingEnv):
+            raise TypeError(f"StateInfo needs a CarRacingEnv, got {type(env.unwrapped).__name__}")
+        self.privileged = privileged
+
+    def _add_state(self, info: dict) -> dict:
+        car_env = self.env.unwrapped
+        info = dict(info)
+        info["speed"] = car_env.speed
+        info["off_road"] = not any(w.tiles for w in car_env.car.wheels)
+        if self.privileged:
+            info["privileged_state"] = car_env.privileged_observation()
+        return info
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return obs, self._add_state(info)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward, terminated, truncated, self._add_state(info)
 
 
 class ThrottleAction(gym.ActionWrapper):
@@ -186,6 +244,8 @@ def make_carracing(
     render_pixels: bool | None = None,
     max_episode_steps: int = EPISODE_STEPS,
     continuous: bool = False,
+    state_info: bool = False,
+    privileged_info: bool = False,
 ) -> gym.Env:
     """Create CarRacing-v3, by default with the paper's five discrete actions; ``reset(seed=s)``
     always gives track s.
@@ -197,6 +257,9 @@ def make_carracing(
         max_episode_steps: the time limit, 1000 steps (20 s at 50 FPS) as registered by gymnasium.
         continuous: the continuous configuration: actions are (steering, throttle) in [-1, 1]^2
             (:class:`ThrottleAction`) instead of the five discrete actions.
+        state_info: add the car's speed and off-road flag to every ``info`` (:class:`StateInfo`),
+            for envs stepped in another process (:mod:`agent.vector`).
+        privileged_info: with ``state_info``, also the expert's view, ``info["privileged_state"]``.
 
     Returns:
         A ``gymnasium.Env`` whose ``unwrapped`` is a :class:`CarRacingEnv`.
@@ -209,6 +272,10 @@ def make_carracing(
         env = ThrottleAction(env)
     if privileged:
         env = PrivilegedObservation(env)
+    if state_info:
+        env = StateInfo(env, privileged=privileged_info)
+    elif privileged_info:
+        raise ValueError("privileged_info=True needs state_info=True (it adds to the StateInfo keys)")
     return env
 
 
@@ -217,5 +284,5 @@ if ENV_ID not in gym.registry:
 
 __all__ = [
     "ACTION_NAMES", "CarRacingEnv", "DOCUMENTED_ACTION_NAMES", "EPISODE_STEPS", "EVAL_SEED_BASE", "FPS", "OffTrackTermination",
-    "PRIVILEGED_DIM", "PrivilegedObservation", "ThrottleAction", "make_carracing",
+    "PRIVILEGED_DIM", "PrivilegedObservation", "StateInfo", "ThrottleAction", "make_carracing",
 ]

@@ -26,7 +26,7 @@ class EvalResult:
     ``episodes_with_stall`` (episodes whose longest standstill exceeds ``stall_steps`` = 50 steps,
     1 s) and ``mean_off_road_steps``. ``standstill_speed`` and ``stall_steps`` record the thresholds;
     ``deterministic`` (argmax or sampled actions) and ``start_rule`` (an expert with its start
-    rule) how the policy acted.
+    rule) how the policy acted; ``envs`` how many envs were stepped at once (``--envs``).
     """
 
     env: str
@@ -47,6 +47,7 @@ class EvalResult:
     stall_steps: int = STALL_STEPS
     deterministic: bool = True
     start_rule: bool = False
+    envs: int = 1
 
     def to_json(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -71,18 +72,14 @@ def _run_seeds(args, on_episode=None) -> list[tuple]:
     policy_path, seeds, max_steps, threads, deterministic, start_rule = args
     import torch
 
-    from agent.loading import load_policy, make_actor, make_carracing_for
+    from agent.loading import make_actor, make_carracing_for
     from agent.rollout import rollout
 
     if threads:
         torch.set_num_threads(threads)
     from agent.train.expert import ExpertPolicy
 
-    policy = load_policy(policy_path)
-    if start_rule:
-        if not isinstance(policy, ExpertPolicy):
-            raise ValueError(f"start_rule is the discrete PPO expert's start rule; {policy_path} is not one")
-        policy.use_start_rule(True)
+    policy = _load_for_eval(policy_path, start_rule)
     actor = make_actor(policy, deterministic=deterministic)
     # The expert reads privileged state only: skip the pixel rendering (same physics, same returns).
     # A policy or expert with continuous actions drives the continuous configuration (make_carracing_for).
@@ -99,10 +96,40 @@ def _run_seeds(args, on_episode=None) -> list[tuple]:
     return out
 
 
+def _load_for_eval(policy_path, start_rule: bool):
+    """The policy of a file, with the expert's start rule when asked for."""
+    from agent.loading import load_policy
+    from agent.train.expert import ExpertPolicy
+
+    policy = load_policy(policy_path)
+    if start_rule:
+        if not isinstance(policy, ExpertPolicy):
+            raise ValueError(f"start_rule is the discrete PPO expert's start rule; {policy_path} is not one")
+        policy.use_start_rule(True)
+    return policy
+
+
+def _run_seeds_vector(policy_path, seeds: list[int], max_steps: int | None, envs: int, deterministic: bool,
+                      start_rule: bool, on_episode=None) -> list[tuple]:
+    """:func:`_run_seeds` on ``envs`` envs stepped at once (:mod:`agent.vector`), the policy acting
+    on the batch of their observations; the same tuples, in seed order."""
+    from agent.vector import batch_actor_for, envs_for, run_episodes
+
+    policy = _load_for_eval(policy_path, start_rule)
+    actor = batch_actor_for(policy, deterministic=deterministic)  # sampled: one generator per track
+    def row(ep):
+        return (ep.seed, ep.episode_return, ep.steps, ep.longest_standstill, ep.off_road_steps)
+
+    done = run_episodes(envs_for(policy, envs), actor, seeds, max_steps=max_steps, keep_frames=False,
+                        on_episode=None if on_episode is None else (lambda i, ep: on_episode(row(ep))))
+    return [row(ep) for ep in done]
+
+
 def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carracing", max_steps: int | None = None,
              workers: int = 1, progress: bool = True, deterministic: bool = True,
-             start_rule: bool = False) -> EvalResult:
-    """Run ``episodes`` episodes on seeds seed .. seed+episodes-1, split over ``workers`` processes.
+             start_rule: bool = False, envs: int = 1) -> EvalResult:
+    """Run ``episodes`` episodes on seeds seed .. seed+episodes-1, split over ``workers`` processes
+    or stepped ``envs`` at a time.
 
     Args:
         policy_path: a policy file (a bare name is looked up in ``policies/``).
@@ -116,13 +143,18 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
             softmax, with torch's generator seeded by each track's seed (the expert stays argmax).
         start_rule: a discrete expert ``.zip`` drives with its start rule
             (:attr:`agent.train.expert.ExpertPolicy.start_rule`), as it does as a teacher.
+        envs: step this many envs at once in subprocesses (:mod:`agent.vector`), the policy
+            acting on the batch of their observations, in this one process; 1 = one env, episodes
+            one after another (split over ``workers``). Each episode keeps its track and its
+            metrics' definitions; a deterministic policy gives the same episodes as with one env
+            up to argmax near-ties that the batched forward's float rounding can flip.
 
     Returns:
         the :class:`EvalResult` (per-episode lists in seed order).
 
     Raises:
         ValueError: an unknown env or a bad episode count; ``start_rule`` for a file that is
-            not a discrete expert.
+            not a discrete expert; ``envs`` > 1 together with ``workers`` > 1, or ``envs`` < 1.
     """
     from agent.log import progress as bar_for
 
@@ -132,6 +164,11 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
         raise ValueError(f"closed-loop evaluation supports --env carracing, got {env!r}")
     if episodes < 1:
         raise ValueError(f"--episodes must be >= 1, got {episodes}")
+    if envs < 1:
+        raise ValueError(f"--envs must be >= 1, got {envs}")
+    if envs > 1 and workers > 1:
+        raise ValueError(f"--envs {envs} steps the envs from one process; use it with --workers 1 (got --workers "
+                         f"{workers})")
     path = resolve_policy_path(policy_path)
     seeds = list(range(seed, seed + episodes))
     workers = max(1, min(workers, episodes))
@@ -143,7 +180,9 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
         bar.update(1)
         bar.set_postfix(mean=f"{np.mean([x[1] for x in results]):.0f}")
 
-    if workers == 1:
+    if envs > 1:
+        _run_seeds_vector(str(path), seeds, max_steps, envs, deterministic, start_rule, on_episode=tick)
+    elif workers == 1:
         _run_seeds((str(path), seeds, max_steps, 0, deterministic, start_rule), on_episode=tick)
     else:
         import multiprocessing as mp
@@ -164,4 +203,4 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
                       off_road_steps=off_road, max_longest_standstill_steps=max(standstills),
                       episodes_with_stall=sum(s > STALL_STEPS for s in standstills),
                       mean_off_road_steps=float(np.mean(off_road)), deterministic=deterministic,
-                      start_rule=start_rule)
+                      start_rule=start_rule, envs=envs)

@@ -22,6 +22,13 @@ further on the aggregate.
 
 Tracks of round r: ``dagger_seed + (r - 1) * dagger_episodes + i`` (500,000 onwards by default:
 never the evaluation tracks). TensorBoard: ``eval/dagger_return``, ``charts/dagger_beta``.
+
+**Vectorised rollouts.** Given an :class:`agent.vector.CarRacingEnvs` instead of one env
+(``agent train --envs N``), each round's episodes run on N envs at once, the student and the
+expert acting on the batch (:func:`agent.vector.run_episodes`); the episodes come back in seed
+order. With beta = 0 and no disturbances they are those of the one-env path; otherwise each
+episode draws from its own generator (:class:`agent.vector.BatchMixtureActor`), so they do not
+depend on N but differ from the one-env path's single stream.
 """
 
 from __future__ import annotations
@@ -45,24 +52,53 @@ def dagger_round(policy, expert, env, seeds: list[int], beta: float, max_steps: 
     """The student drives on ``seeds`` (the expert's action executed with probability ``beta``,
     ``disturb`` disturbances per 1000 steps); the expert labels every visited state.
 
+    Args:
+        env: one CarRacing env (episodes one after another), or an
+            :class:`agent.vector.CarRacingEnvs` (N envs at once; it must carry the privileged
+            state in ``info``: ``privileged_info=True``).
+
     Returns:
-        (Demonstrations of the labelled episodes, their episode returns, the Episodes themselves).
+        (Demonstrations of the labelled episodes, their episode returns, the Episodes themselves),
+        in seed order.
     """
     from agent.data.recordings import Demonstrations
     from agent.rollout import ExpertActor, MixtureActor, PolicyActor, rollout
     from agent.train.perturb import DisturbanceConfig, PerturbedActor
+    from agent.vector import CarRacingEnvs
 
-    actor = MixtureActor(PolicyActor(policy), ExpertActor(expert), beta, rng)
-    if disturb > 0:
-        actor = PerturbedActor(actor, DisturbanceConfig(per_episode=disturb), rng)
-    frames, labels, returns, episodes = [], [], [], []
-    for s in progress(seeds, desc="DAgger rollouts", unit="ep", leave=False):
-        ep = rollout(env, actor, s, max_steps=max_steps, labeler=expert.act)
+    if isinstance(env, CarRacingEnvs):
+        episodes = _vector_round(policy, expert, env, seeds, beta, max_steps, rng, disturb)
+    else:
+        actor = MixtureActor(PolicyActor(policy), ExpertActor(expert), beta, rng)
+        if disturb > 0:
+            actor = PerturbedActor(actor, DisturbanceConfig(per_episode=disturb), rng)
+        episodes = [rollout(env, actor, s, max_steps=max_steps, labeler=expert.act)
+                    for s in progress(seeds, desc="DAgger rollouts", unit="ep", leave=False)]
+    frames, labels, returns = [], [], []
+    for ep in episodes:
         frames.append(ep.observations[:-1])
         labels.append(ep.labels)
         returns.append(ep.episode_return)
-        episodes.append(ep)
     return Demonstrations(frames, labels, list(seeds), returns), returns, episodes
+
+
+def _vector_round(policy, expert, envs, seeds: list[int], beta: float, max_steps: int | None,
+                  rng: np.random.Generator, disturb: float) -> list:
+    """:func:`dagger_round`'s episodes on ``envs`` (an :class:`agent.vector.CarRacingEnvs`), in seed order."""
+    from agent.vector import BatchExpertActor, BatchMixtureActor, BatchPolicyActor, run_episodes
+
+    if not envs.privileged_info:
+        raise ValueError("DAgger's expert labels from privileged state: make the CarRacingEnvs with privileged_info=True")
+    teacher = BatchExpertActor(expert)
+    base_seed = int(rng.integers(2**63))  # one draw per round from the run's generator
+    actor = BatchMixtureActor(BatchPolicyActor(policy), teacher, beta, base_seed, envs.template().action_space,
+                              disturb)
+    bar = progress(total=len(seeds), desc=f"DAgger rollouts ({envs.n} envs)", unit="ep", leave=False)
+    try:
+        return run_episodes(envs, actor, seeds, max_steps=max_steps, labeler=teacher,
+                            on_episode=lambda i, ep: bar.update(1))
+    finally:
+        bar.close()
 
 
 def _save_round(episodes, env, out: str, r: int, beta: float) -> str:
@@ -71,7 +107,11 @@ def _save_round(episodes, env, out: str, r: int, beta: float) -> str:
 
     from agent.data.recordings import RecordingWriter
 
+    from agent.vector import CarRacingEnvs
+
     path = f"{out}-r{r}-v0"
+    if isinstance(env, CarRacingEnvs):
+        env = env.template()  # the recording's spaces and spec: the one-env path's env
     writer = RecordingWriter(path, env, "dagger-student", overwrite=True,
                              description=f"DAgger round {r}: frames the student visited (expert's action executed "
                                          f"with probability {beta:.3f}); actions are the PPO expert's labels")

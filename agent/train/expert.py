@@ -381,6 +381,43 @@ class ExpertPolicy:
                 return GAS
         return action
 
+    def act_batch(self, states: np.ndarray, speeds, deterministic: bool = True) -> np.ndarray:
+        """The expert's actions for a batch of states, as :meth:`act` gives them one at a time.
+
+        For envs stepped elsewhere (:mod:`agent.vector`): the state comes from each env's
+        ``info`` (:class:`envs.carracing.StateInfo`), not from the env object.
+
+        Args:
+            states: (B, PRIVILEGED_DIM) float32 privileged states (``info["privileged_state"]``).
+            speeds: (B,) car speeds in simulator units per second (``info["speed"]``), used by the
+                start rule (:attr:`start_rule`, discrete experts only).
+            deterministic: the network's most probable action.
+
+        Returns:
+            (B,) int64 discrete actions, or (B, 2) float32 (steering, throttle) for a continuous expert.
+
+        Raises:
+            ValueError: ``states`` is not (B, PRIVILEGED_DIM) or ``speeds`` not (B,).
+        """
+        from envs.carracing import PRIVILEGED_DIM
+
+        states = np.asarray(states, dtype=np.float32)
+        speeds = np.asarray(speeds, dtype=np.float64).reshape(-1)
+        if states.ndim != 2 or states.shape[1] != PRIVILEGED_DIM or len(speeds) != len(states):
+            raise ValueError(f"act_batch needs (B, {PRIVILEGED_DIM}) states and (B,) speeds, got {states.shape} "
+                             f"and {speeds.shape}")
+        actions = self.act_on_state(states, deterministic)
+        if self.continuous:
+            return np.asarray(actions, dtype=np.float32).reshape(len(states), -1)
+        actions = np.asarray(actions, dtype=np.int64).reshape(-1)
+        if self.start_rule:
+            from agent.rollout import STANDSTILL_SPEED
+
+            with np.errstate(invalid="ignore"):  # NaN speeds never trigger the rule, as in act
+                rule = (actions != GAS) & ((speeds < STANDSTILL_SPEED) | ((actions == BRAKE) & (speeds < CRAWL_SPEED)))
+            actions = np.where(rule, GAS, actions)
+        return actions
+
     def predict(self, obs, state=None, episode_start=None, deterministic=True):
         """stable-baselines3 interface, on privileged observations: returns (actions, None)."""
         return self.policy.predict(obs, state=state, episode_start=episode_start, deterministic=deterministic)
