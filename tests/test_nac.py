@@ -467,3 +467,76 @@ def test_bad_step_inputs_raise():
         m.step(torch.randn(2, D_IN), cache)
     with pytest.raises(ValueError, match="causal"):
         make(causal=False).step(torch.randn(2, D_IN))
+
+
+# --------------------------------------------------------------------------------------------
+# The fast paths: they compute the same function as the plain formulation
+# --------------------------------------------------------------------------------------------
+
+
+def test_fast_tanh_matches_torch_tanh_and_its_gradient():
+    from agent.nn.nac import fast_tanh
+
+    x = torch.linspace(-12, 12, 2001, dtype=torch.float64, requires_grad=True)
+    y = fast_tanh(x)
+    torch.testing.assert_close(y, torch.tanh(x), atol=1e-14, rtol=0)
+    (g,) = torch.autograd.grad(y.sum(), x)
+    torch.testing.assert_close(g, 1 - torch.tanh(x.detach()) ** 2, atol=1e-13, rtol=0)
+    x32 = x.detach().float()
+    assert (fast_tanh(x32) - torch.tanh(x32)).abs().max() < 1e-6
+
+
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_exact_selector_query_chunks_do_not_change_the_selection(with_mask):
+    g = torch.Generator().manual_seed(3)
+    B, H, T, d, K = 2, 3, 90, 8, 5
+    q, k = torch.randn(B, H, T, d, generator=g), torch.randn(B, H, T, d, generator=g)
+    key_mask = (torch.rand(B, T, generator=g) > 0.3) if with_mask else None
+    qpos = torch.arange(T)
+    i_all, v_all = select_topk_exact(q, k, K, qpos, key_mask, causal=True, query_chunk=T)
+    i_ch, v_ch = select_topk_exact(q, k, K, qpos, key_mask, causal=True, query_chunk=7)
+    assert torch.equal(v_all, v_ch)
+    assert torch.equal(i_all[v_all], i_ch[v_ch])
+    # each query keeps min(K, its allowed keys) valid slots
+    allowed = torch.ones(B, T, dtype=torch.bool) if key_mask is None else key_mask
+    n_allowed = (allowed.cumsum(1).clamp(max=K))[:, None, :].expand(B, H, T)
+    assert torch.equal(v_ch.sum(-1), n_allowed)
+
+
+@pytest.mark.parametrize("selector", SELECTORS)
+def test_attend_query_chunks_give_the_same_output(selector, monkeypatch):
+    import agent.nn.nac as nac_module
+
+    m = make(selector=selector).double().eval()
+    x, t = rand_x(2, 40, dtype=torch.float64), rand_times(2, 40, dtype=torch.float64)
+    with torch.no_grad():
+        y_whole = m(x, t)
+        monkeypatch.setattr(nac_module, "ATTEND_QUERY_CHUNK", 9)
+        y_chunks = m(x, t)
+    torch.testing.assert_close(y_chunks, y_whole, atol=1e-12, rtol=0)
+
+
+def test_kept_inference_weights_follow_loaded_and_trained_weights():
+    """Fused/masked weights are kept between no-grad calls in eval mode; loading other weights,
+    switching to training and back, or changing dtype must never leave stale ones in use."""
+    m, other = make(torch_seed=0).eval(), make(torch_seed=1).eval()
+    x = rand_x()
+    with torch.no_grad():
+        y0, y_other = m(x), other(x)
+        m.load_state_dict(other.state_dict())
+        torch.testing.assert_close(m(x), y_other)  # not y0
+        m.train()
+        opt = torch.optim.SGD(m.parameters(), lr=0.5)
+    with torch.enable_grad():
+        m(x).pow(2).sum().backward()
+        opt.step()
+    m.eval()
+    with torch.no_grad():
+        y_trained = m(x)
+        assert not torch.allclose(y_trained, y_other)
+        # what a fresh layer with these weights computes
+        fresh = make(torch_seed=5).eval()
+        fresh.load_state_dict(m.state_dict())
+        torch.testing.assert_close(y_trained, fresh(x))
+        torch.testing.assert_close(m.double()(x.double()), fresh.double()(x.double()))
+    assert not torch.allclose(y0, y_other)

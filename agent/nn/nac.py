@@ -89,7 +89,65 @@ def _sensory_mask(input_dim: int, n_out: int, sparsity: float, seed: int) -> Ten
     return _layer_masks(sensory_wiring(input_dim, n_out, sparsity, seed))[0]
 
 
-class SparseLinear(nn.Module):
+class _Tanh(torch.autograd.Function):
+    """tanh(x) computed as 2 sigmoid(2x) - 1, with the backward 1 - tanh^2 from the saved output.
+
+    The same function as :func:`torch.tanh` (to about 2e-7 in float32); measured 2.4x faster than
+    ``torch.tanh`` on this project's CPU (torch 2.13), where tanh is the costliest op of the
+    backbone (three activations per key-query pair).
+    """
+
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.sigmoid(x * 2).mul_(2).sub_(1)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        return grad * (1 - y * y)
+
+
+def fast_tanh(x: Tensor) -> Tensor:
+    """tanh of any tensor, by :class:`_Tanh` (differentiable; float32 error about 2e-7)."""
+    return _Tanh.apply(x)
+
+
+class DerivedWeights:
+    """Mixin for modules whose forward uses tensors derived from their parameters (masked, fused).
+
+    :meth:`derived` builds such a tensor every call while autograd may need it (grad enabled) or
+    while the module trains; in eval mode without grad it builds it once and keeps it. The kept
+    tensors are dropped by :meth:`train` / :meth:`eval`, by ``load_state_dict``, and rebuilt when
+    a parameter moves to another device, dtype or storage. Weights changed in place while in eval
+    mode need :meth:`clear_derived` (optimisers step in train mode, so training never does).
+    """
+
+    def _init_derived(self) -> None:
+        self.register_load_state_dict_post_hook(lambda module, incompatible: module.clear_derived())
+
+    def clear_derived(self) -> None:
+        """Forget the kept derived tensors (they are rebuilt on the next call)."""
+        self.__dict__.pop("_derived_cache", None)
+
+    def train(self, mode: bool = True):
+        self.clear_derived()
+        return super().train(mode)
+
+    def derived(self, name: str, params: tuple[Tensor, ...], build):
+        """``build()``, kept between calls at inference (eval mode, grad disabled)."""
+        if self.training or torch.is_grad_enabled():
+            return build()
+        key = tuple((p.data_ptr(), p.device, p.dtype) for p in params)
+        cache = self.__dict__.setdefault("_derived_cache", {})
+        hit = cache.get(name)
+        if hit is None or hit[0] != key:
+            hit = cache[name] = (key, build())
+        return hit[1]
+
+
+class SparseLinear(DerivedWeights, nn.Module):
     """``y = x @ (W * M) + b`` with a fixed boolean connectivity mask M (in, out), kept as a buffer.
 
     Each output's weights are initialised uniformly in +-1/sqrt(fan_in), with fan_in counted
@@ -104,6 +162,7 @@ class SparseLinear(nn.Module):
         if not mask.any(0).all():
             raise ValueError("every output of a SparseLinear needs at least one input connection")
         self.register_buffer("mask", mask)
+        self._init_derived()
         fan_in = mask.sum(0).clamp(min=1).float()
         bound = 1.0 / fan_in.sqrt()
         self.weight = nn.Parameter((torch.rand(mask.shape) * 2 - 1) * bound)
@@ -118,13 +177,8 @@ class SparseLinear(nn.Module):
         return self.mask.shape[1]
 
     def masked_weight(self) -> Tensor:
-        """W * M; cached between calls at inference (no grad), recomputed when W changes."""
-        if torch.is_grad_enabled():
-            return self.weight * self.mask
-        key = (self.weight._version, self.weight.data_ptr(), self.weight.device)
-        if getattr(self, "_cache_key", None) != key:
-            self._cached, self._cache_key = self.weight * self.mask, key
-        return self._cached
+        """W * M (in, out); kept between calls at inference (see :class:`DerivedWeights`)."""
+        return self.derived("masked", (self.weight,), lambda: self.weight * self.mask)
 
     def forward(self, x: Tensor) -> Tensor:
         return x @ self.masked_weight() + self.bias
@@ -194,20 +248,34 @@ class NACCache:
 # --------------------------------------------------------------------------------------------
 
 
-def _allowed(qpos: Tensor, Tk: int, key_mask: Tensor | None, causal: bool, device) -> Tensor:
-    """(B or 1, 1, Tq, Tk) bool: key j may be attended by the query at key position qpos."""
-    kpos = torch.arange(Tk, device=device)
-    allowed = torch.ones(1, 1, qpos.shape[0], Tk, dtype=torch.bool, device=device)
+def _blocked(qpos: Tensor, Tk: int, key_mask: Tensor | None, causal: bool) -> Tensor | None:
+    """(B or 1, 1, Tq, Tk) or (Tq, Tk) bool: True where key j may NOT be attended by the query at
+    key position qpos (a future key when causal, or a masked key); None when every key is allowed."""
+    blocked = None
     if causal:
-        allowed = allowed & (kpos[None, :] <= qpos[:, None])[None, None]
+        blocked = torch.arange(Tk, device=qpos.device)[None, :] > qpos[:, None]  # (Tq, Tk)
     if key_mask is not None:
-        allowed = allowed & key_mask[:, None, None, :]
-    return allowed
+        masked = ~key_mask[:, None, None, :]  # (B, 1, 1, Tk)
+        blocked = masked if blocked is None else blocked | masked
+    return blocked
+
+
+#: queries processed at once by :meth:`NAC.attend` (without intermediates)
+ATTEND_QUERY_CHUNK = 1024
+#: queries ranked at once by the exact selector when causal (see :func:`select_topk_exact`)
+EXACT_QUERY_CHUNK = 64
 
 
 def select_topk_exact(q: Tensor, k: Tensor, topk: int, qpos: Tensor, key_mask: Tensor | None = None,
-                      causal: bool = True) -> tuple[Tensor, Tensor]:
+                      causal: bool = True, query_chunk: int = EXACT_QUERY_CHUNK) -> tuple[Tensor, Tensor]:
     """Exact top-K keys per query by the score q . k / sqrt(d).
+
+    The scores are ranked without the 1/sqrt(d) factor, which does not change their order. (A
+    two-stage ranking by block maxima was measured and dropped: the extra passes over the
+    (B, H, Tq, Tk) scores cost more than ``topk`` itself on the CPU.) When causal, queries are
+    ranked ``query_chunk`` at a time against only the keys up to the chunk's last position, so
+    the future half of the score matrix is never computed and working memory is
+    O(query_chunk Tk), not O(Tq Tk). The result does not depend on ``query_chunk``.
 
     Args:
         q: (B, H, Tq, d); k: (B, H, Tk, d).
@@ -218,9 +286,34 @@ def select_topk_exact(q: Tensor, k: Tensor, topk: int, qpos: Tensor, key_mask: T
         indices (B, H, Tq, K) int64 and valid (B, H, Tq, K) bool, K = min(topk, Tk).
     """
     Tk = k.shape[2]
-    scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
-    scores = scores.masked_fill(~_allowed(qpos, Tk, key_mask, causal, q.device), float("-inf"))
-    vals, idx = scores.topk(min(topk, Tk), dim=-1)  # (B, H, Tq, K)
+    Tq = q.shape[2]
+    K = min(topk, Tk)
+    with torch.no_grad():  # only the ranking is used: no gradient flows through the selection
+        if not causal or Tq <= query_chunk:
+            return _topk_rows(q, k, K, qpos, key_mask, causal)
+        # causal: a chunk of queries needs only the keys up to its last query's position, so the
+        # lower triangle alone is scored and ranked (about half the work and O(chunk Tk) memory)
+        out = []
+        for s in range(0, Tq, query_chunk):
+            pc = qpos[s:s + query_chunk]
+            end = min(int(pc.max()) + 1, Tk)
+            kc = k[:, :, :end]
+            mc = key_mask[:, :end] if key_mask is not None else None
+            idx, valid = _topk_rows(q[:, :, s:s + query_chunk], kc, min(K, end), pc, mc, causal)
+            if idx.shape[-1] < K:  # fewer keys than K so far: pad with invalid slots
+                idx = F.pad(idx, (0, K - idx.shape[-1]))
+                valid = F.pad(valid, (0, K - valid.shape[-1]), value=False)
+            out.append((idx, valid))
+        return torch.cat([o[0] for o in out], 2), torch.cat([o[1] for o in out], 2)
+
+
+def _topk_rows(q: Tensor, k: Tensor, K: int, qpos: Tensor, key_mask: Tensor | None, causal: bool):
+    """Score every key for every query, mask, rank: indices and valid, (B, H, Tq, K)."""
+    scores = q @ k.transpose(-1, -2)  # (B, H, Tq, Tk)
+    blocked = _blocked(qpos, k.shape[2], key_mask, causal)
+    if blocked is not None:
+        scores.masked_fill_(blocked, float("-inf"))
+    vals, idx = scores.topk(K, dim=-1)  # (B, H, Tq, K)
     return idx, torch.isfinite(vals)
 
 
@@ -303,7 +396,7 @@ def select_topk_blocks(q: Tensor, k: Tensor, topk: int, qpos: Tensor, key_mask: 
 # --------------------------------------------------------------------------------------------
 
 
-class NAC(nn.Module):
+class NAC(DerivedWeights, nn.Module):
     """Neuronal Attention Circuit: multi-head attention whose logits solve an NCP-gated linear ODE.
 
     Args:
@@ -338,6 +431,7 @@ class NAC(nn.Module):
                  selector: str = "exact", seed: int = 22222, backbone_units: int = 32, motor_neurons: int = 8,
                  eps: float = 1e-2, wiring: str = "ncp"):
         super().__init__()
+        self._init_derived()
         if wiring not in WIRINGS:
             raise ValueError(f"wiring must be one of {WIRINGS}, got {wiring!r}")
         if mode not in MODES:
@@ -381,10 +475,42 @@ class NAC(nn.Module):
 
     # ---------------------------------------------------------------- pieces
     def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Sensory gates and head split: x (B, T, D_in) -> q, k, v each (B, H, T, d)."""
+        """Sensory gates and head split: x (B, T, D_in) -> q, k, v each (B, H, T, d).
+
+        The three gates run as one matrix product with their masked weights side by side.
+        """
         B, T, _ = x.shape
-        return tuple(self.sensory[n](x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B,H,T,d)
-                     for n in ("q", "k", "v"))
+        gates = [self.sensory[n] for n in ("q", "k", "v")]
+        w = self.derived("qkv_weight", tuple(g.weight for g in gates),
+                         lambda: torch.cat([g.masked_weight() for g in gates], 1))  # (D_in, 3 d_model)
+        b = self.derived("qkv_bias", tuple(g.bias for g in gates), lambda: torch.cat([g.bias for g in gates]))
+        qkv = torch.addmm(b, x.reshape(B * T, -1), w).view(B, T, 3, self.num_heads, self.head_dim)
+        return tuple(qkv[:, :, i].transpose(1, 2) for i in range(3))  # (B, H, T, d) each
+
+    def _pair_weights(self) -> tuple[Tensor, Tensor, Tensor]:
+        """The first backbone layer and the time affine, split into their query and key halves.
+
+        to_inter(u) and time_affine(u) of the pair input u = [q ; k] (2d) equal
+        q @ Wq + k @ Wk + b, so each half is applied once per query and once per key
+        (B H T d, not B H T K 2d), then the key half is gathered per pair and added.
+
+        Returns: Wq (d, F), b (F,), Wk (d, F), F = N_inter + 2 (inter pre-activations, alpha, beta).
+        """
+        d = self.head_dim
+        params = (self.to_inter.weight, self.to_inter.bias, self.time_affine.weight, self.time_affine.bias)
+
+        def build():
+            w = torch.cat([self.to_inter.masked_weight(), self.time_affine.weight.t()], 1)  # (2d, F)
+            return w[:d], torch.cat([self.to_inter.bias, self.time_affine.bias]), w[d:]
+
+        return self.derived("pair_weights", params, build)
+
+    def _gate_heads(self) -> tuple[Tensor, Tensor]:
+        """The phi and omega heads side by side: W (N_motor, 2), b (2,)."""
+        params = (self.head_phi.weight, self.head_phi.bias, self.head_omega.weight, self.head_omega.bias)
+        return self.derived("gate_heads", params, lambda: (
+            torch.cat([self.head_phi.weight, self.head_omega.weight], 0).t(),
+            torch.cat([self.head_phi.bias, self.head_omega.bias])))
 
     def solve_logits(self, phi: Tensor, omega: Tensor, tau: Tensor) -> Tensor:
         """a(tau) of da/dt = -omega a + phi, a(0) = 0, by the layer's mode (all tensors same shape)."""
@@ -410,30 +536,59 @@ class NAC(nn.Module):
 
         qpos (Tq,) gives each query's key position; q_times (B, Tq) and k_times (B, Tk) are
         timestamps in seconds (or None). Returns o (B, Tq, d_model) and optional intermediates.
+
+        Without intermediates, more than ``ATTEND_QUERY_CHUNK`` queries are processed that many
+        at a time (the key side once), so the per-pair tensors, (B, H, chunk, K, ...), bound the
+        memory instead of (B, H, Tq, K, ...); the output is the same.
         """
+        wq, bq, wk = self._pair_weights()
+        kv = torch.cat([k @ wk, v], -1)  # (B, H, Tk, F + d): the key half of the first layer, and v
+        Tq = q.shape[2]
+        if return_intermediates or Tq <= ATTEND_QUERY_CHUNK:
+            return self._attend_queries(q, k, kv, qpos, key_mask, q_times, k_times, return_intermediates)
+        outs = [self._attend_queries(q[:, :, s:s + ATTEND_QUERY_CHUNK], k, kv, qpos[s:s + ATTEND_QUERY_CHUNK],
+                                     key_mask, None if q_times is None else q_times[:, s:s + ATTEND_QUERY_CHUNK],
+                                     k_times, False)[0]
+                for s in range(0, Tq, ATTEND_QUERY_CHUNK)]
+        return torch.cat(outs, 1), None
+
+    def _attend_queries(self, q, k, kv, qpos, key_mask, q_times, k_times, return_intermediates):
+        """:meth:`attend` for one block of queries; kv (B, H, Tk, F + d) is the key side."""
         B, H, Tq, d = q.shape
+        Tk = k.shape[2]
         idx, valid = self._select(q, k, qpos, key_mask)  # (B, H, Tq, K)
         K = idx.shape[-1]
-        b_ix = torch.arange(B, device=q.device)[:, None, None, None]
-        h_ix = torch.arange(H, device=q.device)[None, :, None, None]
-        kj, vj = k[b_ix, h_ix, idx], v[b_ix, h_ix, idx]  # (B, H, Tq, K, d)
-        u = torch.cat([q.unsqueeze(3).expand(B, H, Tq, K, d), kj], dim=-1)  # (B, H, Tq, K, 2d)
-        inter = torch.tanh(self.to_inter(u))  # (B, H, Tq, K, N_inter)
-        command = torch.tanh(self.to_command(inter))  # (B, H, Tq, K, N_command)
-        motor = torch.tanh(self.to_motor(command))  # (B, H, Tq, K, N_motor)
-        phi = torch.sigmoid(self.head_phi(motor)).squeeze(-1)  # (B, H, Tq, K)
-        omega = F.softplus(self.head_omega(motor)).squeeze(-1) + self.eps  # (B, H, Tq, K)
-        alpha, beta = self.time_affine(u).unbind(-1)  # (B, H, Tq, K) each
+        # steps 4-5, first layer: per-query and per-key halves, then one gather of [key half ; v]
+        wq, bq, _ = self._pair_weights()
+        F_ = wq.shape[1]
+        n_inter = F_ - 2
+        q_half = q @ wq + bq  # (B, H, Tq, F)
+        rows = idx + (torch.arange(B * H, device=q.device) * Tk).view(B, H, 1, 1)  # (B, H, Tq, K)
+        pair = kv.reshape(B * H * Tk, F_ + d).index_select(0, rows.reshape(-1)).view(B, H, Tq, K, F_ + d)
+        # split/unbind rather than slicing: their backward writes each gradient once (a slice's
+        # backward zero-fills a full-size tensor per slice)
+        k_half, vj = pair.split([F_, d], -1)  # (B, H, Tq, K, F), (B, H, Tq, K, d)
+        pre_inter, pre_time = (k_half + q_half.unsqueeze(3)).split([n_inter, 2], -1)
+        inter = fast_tanh(pre_inter)  # (B, H, Tq, K, N_inter)
+        alpha, beta = pre_time.unbind(-1)  # (B, H, Tq, K) each
+        command = fast_tanh(self.to_command(inter))  # (B, H, Tq, K, N_command)
+        motor = fast_tanh(self.to_motor(command))  # (B, H, Tq, K, N_motor)
+        wh, bh = self._gate_heads()
+        gates = motor @ wh + bh  # (B, H, Tq, K, 2)
+        a_phi, a_omega = gates.unbind(-1)  # (B, H, Tq, K) each
+        phi = torch.sigmoid(a_phi)
+        omega = F.softplus(a_omega) + self.eps
         if q_times is not None and k_times is not None:
             # key age in seconds, subtracted in the timestamps' own dtype (float64 clock times keep
             # their precision) and only then cast
-            age = (q_times[:, None, :, None] - k_times[b_ix, idx]).to(phi.dtype)  # (B, H, Tq, K)
-        else:
-            age = torch.ones_like(phi)
-        t_gate = torch.sigmoid(alpha * age + beta)  # (B, H, Tq, K)
+            k_age = k_times[:, None, None, :].expand(B, H, Tq, Tk).gather(-1, idx)
+            age = (q_times[:, None, :, None] - k_age).to(phi.dtype)  # (B, H, Tq, K)
+            t_gate = torch.sigmoid(alpha * age + beta)  # (B, H, Tq, K)
+        else:  # age 1 for every pair
+            t_gate = torch.sigmoid(alpha + beta)
         logits = self.solve_logits(phi, omega, self.delta_t * t_gate)  # (B, H, Tq, K)
         weights = torch.softmax(logits.masked_fill(~valid, -1e9), dim=-1) * valid  # (B, H, Tq, K)
-        o = torch.einsum("bhqk,bhqkd->bhqd", weights * t_gate, vj)  # (B, H, Tq, d)
+        o = ((weights * t_gate).unsqueeze(-2) @ vj).squeeze(-2)  # (B, H, Tq, d)
         o = self.out(o.transpose(1, 2).reshape(B, Tq, H * d))  # (B, Tq, d_model)
         inter_out = None
         if return_intermediates:
