@@ -4,30 +4,48 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from agent.bench.nac import ROW_KEYS, bench_nac, print_table
 
 
 def test_bench_nac_tiny_rows_and_table():
-    rows = bench_nac(sizes=(8,), block_sizes=(24,), repeats=2, peer=False, threads=1, verbose=False)
-    assert [(r["model"], r["T"]) for r in rows] == [("ours-exact", 8), ("ours-blocks", 8), ("ours-blocks", 24)]
+    rows = bench_nac(sizes=(8,), block_sizes=(24,), repeats=2, peer=False, threads=1, verbose=False,
+                     train_T=6, step_window=5, step_count=20)
+    assert [(r["model"], r["task"], r["T"]) for r in rows] == [
+        ("ours-exact", "forward", 8), ("ours-blocks", "forward", 8), ("mha", "forward", 8), ("lstm", "forward", 8),
+        ("ours-blocks", "forward", 24),
+        ("ours-exact", "train", 6), ("mha", "train", 6), ("lstm", "train", 6),
+        ("ours-exact", "step", 5), ("mha", "step", 5), ("lstm", "step", 5)]
     for r in rows:
         assert set(r) == set(ROW_KEYS), r
         assert r["error"] is None, r["error"]
-        assert len(r["times_ms"]) == r["repeats"] == 2
+        assert len(r["times_ms"]) == r["repeats"] == (20 if r["task"] == "step" else 2)
         assert all(t > 0 for t in r["times_ms"])
         assert min(r["times_ms"]) <= r["time_ms"] <= max(r["times_ms"])
-        assert r["peak_mb"] is not None and r["peak_mb"] >= 0
-        assert r["threads"] == 1 and r["mem_method"]
+        assert r["threads"] == 1 and r["clock"] == "wall"
+        if r["task"] == "step":
+            assert r["time_ms"] <= r["p99_ms"] <= max(r["times_ms"])
+        else:
+            assert r["peak_mb"] is not None and r["peak_mb"] >= 0 and r["mem_method"]
+        assert r["B"] == (8 if r["task"] == "train" else 1)
     buf = io.StringIO()
     print_table(rows, file=buf)
     out = buf.getvalue()
-    assert "ours exact ms" in out and "torch-nac ms" in out and "peak RSS" in out
+    assert "ours exact ms" in out and "MHA ms" in out and "torch-nac ms" in out and "peak RSS" in out
     assert any(line.strip().startswith("24 |") for line in out.splitlines())
+    assert "forward + backward, B=8, T=6" in out and "streaming step, ours-exact, window 5" in out
+    assert "forward at most 1.5x MHA (T=8):" in out and "streaming step under 1 ms at p99" in out
+
+
+def test_bench_nac_cpu_clock_needs_one_thread():
+    with pytest.raises(ValueError, match="threads=1"):
+        bench_nac(sizes=(4,), block_sizes=(), peer=False, threads=2, clock="cpu", verbose=False)
 
 
 def test_bench_nac_reports_why_the_peer_is_missing(tmp_path):
     rows = bench_nac(sizes=(4,), block_sizes=(), repeats=1, peer=True, peer_dir=tmp_path / "nowhere",
-                     peer_install=False, threads=1, verbose=False)
+                     peer_install=False, threads=1, verbose=False, baselines=(), train_T=None, step_window=None)
     peer = [r for r in rows if r["model"] == "torch-nac"]
     assert len(peer) == 1 and peer[0]["time_ms"] is None and "not installed" in peer[0]["error"]
     ours = [r for r in rows if r["model"] != "torch-nac"]

@@ -1,9 +1,22 @@
-"""Forward time and peak memory of our NAC layer vs the authors' PyTorch port (``torch-nac`` 0.0.2).
+"""Time and peak memory of our NAC layer against torch's attention and LSTM and the authors' port.
 
-Configuration (both sides): B=1, input_dim = d_model = 64, 4 heads, top-k 8, "exact" ODE mode,
-inference under ``torch.no_grad()`` on the CPU. Ours runs with the exact top-k selector at the
-``sizes`` and with the sub-quadratic "blocks" selector at ``sizes`` and ``block_sizes``; the peer
-runs at the ``sizes`` up to ``peer_max_T``.
+Configuration: B=1, input_dim = d_model = 64, 4 heads, top-k 8, "exact" ODE mode, inference under
+``torch.no_grad()`` on the CPU. The peers, measured in the same run:
+
+- ``mha``: ``torch.nn.MultiheadAttention(64, 4, batch_first=True)`` with a causal mask (the same
+  width and heads; torch's fused inference path);
+- ``lstm``: ``torch.nn.LSTM(64, 64, batch_first=True)``;
+- ``torch-nac``: the authors' PyTorch port (below).
+
+Ours runs with the exact top-k selector at the ``sizes`` and with the sub-quadratic "blocks"
+selector at ``sizes`` and ``block_sizes``; MHA and LSTM at the ``sizes``; torch-nac at the
+``sizes`` up to ``peer_max_T``. Two more measurements (issue 12's layer targets):
+
+- training: forward plus backward of the sum of the outputs, B=8, T=256 (``train_T``), train mode,
+  ours (exact selector) against MHA and LSTM;
+- streaming: one :meth:`agent.nn.nac.NAC.step` with a cache of ``step_window`` frames (the newest
+  query over the cached keys), p50 and p99 over ``step_count`` steps, against one LSTM step and
+  MHA on the newest query over the same window.
 
 How it is measured
 ------------------
@@ -63,8 +76,12 @@ PEER_VERSION = "0.0.2"
 DEFAULT_PEER_DIR = Path("~/.cache/nac-drive/peers/torch-nac-0.0.2").expanduser()
 PEER_KWARGS = dict(d_model=64, num_heads=4, topk=8, mode="exact", input_dim=64, return_sequences=True)
 OURS_KWARGS = dict(input_dim=64, d_model=64, num_heads=4, topk=8, mode="exact")
-MODELS = ("ours-exact", "ours-blocks", "torch-nac")
-ROW_KEYS = ("model", "T", "time_ms", "times_ms", "repeats", "peak_mb", "mem_method", "threads", "load1", "error")
+MODELS = ("ours-exact", "ours-blocks", "mha", "lstm", "torch-nac")
+#: what a row measures: "forward" (B=1, no grad), "train" (forward + backward, B=8) or "step"
+TASKS = ("forward", "train", "step")
+TRAIN_BATCH = 8
+ROW_KEYS = ("model", "task", "T", "B", "time_ms", "times_ms", "p99_ms", "repeats", "peak_mb", "mem_method",
+            "threads", "clock", "load1", "error")
 _PROJECT_ROOT = Path(__file__).resolve().parents[1]
 _RESULT_TAG = "BENCH_RESULT "
 
@@ -143,47 +160,113 @@ def _reset_peak_rss() -> bool:
         return False
 
 
+def _build(model_name: str, causal_T: int):
+    """(module, call(x) -> output) for one model; the call runs the model on x (B, T, 64)."""
+    import torch
+
+    if model_name == "torch-nac":
+        from torch_nac import NAC as PeerNAC
+
+        model = PeerNAC(**PEER_KWARGS)
+        return model, model
+    if model_name == "mha":
+        model = torch.nn.MultiheadAttention(64, 4, batch_first=True)
+        mask = torch.triu(torch.ones(causal_T, causal_T, dtype=torch.bool), 1)
+
+        def call(x):
+            return model(x, x, x, attn_mask=mask, need_weights=False)[0]
+        return model, call
+    if model_name == "lstm":
+        model = torch.nn.LSTM(64, 64, batch_first=True)
+        return model, lambda x: model(x)[0]
+    from agent.nn.nac import NAC
+
+    model = NAC(**OURS_KWARGS, selector=model_name.split("-", 1)[1])
+    return model, model
+
+
+def _step_fn(model_name: str, model, window: int):
+    """A streaming step for the "step" task: (newest x (1, 64), state) -> (y, state)."""
+    import torch
+
+    if model_name.startswith("ours"):
+        return lambda x, st: model.step(x, st, window=window)
+    if model_name == "lstm":
+        def lstm_step(x, st):
+            y, st = model(x[:, None], st)
+            return y[:, 0], st
+        return lstm_step
+
+    def mha_step(x, st):  # the newest query over the last `window` inputs (MHA has no key cache)
+        st = x[:, None] if st is None else torch.cat([st, x[:, None]], 1)[:, -window:]
+        return model(x[:, None], st, st, need_weights=False)[0][:, 0], st
+    return mha_step
+
+
 def _worker(spec: dict) -> None:
-    """Measure one (model, T) and print one tagged JSON line. Called in a fresh interpreter."""
+    """Measure one (model, task, T) and print one tagged JSON line. Called in a fresh interpreter."""
     import gc
     import resource
     import time
 
     row = {k: None for k in ROW_KEYS}
-    row.update(model=spec["model"], T=spec["T"], repeats=spec["repeats"], times_ms=[])
+    task = spec.get("task", "forward")
+    B = TRAIN_BATCH if task == "train" else 1
+    row.update(model=spec["model"], task=task, T=spec["T"], B=B, repeats=spec["repeats"], times_ms=[],
+               clock=spec.get("clock", "wall"))
+    clock = time.thread_time if row["clock"] == "cpu" else time.perf_counter
     try:
         import torch
 
         if spec["threads"]:
             torch.set_num_threads(spec["threads"])
         row["threads"] = torch.get_num_threads()
+        if row["clock"] == "cpu" and row["threads"] != 1:
+            raise ValueError("clock 'cpu' (this thread's CPU time) needs threads=1")
         torch.manual_seed(0)
         if spec["model"] == "torch-nac":
             sys.path.insert(0, spec["peer_dir"])
-            from torch_nac import NAC as PeerNAC
-
-            model = PeerNAC(**PEER_KWARGS)
-        else:
-            from agent.nn.nac import NAC
-
-            model = NAC(**OURS_KWARGS, selector=spec["model"].split("-", 1)[1])
-        model.eval()
-        x = torch.randn(1, spec["T"], 64, generator=torch.Generator().manual_seed(1))
-        with torch.no_grad():
-            model(x[:, :4])  # primes torch's one-time allocations (thread pools, kernels): ~7 MB
+        T = spec["T"]
+        model, call = _build(spec["model"], T)
+        model.train(task == "train")
+        g = torch.Generator().manual_seed(1)
+        x = torch.randn(B, T, 64, generator=g)
+        if task == "step":
+            step = _step_fn(spec["model"], model, T)
+            with torch.no_grad():
+                st = None
+                for i in range(T):  # fill the window
+                    _, st = step(x[:, i], st)
+                xs = torch.randn(spec["repeats"] + 5, 1, 64, generator=g)
+                for i, xi in enumerate(xs):
+                    t0 = clock()
+                    _, st = step(xi, st)
+                    if i >= 5:  # 5 warm-up steps
+                        row["times_ms"].append((clock() - t0) * 1e3)
+            row["time_ms"] = statistics.median(row["times_ms"])
+            row["p99_ms"] = float(torch.tensor(row["times_ms"]).quantile(0.99))
+            print(_RESULT_TAG + json.dumps(row), flush=True)
+            return
+        if task == "forward":
+            prime = _build(spec["model"], min(4, T))[1] if spec["model"] == "mha" else call
+            with torch.no_grad():
+                prime(x[:, :4])  # primes torch's one-time allocations (thread pools, kernels): ~7 MB
         gc.collect()
         reset = _reset_peak_rss()
         rss0 = _rss_kb()
         max0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-        with torch.no_grad():
-            y = model(x)  # warm-up
-            if tuple(y.shape) != (1, spec["T"], 64):
-                raise RuntimeError(f"unexpected output shape {tuple(y.shape)}")
-            del y
-            for _ in range(spec["repeats"]):
-                t0 = time.perf_counter()
-                model(x)
-                row["times_ms"].append((time.perf_counter() - t0) * 1e3)
+        with torch.set_grad_enabled(task == "train"):
+            for i in range(spec["repeats"] + 1):  # the first is a warm-up
+                t0 = clock()
+                y = call(x)
+                if task == "train":
+                    y.sum().backward()
+                dt = (clock() - t0) * 1e3
+                if tuple(y.shape) != (B, T, 64):
+                    raise RuntimeError(f"unexpected output shape {tuple(y.shape)}")
+                del y
+                if i:
+                    row["times_ms"].append(dt)
         max1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         if reset and rss0 is not None:
             row["peak_mb"] = max(0, max1 - rss0) / 1024
@@ -208,7 +291,8 @@ def _child_env(threads: int) -> dict:
 def _run_one(spec: dict, timeout_s: float) -> dict:
     code = "import json, sys; from agent.bench.nac import _worker; _worker(json.loads(sys.argv[1]))"
     base = {k: None for k in ROW_KEYS}
-    base.update(model=spec["model"], T=spec["T"], repeats=spec["repeats"], times_ms=[])
+    base.update(model=spec["model"], task=spec.get("task", "forward"), T=spec["T"], repeats=spec["repeats"],
+                times_ms=[], clock=spec.get("clock", "wall"))
     try:
         res = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True,
                              timeout=timeout_s, env=_child_env(spec["threads"]), cwd=str(_PROJECT_ROOT))
@@ -229,15 +313,17 @@ def _run_one(spec: dict, timeout_s: float) -> dict:
 def bench_nac(sizes=(16, 256, 1024), block_sizes=(4096, 16384), repeats: int = 3, peer: bool = True,
               peer_max_T: int = 1024, peer_repeats: int | None = None, threads: int = 0,
               peer_dir: str | Path | None = None, peer_install: bool = True, timeout_s: float = 1800.0,
-              verbose: bool = True) -> list[dict]:
-    """Benchmark forward time and peak memory of our NAC against ``torch-nac`` 0.0.2.
+              verbose: bool = True, baselines=("mha", "lstm"), train_T: int | None = 256,
+              step_window: int | None = 16, step_count: int = 300, clock: str = "wall") -> list[dict]:
+    """Benchmark our NAC against torch's MHA and LSTM and ``torch-nac`` 0.0.2, side by side.
 
-    Each (model, T) runs in its own subprocess (see the module docstring for the method).
+    Each (model, task, T) runs in its own subprocess (see the module docstring for the method).
 
     Args:
-        sizes: sequence lengths for our exact selector, our blocks selector and the peer.
-        block_sizes: extra, longer sequence lengths for our blocks selector only.
-        repeats: timed forwards per run (after one warm-up); the time is their median.
+        sizes: sequence lengths T for the forward of every model (B=1, no grad).
+        block_sizes: extra, longer T for our blocks selector only.
+        repeats: timed forwards (or forward+backward passes) per run, after one warm-up; the
+            time is their median.
         peer: also run ``torch-nac`` (installed on demand into ``peer_dir``).
         peer_max_T: run the peer only at T <= this.
         peer_repeats: timed forwards for the peer; None means ``repeats`` below T=256 and 1 from
@@ -246,22 +332,43 @@ def bench_nac(sizes=(16, 256, 1024), block_sizes=(4096, 16384), repeats: int = 3
             multi-millisecond OpenMP hand-offs per large op that otherwise dominate the times.
         peer_dir: folder for the peer package (default ``~/.cache/nac-drive/peers/torch-nac-0.0.2``).
         peer_install: allow ``pip install --no-deps --target peer_dir torch-nac==0.0.2``.
-        timeout_s: limit per (model, T) subprocess.
+        timeout_s: limit per subprocess.
         verbose: print one progress line per finished run to stderr.
+        baselines: torch's own layers to run beside ours: any of "mha", "lstm".
+        train_T: T of the forward+backward rows (B=8; ours exact and the baselines); None skips.
+        step_window: cached frames of the streaming-step rows; None skips them.
+        step_count: timed streaming steps (p50 and p99 over them).
+        clock: "wall" (``time.perf_counter``) or "cpu" (the measuring thread's CPU time,
+            ``time.thread_time``; needs threads=1). On a CPU shared with other work, "cpu"
+            leaves out the time the process waited for a core.
 
     Returns:
-        One dict per (model, T) with keys ``model`` ("ours-exact", "ours-blocks" or "torch-nac"),
-        ``T``, ``time_ms`` (median, None on failure), ``times_ms`` (all timed forwards),
-        ``repeats``, ``peak_mb``, ``mem_method``, ``threads``, ``load1`` (the 1-min load average
-        when the benchmark started) and ``error`` (None, or why the run has no numbers; when the
-        peer is unavailable its rows carry the reason).
+        One dict per run with keys ``model`` (one of :data:`MODELS`), ``task`` ("forward",
+        "train" or "step"), ``T``, ``B``, ``time_ms`` (median; None on failure), ``times_ms``,
+        ``p99_ms`` (step rows), ``repeats``, ``peak_mb`` and ``mem_method`` (forward and train
+        rows), ``threads``, ``clock``, ``load1`` (the 1-min load average when the benchmark
+        started) and ``error`` (None, or why the run has no numbers; when the peer is
+        unavailable its rows carry the reason).
+
+    Raises:
+        ValueError: for repeats or step_count < 1, T < 1, an unknown baseline or clock, or clock
+            "cpu" with threads other than 1.
     """
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if repeats < 1 or step_count < 1:
+        raise ValueError(f"repeats and step_count must be >= 1, got {repeats} and {step_count}")
+    if clock not in ("wall", "cpu"):
+        raise ValueError(f"clock must be 'wall' or 'cpu', got {clock!r}")
+    if clock == "cpu" and threads != 1:
+        raise ValueError("clock 'cpu' measures one thread's CPU time: use threads=1")
+    unknown = set(baselines) - {"mha", "lstm"}
+    if unknown:
+        raise ValueError(f"unknown baselines {sorted(unknown)}; choose from mha, lstm")
     sizes = sorted({int(T) for T in sizes})
     all_T = sorted(set(sizes) | {int(T) for T in block_sizes})
-    if not all_T or min(all_T) < 1:
-        raise ValueError(f"sequence lengths must be >= 1, got sizes={sizes}, block_sizes={list(block_sizes)}")
+    extra_T = [t for t in (train_T, step_window) if t is not None]
+    if not all_T or min(all_T + extra_T) < 1:
+        raise ValueError(f"sequence lengths must be >= 1, got sizes={sizes}, block_sizes={list(block_sizes)}, "
+                         f"train_T={train_T}, step_window={step_window}")
     peer_T = [T for T in sizes if T <= peer_max_T] if peer else []
     peer_path, peer_reason = (None, "")
     if peer_T:
@@ -273,25 +380,40 @@ def bench_nac(sizes=(16, 256, 1024), block_sizes=(4096, 16384), repeats: int = 3
         load1 = round(os.getloadavg()[0], 2)  # 1-min load average when the benchmark starts
     except OSError:
         load1 = None
-    rows = []
+    plan = []  # (model, task, T, repeats)
     for T in all_T:
-        models = (["ours-exact"] if T in sizes else []) + ["ours-blocks"] + (["torch-nac"] if T in peer_T else [])
+        models = (["ours-exact"] if T in sizes else []) + ["ours-blocks"]
+        models += [m for m in ("mha", "lstm") if m in baselines and T in sizes]
         for model in models:
-            reps = repeats
-            if model == "torch-nac":
-                reps = peer_repeats if peer_repeats is not None else (repeats if T < 256 else 1)
-                if peer_path is None:
-                    rows.append({**{k: None for k in ROW_KEYS}, "model": model, "T": T, "repeats": reps,
-                                 "times_ms": [], "load1": load1, "error": f"peer unavailable: {peer_reason}"})
-                    continue
-            spec = dict(model=model, T=T, repeats=max(1, int(reps)), threads=int(threads),
-                        peer_dir=str(peer_path) if peer_path else None)
-            row = _run_one(spec, timeout_s)
-            row["load1"] = load1
-            rows.append(row)
-            if verbose:
-                msg = row["error"] or f"{row['time_ms']:.1f} ms, peak {row['peak_mb']:.1f} MB"
-                print(f"[bench] {model:11s} T={T:<6d} {msg}", file=sys.stderr, flush=True)
+            plan.append((model, "forward", T, repeats))
+        if T in peer_T:
+            plan.append(("torch-nac", "forward", T, peer_repeats if peer_repeats is not None
+                         else (repeats if T < 256 else 1)))
+    if train_T is not None:
+        plan += [(m, "train", train_T, repeats) for m in ["ours-exact", *[b for b in ("mha", "lstm") if b in baselines]]]
+    if step_window is not None:
+        plan += [(m, "step", step_window, step_count) for m in ["ours-exact", *[b for b in ("mha", "lstm")
+                                                                                if b in baselines]]]
+    rows = []
+    for model, task, T, reps in plan:
+        if model == "torch-nac" and peer_path is None:
+            rows.append({**{k: None for k in ROW_KEYS}, "model": model, "task": task, "T": T, "B": 1,
+                         "repeats": reps, "times_ms": [], "clock": clock, "load1": load1,
+                         "error": f"peer unavailable: {peer_reason}"})
+            continue
+        spec = dict(model=model, task=task, T=T, repeats=max(1, int(reps)), threads=int(threads), clock=clock,
+                    peer_dir=str(peer_path) if peer_path else None)
+        row = _run_one(spec, timeout_s)
+        row["load1"] = load1
+        rows.append(row)
+        if verbose:
+            if row["error"]:
+                msg = row["error"]
+            elif task == "step":
+                msg = f"p50 {row['time_ms']:.3f} ms, p99 {row['p99_ms']:.3f} ms"
+            else:
+                msg = f"{row['time_ms']:.2f} ms, peak {row['peak_mb']:.1f} MB"
+            print(f"[bench] {model:11s} {task:7s} T={T:<6d} {msg}", file=sys.stderr, flush=True)
     return rows
 
 
@@ -299,53 +421,98 @@ def _fmt(v, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
+#: issue 12's layer targets: (what, ours, peer, task, T, most ours / peer)
+TARGETS = (("forward at most 1.5x MHA", "ours-exact", "mha", "forward", None, 1.5),
+           ("forward + backward at most 2x MHA", "ours-exact", "mha", "train", None, 2.0))
+
+
 def print_table(rows: list[dict], file=None) -> None:
-    """Print the rows of :func:`bench_nac` side by side per T, with peer/ours time ratios."""
+    """Print the rows of :func:`bench_nac`: forward per T with ratios against MHA and torch-nac,
+    forward + backward, streaming step latency, and which of issue 12's layer targets are met."""
     file = file or sys.stdout
-    by = {(r["model"], r["T"]): r for r in rows}
-    Ts = sorted({r["T"] for r in rows})
+    by = {(r["model"], r.get("task", "forward"), r["T"]): r for r in rows}
+    fwd = [r for r in rows if r.get("task", "forward") == "forward"]
+    Ts = sorted({r["T"] for r in fwd})
     threads = sorted({r["threads"] for r in rows if r.get("threads")})
+    clocks = sorted({r.get("clock") or "wall" for r in rows})
     methods = sorted({r["mem_method"] for r in rows if r.get("mem_method")})
-    peer_reps = sorted({r["repeats"] for r in rows if r["model"] == "torch-nac" and r.get("time_ms") is not None})
-    our_reps = sorted({r["repeats"] for r in rows if r["model"] != "torch-nac" and r.get("time_ms") is not None})
+    peer_reps = sorted({r["repeats"] for r in fwd if r["model"] == "torch-nac" and r.get("time_ms") is not None})
+    our_reps = sorted({r["repeats"] for r in fwd if r["model"] != "torch-nac" and r.get("time_ms") is not None})
     p = lambda *a: print(*a, file=file)  # noqa: E731
-    p(f"NAC forward benchmark: B=1, input_dim=d_model=64, 4 heads, top-k 8, exact mode, torch.no_grad, CPU, "
-      f"threads {','.join(map(str, threads)) or '?'}")
-    p(f"time: median ms of {'/'.join(map(str, our_reps)) or '?'} forwards after 1 warm-up (torch-nac: "
-      f"{'/'.join(map(str, peer_reps)) or '-'}); each (model, T) in a fresh subprocess")
+    p(f"NAC layer benchmark: input_dim=d_model=64, 4 heads, top-k 8, exact mode, CPU, threads "
+      f"{','.join(map(str, threads)) or '?'}, clock {'/'.join(clocks)} "
+      f"({'CPU time of the measuring thread' if clocks == ['cpu'] else 'wall time'})")
+    p(f"forward: B=1, torch.no_grad, median ms of {'/'.join(map(str, our_reps)) or '?'} forwards after 1 warm-up "
+      f"(torch-nac: {'/'.join(map(str, peer_reps)) or '-'}); each (model, task, T) in a fresh subprocess")
     p(f"memory: MB, {'; '.join(methods) or 'peak RSS delta'}")
     loads = [r["load1"] for r in rows if r.get("load1") is not None]
     ncpu = os.cpu_count() or 1
     if loads and max(loads) > 0.5 * ncpu:
         p(f"WARNING: 1-min load average {max(loads):.1f} on {ncpu} CPUs when the benchmark started; times on a "
           f"busy CPU are inflated (multi-threaded ops wait for cores); rerun when idle (threads=1 limits the damage)")
-    cols = [("T", 6), ("ours exact ms", 13), ("ours blocks ms", 14), ("torch-nac ms", 12),
-            ("peer/exact", 10), ("peer/blocks", 11), ("exact MB", 9), ("blocks MB", 9), ("torch-nac MB", 12)]
-    p(" | ".join(name.rjust(w) for name, w in cols))
-    p("-+-".join("-" * w for _, w in cols))
 
-    def t(model, T):
-        r = by.get((model, T))
+    def t(model, T, task="forward"):
+        r = by.get((model, task, T))
         return r["time_ms"] if r else None
 
-    def mb(model, T):
-        r = by.get((model, T))
+    def mb(model, T, task="forward"):
+        r = by.get((model, task, T))
         return r["peak_mb"] if r else None
 
+    def ratio(a, b):
+        return f"{a / b:.2f}x" if a is not None and b else "-"
+
+    cols = [("T", 6), ("ours exact ms", 13), ("ours blocks ms", 14), ("MHA ms", 8), ("LSTM ms", 8),
+            ("torch-nac ms", 12), ("exact/MHA", 9), ("blocks/MHA", 10), ("blocks/exact", 12), ("peer/exact", 10),
+            ("exact MB", 8), ("blocks MB", 9), ("MHA MB", 7), ("torch-nac MB", 12)]
+    p(" | ".join(name.rjust(w) for name, w in cols))
+    p("-+-".join("-" * w for _, w in cols))
     for T in Ts:
-        te, tb, tp = t("ours-exact", T), t("ours-blocks", T), t("torch-nac", T)
-        ratio = lambda a, b: f"{a / b:.1f}x" if a is not None and b else None  # noqa: E731
-        vals = [str(T), _fmt(te, ".1f"), _fmt(tb, ".1f"), _fmt(tp, ".1f"),
-                ratio(tp, te) or "-", ratio(tp, tb) or "-",
-                _fmt(mb("ours-exact", T), ".1f"), _fmt(mb("ours-blocks", T), ".1f"), _fmt(mb("torch-nac", T), ".1f")]
+        te, tb, tm, tl, tp = (t(m, T) for m in ("ours-exact", "ours-blocks", "mha", "lstm", "torch-nac"))
+        vals = [str(T), _fmt(te, ".2f"), _fmt(tb, ".2f"), _fmt(tm, ".2f"), _fmt(tl, ".2f"), _fmt(tp, ".1f"),
+                ratio(te, tm), ratio(tb, tm), ratio(tb, te), ratio(tp, te),
+                _fmt(mb("ours-exact", T), ".1f"), _fmt(mb("ours-blocks", T), ".1f"), _fmt(mb("mha", T), ".1f"),
+                _fmt(mb("torch-nac", T), ".1f")]
         p(" | ".join(v.rjust(w) for v, (_, w) in zip(vals, cols)))
+    train = [r for r in rows if r.get("task") == "train"]
+    for T in sorted({r["T"] for r in train}):
+        te, tm, tl = (t(m, T, "train") for m in ("ours-exact", "mha", "lstm"))
+        p(f"forward + backward, B={TRAIN_BATCH}, T={T}: ours exact {_fmt(te, '.1f')} ms, MHA {_fmt(tm, '.1f')} ms, "
+          f"LSTM {_fmt(tl, '.1f')} ms; ours/MHA {ratio(te, tm)}, ours/LSTM {ratio(te, tl)}; peak MB ours "
+          f"{_fmt(mb('ours-exact', T, 'train'), '.1f')}, MHA {_fmt(mb('mha', T, 'train'), '.1f')}")
+    for r in [r for r in rows if r.get("task") == "step" and r.get("time_ms") is not None]:
+        p(f"streaming step, {r['model']}, window {r['T']}: p50 {r['time_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms "
+          f"over {len(r['times_ms'])} steps")
+    # issue 12's targets, from what this run measured
+    verdicts = []
+    for what, ours, peer, task, _, most in TARGETS:
+        Tt = [r["T"] for r in rows if r["model"] == ours and r.get("task", "forward") == task]
+        for T in sorted(Tt):
+            a, b = t(ours, T, task), t(peer, T, task)
+            if a is not None and b:
+                verdicts.append(f"{what} (T={T}): {a / b:.2f}x, {'met' if a / b <= most else 'NOT met'}")
+    step = by.get(("ours-exact", "step", next((r["T"] for r in rows if r.get("task") == "step"), None)))
+    if step and step.get("p99_ms") is not None:
+        verdicts.append(f"streaming step under 1 ms at p99: {step['p99_ms']:.3f} ms, "
+                        f"{'met' if step['p99_ms'] < 1 else 'NOT met'}")
+    big = [T for T in Ts if mb("ours-blocks", T) is not None and T >= 16384]
+    for T in big:
+        verdicts.append(f"blocks selector at T={T} under 100 MB: {mb('ours-blocks', T):.1f} MB, "
+                        f"{'met' if mb('ours-blocks', T) < 100 else 'NOT met'}")
+    if t("ours-blocks", 1024) and t("ours-exact", 1024):
+        r_ = t("ours-blocks", 1024) / t("ours-exact", 1024)
+        verdicts.append(f"blocks at most 2x exact at T=1024: {r_:.2f}x, {'met' if r_ <= 2 else 'NOT met'}")
+    if verdicts:
+        p("targets (issue 12):")
+        for v in verdicts:
+            p("  " + v)
     errors = [r for r in rows if r.get("error")]
     peer_errors = {r["error"] for r in errors if r["model"] == "torch-nac" and r["error"].startswith("peer unavailable")}
     for e in sorted(peer_errors):
         p(f"torch-nac column missing: {e}")
     for r in errors:
         if r["error"] not in peer_errors:
-            p(f"{r['model']} at T={r['T']}: {r['error']}")
+            p(f"{r['model']} {r.get('task', 'forward')} at T={r['T']}: {r['error']}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -362,9 +529,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peer-repeats", type=int, default=None, help="timed forwards for torch-nac (default: "
                                                                    "repeats below T=256, else 1)")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="wall time, or the measuring thread's "
+                                                                            "CPU time (needs --threads 1)")
     ap.add_argument("--json", default="", help="also write the rows to this JSON file")
     a = ap.parse_args(argv)
-    rows = bench_nac(a.sizes, a.block_sizes, a.repeats, not a.no_peer, a.peer_max_T, a.peer_repeats, a.threads)
+    rows = bench_nac(a.sizes, a.block_sizes, a.repeats, not a.no_peer, a.peer_max_T, a.peer_repeats, a.threads,
+                     clock=a.clock)
     print_table(rows)
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
