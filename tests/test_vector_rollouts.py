@@ -282,3 +282,24 @@ def test_evaluate_with_envs_gives_the_one_env_results(tmp_path):
     assert two.envs == 2 and one.envs == 1
     for key in ("seeds", "returns", "steps", "longest_standstill_steps", "off_road_steps"):
         assert getattr(one, key) == getattr(two, key), key
+
+
+def test_bench_rollouts_rows_and_table():
+    """The benchmark's structure (its figures are printed, not tested): the same episodes for every N."""
+    import io
+
+    from agent.bench.rollouts import ROW_KEYS, bench_rollouts, print_rollouts_table
+
+    rows = bench_rollouts(("carracing-expert.zip",), envs=(1, 2), episodes=3, max_steps=5, seed=50)
+    assert [r["envs"] for r in rows] == [1, 2]
+    for r in rows:
+        assert set(r) == set(ROW_KEYS)
+        assert r["steps"] == 15 and r["episodes"] == 3 and r["same_returns"] is True
+        assert r["steps_per_s"] > 0 and r["cpu_ms_per_step"] > 0
+    assert rows[0]["ratio"] == 1.0 and rows[1]["returns"] == rows[0]["returns"]
+    buf = io.StringIO()
+    print_rollouts_table(rows, file=buf)
+    lines = buf.getvalue().splitlines()
+    assert sum(line.startswith("| carracing-expert.zip") for line in lines) == 2 and "load average" in lines[-1]
+    with pytest.raises(ValueError, match=">= 1"):
+        bench_rollouts(("carracing-expert.zip",), envs=(0,), episodes=1)
