@@ -246,8 +246,8 @@ def score_stream_sharded(policy, source, ctx: DistContext) -> tuple[float, int]:
     for e, out in enumerate(stream_outputs(policy, shard) if shard.sequences else []):
         if not len(out):
             continue
-        s, c = policy.head.metric_sums(torch.from_numpy(out)[None], torch.from_numpy(np.asarray(shard.targets(e)))[None],
-                                       torch.ones(1, len(out), dtype=torch.bool))
+        target = torch.from_numpy(np.asarray(shard.targets(e)))[None]
+        s, c = policy.head.metric_sums(torch.from_numpy(out)[None], target, torch.ones(1, len(out), dtype=torch.bool))
         total, count = total + s, count + c
     total, count = all_reduce_sums(ctx, total, count)
     return (total / count if count else float("nan")), int(count)
