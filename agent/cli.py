@@ -320,15 +320,71 @@ def _add_train(sub) -> None:
     p.add_argument("--augment-prob", type=float, default=0.6,
                    help="udacity: probability that a training window is augmented (0: no augmentation)")
     p.add_argument("--smooth-labels", type=int, default=1,
-                   help="udacity: train on a centered moving average of the steering over this many frames "
-                        "(odd; 1: the raw labels). Validation always uses the raw labels")
+                   help="udacity: train on a moving average of the steering over this many frames (odd for "
+                        "centred; 1: the raw labels). Validation always uses the raw labels")
+    p.add_argument("--smooth-mode", default="centred", choices=["centred", "causal"],
+                   help="udacity: --smooth-labels averages frames i-k..i+k (centred) or the last N frames (causal)")
+    p.add_argument("--straight-keep", type=float, default=1.0,
+                   help="udacity: share of the straight-driving frames (|training label| < 0.001) that the loss "
+                        "counts, drawn once per frame (keyboard recordings are 70-80%% zeros); 1: all")
+    p.add_argument("--crop-cache", default="auto", help="udacity: " + _CROP_CACHE_HELP)
+    lodo = p.add_argument_group(
+        "leave-one-driver-out (udacity)",
+        "With --leave-one-driver-out OUT, `agent train` does not write a policy: each --data recording is one "
+        "driver, and for each one a policy is trained from scratch on the others with the options above and scored "
+        "on it (offline steering MSE, MAE, predict-0 MSE and their ratio, as `agent evaluate --env udacity`). "
+        "OUT/folds/<driver>.json holds each finished fold (a rerun skips it), OUT/lodo.md and OUT/lodo.json the "
+        "table per driver and its means per track. Choose settings by these held-out-driver means, never by one "
+        "test driver. --val-fraction > 0 chooses each fold's checkpoint on its training drivers' last rows; 0 "
+        "keeps the last epoch.")
+    lodo.add_argument("--leave-one-driver-out", metavar="OUT", default=None,
+                      help="run the leave-one-driver-out evaluation into this folder")
+    lodo.add_argument("--subsample", type=float, default=1.0,
+                      help="share of each training recording used per fold, as random blocks of --block frames")
+    lodo.add_argument("--block", type=int, default=32, help="frames per block of --subsample (>= --window)")
+    lodo.add_argument("--track", action="append", default=[], metavar="DRIVER=TRACK",
+                      help="the track of a driver (a --data folder's name as the table shows it), for the means "
+                           "per track; DRIVER '*' sets the default, e.g. --track '*=lake' --track b-sh+CarND=jungle")
+    lodo.add_argument("--reference", default=None,
+                      help="also score this fixed Udacity policy (e.g. udacity-nac.pt) on each held-out driver")
+    lodo.add_argument("--folds", nargs="+", default=None, metavar="DRIVER", help="run only these folds")
+
+
+#: help text of --crop-cache (train, evaluate)
+_CROP_CACHE_HELP = ("where recordings are cached as preprocessed 66x200 YUV crops of the three cameras (one uint8 .npy "
+                    "memory map per recording, 119 KB a row, keyed by the CSV, its images and the preprocessing; "
+                    "agent.data.udacity_cache), so many recordings fit: 'auto' caches in "
+                    "~/.cache/nac-drive/udacity-crops when several --data folders are given and reads one into "
+                    "memory (raw frames, 460 KB a row); '' always reads into memory; a folder always caches there")
 
 
 #: `agent train` options that only one simulator uses, with the value that means "not given"
-_ENV_ONLY = {"udacity": {"augment_prob": 0.6, "smooth_labels": 1, "on_bad_row": "skip"},
+_ENV_ONLY = {"udacity": {"augment_prob": 0.6, "smooth_labels": 1, "on_bad_row": "skip", "smooth_mode": "centred",
+                         "straight_keep": 1.0, "crop_cache": "auto", "leave_one_driver_out": None},
              "carracing": {"expert": None, "dagger_rounds": 0, "dagger_beta": 0.5, "dagger_beta_decay": 0.5,
                            "dagger_disturb": 0.0, "dagger_out": None, "dagger_max_steps": None, "dagger_seed": None,
                            "save_bc": None, "start_rule": False, "envs": 1}}
+
+
+def _udacity_loader(args, n_recordings: int):
+    """``load(path)`` for Udacity recordings under --crop-cache (see ``_CROP_CACHE_HELP``) and --on-bad-row."""
+    from functools import partial
+
+    from agent.data.udacity import load_recording
+    from agent.data.udacity_cache import DEFAULT_CACHE_DIR, load_cached
+
+    cache = getattr(args, "crop_cache", "")
+    if cache == "auto":
+        cache = str(DEFAULT_CACHE_DIR) if n_recordings > 1 else ""
+    if cache:
+        return partial(load_cached, cache_dir=cache, on_bad_row=args.on_bad_row)
+    return partial(load_recording, on_bad_row=args.on_bad_row)
+
+
+def _check_udacity_folders(data: list[str]) -> None:
+    for d in data:
+        if not (Path(d) / "driving_log.csv").is_file() and not (Path(d).is_file() and Path(d).suffix == ".csv"):
+            raise CLIError(f"{d} is not a Udacity recording (no driving_log.csv in it)")
 
 
 def _load_source(env: str, data: list[str], args):
@@ -340,13 +396,13 @@ def _load_source(env: str, data: list[str], args):
 
         # RecordingError if they mix action kinds
         return DemonstrationSource(load_demonstrations(data), skip_stalls=getattr(args, "skip_stalls", False))
-    from agent.data.udacity import AugmentConfig, load_recording
+    from agent.data.udacity import AugmentConfig
 
-    for d in data:
-        if not (Path(d) / "driving_log.csv").is_file() and not (Path(d).is_file() and Path(d).suffix == ".csv"):
-            raise CLIError(f"{d} is not a Udacity recording (no driving_log.csv in it)")
-    recs = [load_recording(d, on_bad_row=args.on_bad_row) for d in data]
-    return UdacitySource(recs, AugmentConfig(p_augment=args.augment_prob), smooth_labels=args.smooth_labels)
+    _check_udacity_folders(data)
+    load = _udacity_loader(args, len(data))
+    recs = [load(d) for d in data]
+    return UdacitySource(recs, AugmentConfig(p_augment=args.augment_prob), smooth_labels=args.smooth_labels,
+                         smooth_mode=args.smooth_mode, straight_keep=args.straight_keep, seed=args.seed)
 
 
 def _carracing_continuous(source) -> bool:
@@ -395,10 +451,17 @@ def _cmd_train(args) -> int:
         raise CLIError(f"--envs steps the DAgger rollouts: it needs --dagger-rounds and must be >= 1, got {args.envs}")
     if not 0.0 <= args.augment_prob <= 1.0:
         raise CLIError(f"--augment-prob must be in [0, 1], got {args.augment_prob}")
-    if args.smooth_labels < 1 or args.smooth_labels % 2 == 0:
-        raise CLIError(f"--smooth-labels must be an odd number of frames >= 1, got {args.smooth_labels}")
+    if args.smooth_labels < 1 or (args.smooth_labels % 2 == 0 and args.smooth_mode == "centred"):
+        raise CLIError(f"--smooth-labels must be an odd number of frames >= 1 (any >= 1 with --smooth-mode causal), "
+                       f"got {args.smooth_labels}")
+    if not 0.0 < args.straight_keep <= 1.0:
+        raise CLIError(f"--straight-keep must be in (0, 1], got {args.straight_keep}")
+    lodo_only = [o for o, unset in (("subsample", 1.0), ("block", 32), ("track", []), ("reference", None),
+                                    ("folds", None)) if getattr(args, o) != unset]
+    if lodo_only and not args.leave_one_driver_out:
+        raise CLIError(f"{', '.join('--' + o for o in lodo_only)} only apply with --leave-one-driver-out OUT")
     out = Path(getattr(args, "out", "policies/nac.pt" if args.env == "carracing" else "policies/udacity-nac.pt"))
-    if out.exists() and not args.overwrite:
+    if out.exists() and not args.overwrite and not args.leave_one_driver_out:
         raise CLIError(f"{out} already exists; choose another --out or pass --overwrite")
     given = {k: getattr(args, k) for k in ("window", "d_model") if hasattr(args, k)}
     if any(v < 1 for v in given.values()):
@@ -419,6 +482,8 @@ def _cmd_train(args) -> int:
         if args.env != "carracing":
             raise CLIError(f"--{next(iter(cnn_options))} only applies to --env carracing")
         given["features_kwargs"] = {**default_config("carracing").features_kwargs, **cnn_options}
+    if args.leave_one_driver_out:
+        return _train_lodo(args, cfg, given)
     from agent.train import distributed as ddp
 
     dist = ddp.init_from_env(args.device, args.threads)  # under torchrun: join its process group; else --threads
@@ -480,6 +545,56 @@ def _cmd_train(args) -> int:
     return 0
 
 
+def _train_lodo(args, cfg, given: dict) -> int:
+    """`agent train --env udacity --data D1 D2 ... --leave-one-driver-out OUT` (agent.train.lodo)."""
+    import torch
+
+    from agent.data.udacity import AugmentConfig
+    from agent.nn.policy import default_config
+    from agent.train.lodo import run_lodo
+
+    if args.init or hasattr(args, "out") or args.save_bc:
+        raise CLIError("--leave-one-driver-out trains one policy per fold from scratch and writes no policy file; "
+                       "drop --init, --out and --save-bc")
+    if args.subsample <= 0 or args.subsample > 1 or args.block < 1:
+        raise CLIError(f"--subsample must be in (0, 1] and --block >= 1, got {args.subsample} and {args.block}")
+    window = given.get("window", default_config("udacity").window)
+    if args.subsample < 1 and args.block < window:
+        raise CLIError(f"--block ({args.block}) must be at least --window ({window}) frames")
+    tracks = {}
+    for spec in args.track:
+        name, sep, track = spec.partition("=")
+        if not sep or not name or not track:
+            raise CLIError(f"--track takes DRIVER=TRACK (e.g. b-sh+CarND-Behavioral-Cloning-P3=jungle), got {spec!r}")
+        tracks[name] = track
+    _check_udacity_folders(args.data)
+    from agent.train.lodo import driver_names
+
+    unknown = sorted(set(tracks) - set(driver_names(args.data)) - {"*"})
+    if unknown:
+        raise CLIError(f"--track names unknown driver(s) {', '.join(unknown)}; the drivers are "
+                       f"{', '.join(driver_names(args.data))}")
+    reference = None
+    if args.reference:
+        from agent.loading import load_policy, resolve_policy_path
+
+        reference = load_policy(args.reference)
+        if getattr(reference, "output_kind", None) != "steering":
+            raise CLIError(f"--reference {args.reference} is not a Udacity steering policy")
+        reference.path = str(resolve_policy_path(args.reference))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    pcfg = default_config("udacity", getattr(args, "core", None), seed=22222 + args.seed, **given)
+    table = run_lodo(args.data, args.leave_one_driver_out, pcfg, cfg, _udacity_loader(args, len(args.data)),
+                     augment=AugmentConfig(p_augment=args.augment_prob) if args.augment_prob > 0 else None,
+                     smooth_labels=args.smooth_labels, smooth_mode=args.smooth_mode, straight_keep=args.straight_keep,
+                     subsample=args.subsample, block=args.block, tracks=tracks, reference=reference,
+                     folds=args.folds)
+    print(table["markdown"])
+    print(f"wrote {Path(args.leave_one_driver_out) / 'lodo.md'} and lodo.json")
+    return 0
+
+
 # ----------------------------------------------------------------------------------- evaluate
 def _add_evaluate(sub) -> None:
     p = sub.add_parser("evaluate", help="closed-loop returns (carracing) or offline steering error (udacity)",
@@ -495,10 +610,12 @@ def _add_evaluate(sub) -> None:
                                    "and predict-the-training-mean baselines.")
     p.add_argument("--env", default="carracing", choices=["carracing", "udacity"], help="simulator")
     p.add_argument("--policy", required=True, help="policy file (a bare name is looked up in policies/)")
-    p.add_argument("--data", default=None,
-                   help="udacity: the recording folder (driving_log.csv + IMG/) to score the policy on")
+    p.add_argument("--data", default=None, nargs="+",
+                   help="udacity: the recording folder(s) (driving_log.csv + IMG/) to score the policy on; with "
+                        "several, one row per recording (MSE, MAE, predict-0 MSE, ratio) and their means")
     p.add_argument("--on-bad-row", default="skip", choices=["skip", "error"],
                    help="udacity: skip unusable CSV rows with a warning, or stop with an error listing them")
+    p.add_argument("--crop-cache", default="auto", help="udacity: " + _CROP_CACHE_HELP)
     p.add_argument("--episodes", type=int, default=50, help="carracing: episodes (one track each)")
     p.add_argument("--seed", type=int, default=EVAL_SEED_BASE, help="carracing: track seed of the first episode")
     p.add_argument("--max-steps", type=int, default=None, help="carracing: cap on episode length (default: 1000)")
@@ -568,24 +685,49 @@ def _evaluate_udacity(args, path, kind, payload) -> int:
 
     if not args.data:
         raise CLIError("--env udacity needs --data: a recording folder holding driving_log.csv and IMG/")
-    if not (Path(args.data) / "driving_log.csv").is_file() and not Path(args.data).is_file():
-        raise CLIError(f"{args.data} is not a Udacity recording (no driving_log.csv in it)")
+    _check_udacity_folders(args.data)
     if kind not in LOADERS:
         raise CLIError(f"{path} holds a policy of kind {kind!r}, which this version cannot load")
     policy = LOADERS[kind](path, payload, "cpu")
     if getattr(policy, "output_kind", None) != "steering" or getattr(policy.config, "env", None) != "udacity":
         raise CLIError(f"{path} is not a Udacity steering policy (make one with `agent train --env udacity`)")
-    res = {"policy": str(path), "policy_sha256": file_digest(path), "env": "udacity", "core": policy.config.core,
-           **evaluate_udacity(policy, args.data, on_bad_row=args.on_bad_row)}
-    print(f"{path.name} on {args.data}: steering MSE {res['mse']:.4f}, MAE {res['mae']:.4f} over "
+    head = {"policy": str(path), "policy_sha256": file_digest(path), "env": "udacity", "core": policy.config.core}
+    if len(args.data) > 1:
+        return _evaluate_udacity_many(args, policy, head)
+    res = {**head, **evaluate_udacity(policy, _udacity_loader(args, 1)(args.data[0]))}
+    print(f"{path.name} on {args.data[0]}: steering MSE {res['mse']:.4f}, MAE {res['mae']:.4f} over "
           f"{res['n_frames']} frames ({res['rmse_degrees']:.1f} degrees RMS); predict-0 baseline MSE "
-          f"{res['zero_mse']:.4f}" + (f", predict-train-mean MSE {res['train_mean_mse']:.4f}"
+          f"{res['zero_mse']:.4f}" + (f" (ratio {res['ratio']:.2f})" if res["ratio"] is not None else "") + (f", predict-train-mean MSE {res['train_mean_mse']:.4f}"
                                       if "train_mean_mse" in res else ""))
     if res["n_moving"]:
         print(f"  while moving (>= {res['min_speed_mph']:g} mph, {res['n_moving']} frames): MSE {res['moving_mse']:.4f}, "
               f"MAE {res['moving_mae']:.4f}; predict-0 MSE {res['moving_zero_mse']:.4f}")
     if args.json:
         _write_json(args.json, res)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _evaluate_udacity_many(args, policy, head: dict) -> int:
+    """`agent evaluate --env udacity --data D1 D2 ...`: one row per recording and the means, printed and as JSON."""
+    from agent.eval.offline import evaluate_udacity, summarize_recordings
+    from agent.train.lodo import driver_names
+
+    load = _udacity_loader(args, len(args.data))
+    rows = []
+    for name, d in zip(driver_names(args.data), args.data):
+        rows.append({"recording": name, **evaluate_udacity(policy, load(d), progress=False)})
+    summary = summarize_recordings(rows)
+    fmt = lambda x, f=".4f": "-" if x is None else format(x, f)  # noqa: E731
+    print("| recording | frames | MSE | MAE | predict-0 MSE | ratio |\n|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['recording']} | {r['n_frames']} | {r['mse']:.4f} | {r['mae']:.4f} | {r['zero_mse']:.4f} | "
+              f"{fmt(r['ratio'], '.2f')} |")
+    print(f"| **mean** ({summary['n_recordings']} recordings) | {summary['n_frames']} | {summary['mse']:.4f} | "
+          f"{summary['mae']:.4f} | {summary['zero_mse']:.4f} | {fmt(summary['ratio_of_means'], '.2f')} (mean of "
+          f"ratios {fmt(summary['mean_ratio'], '.2f')}) |")
+    if args.json:
+        _write_json(args.json, {**head, "recordings": rows, "summary": summary})
         print(f"wrote {args.json}")
     return 0
 

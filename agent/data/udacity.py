@@ -174,26 +174,24 @@ def _decode(path: Path) -> np.ndarray | str:
         return f"unreadable image IMG/{path.name}: it {exc}"
 
 
-def load_recording(path: str | Path, on_bad_row: str = "skip", max_gap: float = MAX_GAP_S,
-                   progress: bool = True) -> UdacityRecording:
-    """Read a training-mode recording: ``driving_log.csv`` (or the folder holding it) and ``IMG/``.
+def parse_log(path: str | Path, on_bad_row: str = "skip") -> tuple[Path, list, list[BadRow]]:
+    """Pass 1 of reading a recording: parse ``driving_log.csv`` without decoding any image.
 
-    Every image is decoded once into memory (uint8; drive-2018's 4053 rows x 3 cameras take
-    1.9 GB).
+    Checks the cheap things: column count, numbers, that the three images exist in ``IMG/``
+    (resolved by basename), and the timestamp in the center image's name.
 
     Args:
         path: the recording folder or its ``driving_log.csv``.
-        on_bad_row: "skip" drops unusable rows with one warning that lists them; "error" raises
-            instead and returns nothing. A row is bad if it has the wrong number of columns, a
-            non-numeric value, an image that is missing, unreadable or not 320x160, or no
-            timestamp in its center image name.
-        max_gap: seconds; a longer gap between consecutive frames starts a new segment.
-        progress: show a progress bar while decoding (only where stderr is a terminal).
+        on_bad_row: "skip" or "error" (checked here; the caller acts on the bad rows).
+
+    Returns:
+        (csv_path, good, bad): ``good`` lists (CSV line, [center, left, right] image paths,
+        [steering, throttle, brake, speed], capture datetime) per usable row, in file order;
+        ``bad`` the :class:`BadRow` s found so far (decoding may find more).
 
     Raises:
         FileNotFoundError: no CSV at ``path``.
-        ValueError: bad rows in "error" mode (listing each with its line number), an unknown
-            ``on_bad_row``, or no usable row at all.
+        ValueError: an unknown ``on_bad_row``.
     """
     if on_bad_row not in ("skip", "error"):
         raise ValueError(f"on_bad_row must be 'skip' or 'error', got {on_bad_row!r}")
@@ -203,8 +201,6 @@ def load_recording(path: str | Path, on_bad_row: str = "skip", max_gap: float = 
         raise FileNotFoundError(f"no Udacity recording at {path} (expected a driving_log.csv"
                                 f"{' inside it' if path.is_dir() else ''})")
     img_dir = csv_path.parent / "IMG"
-
-    # pass 1: parse the CSV (cheap checks: columns, numbers, files, timestamps)
     bad: list[BadRow] = []
     good: list[tuple[int, list[Path], list[float], datetime]] = []
     with open(csv_path, newline="", encoding="utf-8-sig") as fh:
@@ -237,6 +233,31 @@ def load_recording(path: str | Path, on_bad_row: str = "skip", max_gap: float = 
                 bad.append(BadRow(line, f"no timestamp (yyyy_MM_dd_HH_mm_ss_fff) in image name {images[0].name}"))
                 continue
             good.append((line, images, values, stamp))
+    return csv_path, good, bad
+
+
+def load_recording(path: str | Path, on_bad_row: str = "skip", max_gap: float = MAX_GAP_S,
+                   progress: bool = True) -> UdacityRecording:
+    """Read a training-mode recording: ``driving_log.csv`` (or the folder holding it) and ``IMG/``.
+
+    Every image is decoded once into memory (uint8; drive-2018's 4053 rows x 3 cameras take
+    1.9 GB).
+
+    Args:
+        path: the recording folder or its ``driving_log.csv``.
+        on_bad_row: "skip" drops unusable rows with one warning that lists them; "error" raises
+            instead and returns nothing. A row is bad if it has the wrong number of columns, a
+            non-numeric value, an image that is missing, unreadable or not 320x160, or no
+            timestamp in its center image name.
+        max_gap: seconds; a longer gap between consecutive frames starts a new segment.
+        progress: show a progress bar while decoding (only where stderr is a terminal).
+
+    Raises:
+        FileNotFoundError: no CSV at ``path``.
+        ValueError: bad rows in "error" mode (listing each with its line number), an unknown
+            ``on_bad_row``, or no usable row at all.
+    """
+    csv_path, good, bad = parse_log(path, on_bad_row)
 
     # pass 2: decode every image once (also in "error" mode, so the error lists every bad row)
     from agent.log import progress as bar_for
@@ -420,4 +441,4 @@ def augmented_window(rec: UdacityRecording, index: np.ndarray, params: AugmentPa
 
 __all__ = ["AugmentConfig", "AugmentParams", "BadRow", "CAMERAS", "CROP_ROWS", "FRAME_SHAPE", "INPUT_SHAPE",
            "UdacityRecording", "augment_frames", "augment_steering", "augmented_window", "find_segments",
-           "load_recording", "preprocess", "timestamp_of"]
+           "load_recording", "parse_log", "preprocess", "timestamp_of"]

@@ -169,12 +169,19 @@ class UdacitySource:
 
     target_dtype = np.float32
 
-    def __init__(self, recordings: list, augment=None, smooth_labels: int = 1):
+    def __init__(self, recordings: list, augment=None, smooth_labels: int = 1, smooth_mode: str = "centred",
+                 straight_keep: float = 1.0, seed: int = 0):
         from agent.data.udacity import INPUT_SHAPE
 
+        if not 0.0 < straight_keep <= 1.0:
+            raise ValueError(f"straight_keep must be in (0, 1], got {straight_keep}")
         self.raw_recordings = list(recordings)  # as recorded: the held-out split is scored on raw labels
-        self.augment, self.smooth_labels = augment, smooth_labels
-        self.recordings = [smooth_steering(r, smooth_labels) for r in self.raw_recordings]
+        self.augment, self.smooth_labels, self.smooth_mode = augment, smooth_labels, smooth_mode
+        self.straight_keep, self.seed = straight_keep, seed
+        self.recordings = [smooth_steering(r, smooth_labels, smooth_mode) for r in self.raw_recordings]
+        self._learn = [np.ones(len(r), bool) if straight_keep >= 1.0 else
+                       (np.abs(r.steering) >= 1e-3) | (np.random.default_rng([seed, i]).random(len(r)) < straight_keep)
+                       for i, r in enumerate(self.recordings)]
         self.index = [(r, int(s0), int(s1)) for r, rec in enumerate(self.recordings) for s0, s1 in rec.segments.tolist()]
         self.frame_shape = tuple(INPUT_SHAPE)
 
@@ -195,10 +202,22 @@ class UdacitySource:
         rec = self.recordings[r]
         idx = np.arange(s0 + start, s0 + start + n)
         if self.augment is not None and rng is not None:
-            frames, steer = augmented_window(rec, idx, AugmentParams.sample(rng, self.augment), self.augment)
+            params, cfg = AugmentParams.sample(rng, self.augment), self.augment
         else:
-            frames, steer = augmented_window(rec, idx, AugmentParams(), AugmentConfig())
-        return preprocess(frames), steer.astype(np.float32), rec.timestamps[idx] - rec.timestamps[idx[0]]
+            params, cfg = AugmentParams(), AugmentConfig()
+        if callable(getattr(rec, "crop_window", None)):  # cached crops (agent.data.udacity_cache.CachedRecording)
+            frames, steer = rec.crop_window(idx, params, cfg)
+        else:
+            frames, steer = augmented_window(rec, idx, params, cfg)
+            frames = preprocess(frames)
+        return frames, steer.astype(np.float32), rec.timestamps[idx] - rec.timestamps[idx[0]]
+
+    def loss_mask(self, e: int, start: int, n: int) -> np.ndarray:
+        """(n,) bool: the frames the loss counts: all, or with ``straight_keep`` < 1 only that share
+        of the straight-driving frames (training label |steering| < 0.001), drawn once per frame
+        from ``seed`` so the same frames are left out every epoch."""
+        r, s0, _ = self.index[e]
+        return self._learn[r][s0 + start:s0 + start + n]
 
     def split(self, val_fraction: float, seed: int = 0) -> tuple["UdacitySource", "UdacitySource | None"]:
         """(train, held-out): the last ``round(N * val_fraction)`` rows of each recording are held
@@ -218,24 +237,31 @@ class UdacitySource:
             train.append(rec.slice(0, n - n_val))
             if n_val:
                 val.append(rec.slice(n - n_val, n))
-        return (UdacitySource(train, self.augment, self.smooth_labels),
+        return (UdacitySource(train, self.augment, self.smooth_labels, self.smooth_mode, self.straight_keep, self.seed),
                 UdacitySource(val) if val else None)
 
     def describe(self) -> str:
         return f"{len(self.recordings)} recording(s), {len(self.index)} segments, {sum(self.lengths)} frames"
 
 
-def smooth_steering(rec, frames: int):
-    """``rec`` with its steering replaced by a centered moving average over ``frames`` frames (odd),
-    computed inside each segment (the average shrinks at segment ends).
+def smooth_steering(rec, frames: int, mode: str = "centred"):
+    """``rec`` with its steering replaced by a moving average over ``frames`` frames, computed
+    inside each segment (the average shrinks at segment ends).
 
     Keyboard drivers steer in short taps (drive-2018: 72% of the labels are exactly 0), so a raw
     label is a noisy sample of the steering the image calls for.
 
+    Args:
+        frames: the averaging window (odd for "centred"; 1: ``rec`` itself).
+        mode: "centred" (frames i - k .. i + k, k = frames // 2) or "causal" (frames i - frames + 1 .. i:
+            only the past, as a driver's wheel position integrates past taps).
+
     Raises:
-        ValueError: ``frames`` not an odd number >= 1.
+        ValueError: ``frames`` < 1, an even ``frames`` for "centred", or an unknown ``mode``.
     """
-    if frames < 1 or frames % 2 == 0:
+    if mode not in ("centred", "causal"):
+        raise ValueError(f"smoothing mode must be 'centred' or 'causal', got {mode!r}")
+    if frames < 1 or (frames % 2 == 0 and mode == "centred"):
         raise ValueError(f"smooth_labels must be an odd number of frames >= 1, got {frames}")
     if frames == 1:
         return rec
@@ -243,7 +269,12 @@ def smooth_steering(rec, frames: int):
     kernel = np.ones(frames)
     for s0, s1 in rec.segments.tolist():
         y = rec.steering[s0:s1].astype(np.float64)
-        out[s0:s1] = np.convolve(y, kernel, mode="same") / np.convolve(np.ones_like(y), kernel, mode="same")
+        if mode == "causal":
+            c = np.concatenate([[0.0], np.cumsum(y)])
+            lo = np.maximum(np.arange(len(y)) + 1 - frames, 0)
+            out[s0:s1] = (c[1:] - c[lo]) / (np.arange(len(y)) + 1 - lo)
+        else:
+            out[s0:s1] = np.convolve(y, kernel, mode="same") / np.convolve(np.ones_like(y), kernel, mode="same")
     return dataclasses.replace(rec, steering=out.astype(np.float32))
 
 

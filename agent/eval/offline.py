@@ -90,7 +90,8 @@ def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = Tr
 
     Args:
         policy: a steering policy (:class:`agent.nn.policy.DrivingPolicy` with a Box head).
-        data: a recording folder (or its ``driving_log.csv``) or a loaded recording.
+        data: a recording folder (or its ``driving_log.csv``) or a loaded recording
+            (:class:`agent.data.udacity.UdacityRecording` or :class:`agent.data.udacity_cache.CachedRecording`).
         on_bad_row: as :func:`agent.data.udacity.load_recording`.
         train_mean: the training mean steering, for the predict-the-mean baseline (default: the
             policy file's metadata ``train_mean_steering`` if present).
@@ -98,7 +99,8 @@ def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = Tr
 
     Returns:
         dict with ``mse``, ``mae`` (normalised steering; 1.0 = 25 degrees), ``n_frames``,
-        ``n_segments``, ``rmse_degrees``, the baselines ``zero_mse`` / ``zero_mae`` (predict 0)
+        ``n_segments``, ``rmse_degrees``, the baselines ``zero_mse`` / ``zero_mae`` (predict 0) and
+        ``ratio`` = ``mse / zero_mse`` (None when every label is 0)
         and ``train_mean_mse`` (when known), ``moving_mse`` / ``moving_mae`` /
         ``moving_zero_mse`` / ``n_moving`` on frames with speed >= ``min_speed`` (None when no
         frame moves), ``data``, ``n_bad_rows_skipped`` and ``seconds``.
@@ -112,8 +114,10 @@ def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = Tr
         raise ValueError(f"offline Udacity evaluation needs a steering policy; this one outputs "
                          f"{getattr(policy, 'output_kind', type(policy).__name__)!r}")
     t0 = time.time()
-    rec = data if isinstance(data, UdacityRecording) else load_recording(Path(data), on_bad_row=on_bad_row,
-                                                                         progress=progress)
+    from agent.data.udacity_cache import CachedRecording
+
+    rec = data if isinstance(data, (UdacityRecording, CachedRecording)) else \
+        load_recording(Path(data), on_bad_row=on_bad_row, progress=progress)
     pred = predict_recording(policy, rec)
     err = pred - rec.steering
     mse = float(np.mean(err ** 2))
@@ -125,9 +129,12 @@ def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = Tr
         "rmse_degrees": float(math.sqrt(mse) * 25.0),
         "zero_mse": float(np.mean(rec.steering ** 2)),
         "zero_mae": float(np.mean(np.abs(rec.steering))),
+        "ratio": None,
         "data": rec.source,
         "n_bad_rows_skipped": len(rec.bad_rows),
     }
+    if res["zero_mse"] > 0:
+        res["ratio"] = mse / res["zero_mse"]
     moving = rec.speed >= min_speed
     res.update(min_speed_mph=min_speed, n_moving=int(moving.sum()),
                moving_mse=float(np.mean(err[moving] ** 2)) if moving.any() else None,
@@ -141,4 +148,20 @@ def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = Tr
     return res
 
 
-__all__ = ["evaluate_udacity", "predict_recording", "score_stream", "stream_outputs"]
+def summarize_recordings(results: list[dict]) -> dict:
+    """Means over per-recording results of :func:`evaluate_udacity` (each recording weighs the same).
+
+    Returns ``n_recordings``, ``n_frames`` (total), ``mse``, ``mae``, ``zero_mse`` (means),
+    ``ratio_of_means`` (mean MSE / mean predict-0 MSE) and ``mean_ratio`` (mean of the ratios).
+    """
+    if not results:
+        return {"n_recordings": 0}
+    mse, zero = float(np.mean([r["mse"] for r in results])), float(np.mean([r["zero_mse"] for r in results]))
+    ratios = [r["ratio"] for r in results if r.get("ratio") is not None]
+    return {"n_recordings": len(results), "n_frames": int(sum(r["n_frames"] for r in results)), "mse": mse,
+            "mae": float(np.mean([r["mae"] for r in results])), "zero_mse": zero,
+            "ratio_of_means": mse / zero if zero > 0 else None,
+            "mean_ratio": float(np.mean(ratios)) if ratios else None}
+
+
+__all__ = ["evaluate_udacity", "summarize_recordings", "predict_recording", "score_stream", "stream_outputs"]

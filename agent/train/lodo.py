@@ -1,0 +1,275 @@
+"""Leave-one-driver-out (LODO) evaluation of Udacity steering: does the policy work for a driver it never saw?
+
+Every recording is one driver. For each recording (a *fold*) a policy is trained from scratch on
+all the others, with the same settings, and scored on the held-out recording exactly as
+``agent evaluate --env udacity`` scores one (center camera, every frame, streaming in order, the
+window restarting at session breaks, raw labels) beside the trivial predict-0 baseline on the
+same frames. The ratio MSE / predict-0 MSE says whether the policy beats always driving straight
+(< 1) and by how much.
+
+Choices are made on held-out drivers only, never on the test driver: inside a fold the test
+recording is neither trained on nor used to choose a checkpoint (with ``val_fraction`` > 0 the
+last block of each TRAINING recording chooses it; with 0 the last epoch is kept). Settings
+(smoothing, sampling, cameras) are compared by their LODO means.
+
+Output folder ``OUT``:
+
+- ``folds/<driver>.json``: one per finished fold (the settings, the training report, the scores);
+  written atomically, so a rerun skips finished folds (resumable) and refuses a folder made with
+  other settings;
+- ``reference/<driver>.json``: a fixed reference policy (e.g. the shipped ``udacity-nac.pt``)
+  scored on the same held-out recording, when one is given;
+- ``lodo.md`` and ``lodo.json``: the table per driver and its means per track (rewritten after
+  every fold, so a partial run has a partial table).
+
+Training budget: ``subsample`` keeps that share of each training recording, as randomly chosen
+blocks of ``block`` consecutive frames (so windows of T <= block frames stay intact), drawn once
+per fold; the time limit of :class:`agent.train.bc.TrainConfig` caps each fold's training.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from agent.log import get_logger
+
+log = get_logger(__name__)
+
+TRACK_UNKNOWN = "-"
+
+
+def driver_names(paths: list[str | Path]) -> list[str]:
+    """A short unique name per recording: its first path component after the common prefix.
+
+    ``/data/udacity/0xR4Y+Track`` and ``/data/udacity/b-sh+CarND/track2`` give ``0xR4Y+Track`` and
+    ``b-sh+CarND``; duplicates get ``-2``, ``-3`` appended.
+    """
+    parts = [Path(os.path.abspath(p)).parts for p in paths]
+    if not parts:
+        return []
+    common = 0
+    while len(parts) > 1 and all(len(p) > common + 1 for p in parts) and len({p[common] for p in parts}) == 1:
+        common += 1
+    if len(parts) == 1:
+        common = len(parts[0]) - 1
+    names, seen = [], {}
+    for p in parts:
+        name = p[common] if len(p) > common else p[-1]
+        if name == "driving_log.csv":
+            name = p[common - 1]
+        seen[name] = seen.get(name, 0) + 1
+        names.append(name if seen[name] == 1 else f"{name}-{seen[name]}")
+    return names
+
+
+def subsample_blocks(rec, fraction: float, block: int, rng: np.random.Generator) -> list:
+    """``rec`` cut to a random ``fraction`` of its frames in blocks of ``block`` consecutive frames.
+
+    Returns a list of ``rec.slice`` views (adjacent chosen blocks merged); all of ``rec`` for
+    ``fraction`` >= 1.
+
+    Raises:
+        ValueError: ``fraction`` not in (0, 1] or ``block`` < 1.
+    """
+    if not 0.0 < fraction <= 1.0 or block < 1:
+        raise ValueError(f"subsample must be in (0, 1] and block >= 1, got {fraction} and {block}")
+    if fraction >= 1.0:
+        return [rec]
+    n_blocks = -(-len(rec) // block)
+    k = max(1, int(round(fraction * n_blocks)))
+    chosen = np.sort(rng.choice(n_blocks, size=k, replace=False))
+    runs, start, prev = [], int(chosen[0]), int(chosen[0])
+    for b in chosen[1:].tolist():
+        if b != prev + 1:
+            runs.append((start, prev + 1))
+            start = b
+        prev = b
+    runs.append((start, prev + 1))
+    return [rec.slice(a * block, min(b * block, len(rec))) for a, b in runs]
+
+
+def _write_json_atomic(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def _scores(res: dict) -> dict:
+    keep = ("mse", "mae", "zero_mse", "zero_mae", "n_frames", "n_segments", "rmse_degrees", "n_moving", "moving_mse",
+            "moving_mae", "moving_zero_mse", "n_bad_rows_skipped", "data")
+    out = {k: res[k] for k in keep if k in res}
+    out["ratio"] = res["mse"] / res["zero_mse"] if res["zero_mse"] > 0 else None
+    return out
+
+
+def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_config, load, *, augment=None,
+             smooth_labels: int = 1, smooth_mode: str = "centred", straight_keep: float = 1.0,
+             subsample: float = 1.0, block: int = 32, tracks: dict[str, str] | None = None,
+             reference=None, folds: list[str] | None = None, extra_settings: dict | None = None) -> dict:
+    """Train and score one fold per recording (see the module docstring); returns the table (:func:`lodo_table`).
+
+    Args:
+        paths: the recordings, one driver each (at least 2).
+        out: the output folder.
+        policy_config: :class:`agent.nn.policy.PolicyConfig` of every fold's policy.
+        train_config: :class:`agent.train.bc.TrainConfig` (epochs, lr, seed, time limit per fold, ...).
+        load: ``load(path)`` -> a recording (:func:`agent.data.udacity_cache.load_cached` or
+            :func:`agent.data.udacity.load_recording`), called once per recording.
+        augment: :class:`agent.data.udacity.AugmentConfig` of training (None: no augmentation).
+        smooth_labels, smooth_mode: training-label smoothing (:func:`agent.data.windows.smooth_steering`),
+            applied to whole recordings before subsampling; the test driver is scored on raw labels.
+        straight_keep: share of straight-driving frames the loss counts (:class:`agent.data.windows.UdacitySource`).
+        subsample, block: share of each training recording kept, in blocks of ``block`` frames.
+        tracks: driver name -> track ("lake", "jungle"); unnamed drivers get ``tracks.get("*", "-")``.
+        reference: an optional fixed policy scored on each held-out recording too.
+        folds: only these held-out drivers (names from :func:`driver_names`); None: all.
+        extra_settings: recorded with the settings (and compared on resume).
+
+    Raises:
+        ValueError: fewer than 2 recordings, an unknown fold name, or an ``out`` folder whose
+            finished folds were made with other settings.
+    """
+    from agent.data.windows import UdacitySource, smooth_steering
+    from agent.eval.offline import evaluate_udacity
+    from agent.train.bc import train
+
+    if len(paths) < 2:
+        raise ValueError(f"leave-one-driver-out needs at least 2 recordings (one driver each), got {len(paths)}")
+    names = driver_names(paths)
+    if folds:
+        unknown = sorted(set(folds) - set(names))
+        if unknown:
+            raise ValueError(f"unknown fold(s) {', '.join(unknown)}; the drivers are {', '.join(names)}")
+    tracks = dict(tracks or {})
+    track_of = {n: tracks.get(n, tracks.get("*", TRACK_UNKNOWN)) for n in names}
+    out = Path(out)
+    settings = {"recordings": {n: str(p) for n, p in zip(names, paths)}, "policy": policy_config.to_dict(),
+                "train": {k: v for k, v in asdict(train_config).items() if k not in ("device", "workers")},
+                "augment": asdict(augment) if augment is not None else None, "smooth_labels": smooth_labels,
+                "smooth_mode": smooth_mode, "straight_keep": straight_keep, "subsample": subsample, "block": block,
+                **(extra_settings or {})}
+    settings = json.loads(json.dumps(settings, default=str))
+    for f in sorted((out / "folds").glob("*.json")):
+        old = json.loads(f.read_text()).get("settings")
+        if old != settings:
+            diff = sorted(k for k in set(old or {}) | set(settings) if (old or {}).get(k) != settings.get(k))
+            raise ValueError(f"{out} holds folds made with other settings ({', '.join(diff)} differ, e.g. {f.name}); "
+                             "choose another output folder or delete it")
+    recs = {}
+    for n, p in zip(names, paths):
+        recs[n] = load(p)
+    for i, test in enumerate(names):
+        if folds and test not in folds:
+            continue
+        fold_path = out / "folds" / f"{test}.json"
+        if reference is not None and not (out / "reference" / f"{test}.json").is_file():
+            res = evaluate_udacity(reference, recs[test], progress=False)
+            _write_json_atomic(out / "reference" / f"{test}.json",
+                               {"driver": test, "track": track_of[test], "policy": getattr(reference, "path", None),
+                                **_scores(res), "seconds": res["seconds"]})
+            log.info("reference on %s: MSE %.4f, predict 0 %.4f", test, res["mse"], res["zero_mse"])
+        if fold_path.is_file():
+            log.info("fold %s: done already (%s), skipped", test, fold_path)
+            continue
+        t0 = time.time()
+        pieces = []
+        for j, n in enumerate(names):
+            if n == test:
+                continue
+            rec = smooth_steering(recs[n], smooth_labels, smooth_mode)
+            pieces += subsample_blocks(rec, subsample, block, np.random.default_rng([train_config.seed, i, j]))
+        source = UdacitySource(pieces, augment, straight_keep=straight_keep, seed=train_config.seed)
+        log.info("fold %d/%d: held-out driver %s (%d frames); training on %d drivers, %d frames", i + 1, len(names),
+                 test, len(recs[test]), len(names) - 1, sum(source.lengths))
+        policy, report = train(source, policy_config, train_config)
+        t_train = time.time() - t0
+        res = evaluate_udacity(policy, recs[test], progress=False)
+        fold = {"driver": test, "track": track_of[test], "train_drivers": [n for n in names if n != test],
+                **_scores(res), "seconds": {"train": t_train, "evaluate": res["seconds"]},
+                "best_epoch": report.best_epoch, "epochs": [asdict(e) for e in report.epochs],
+                "n_train_frames": report.n_train_frames, "n_val_frames": report.n_val_frames,
+                "train_mean_steering": report.baselines.get("train_mean_steering"), "settings": settings}
+        _write_json_atomic(fold_path, fold)
+        log.info("fold %s: MSE %.4f, MAE %.4f, predict-0 MSE %.4f, ratio %.3f (%.0f s)", test, res["mse"], res["mae"],
+                 res["zero_mse"], fold["ratio"] or float("nan"), time.time() - t0)
+        write_table(out)
+    return write_table(out)
+
+
+def _mean(xs):
+    xs = [x for x in xs if x is not None]
+    return float(np.mean(xs)) if xs else None
+
+
+def lodo_table(out: str | Path) -> dict:
+    """The table of a LODO folder from its finished folds: ``{"drivers": [...], "tracks": {...}}``.
+
+    Per driver: track, frames, MSE, MAE, predict-0 MSE, ratio (and the reference policy's MSE and
+    ratio where scored). Per track (and "all"): the number of folds, mean MSE, mean predict-0 MSE,
+    their ratio (the target's measure), the mean of the per-driver ratios, and the reference's.
+    """
+    out = Path(out)
+    rows = []
+    for f in sorted((out / "folds").glob("*.json"), key=lambda p: p.stem.lower()):
+        d = json.loads(f.read_text())
+        row = {k: d.get(k) for k in ("driver", "track", "n_frames", "mse", "mae", "zero_mse", "ratio", "n_train_frames")}
+        row["train_seconds"] = (d.get("seconds") or {}).get("train")
+        ref = out / "reference" / f"{d['driver']}.json"
+        if ref.is_file():
+            r = json.loads(ref.read_text())
+            row.update(reference_mse=r["mse"], reference_mae=r["mae"], reference_ratio=r["ratio"])
+        rows.append(row)
+    groups = {}
+    for name in sorted({r["track"] for r in rows}) + (["all"] if rows else []):
+        g = [r for r in rows if name == "all" or r["track"] == name]
+        mse, zero = _mean([r["mse"] for r in g]), _mean([r["zero_mse"] for r in g])
+        ref = _mean([r.get("reference_mse") for r in g])
+        groups[name] = {"folds": len(g), "mse": mse, "mae": _mean([r["mae"] for r in g]), "zero_mse": zero,
+                        "ratio_of_means": mse / zero if zero else None, "mean_ratio": _mean([r["ratio"] for r in g]),
+                        "reference_mse": ref,
+                        "reference_ratio_of_means": ref / zero if (ref is not None and zero) else None}
+    return {"drivers": rows, "tracks": groups}
+
+
+def _f(x, fmt=".4f"):
+    return "-" if x is None else format(x, fmt)
+
+
+def write_table(out: str | Path) -> dict:
+    """Write ``lodo.json`` and ``lodo.md`` in ``out`` from its finished folds; returns the table."""
+    out = Path(out)
+    table = lodo_table(out)
+    ref = any("reference_mse" in r for r in table["drivers"])
+    head = "| held-out driver | track | frames | MSE | MAE | predict-0 MSE | ratio |" + \
+           (" reference MSE | reference ratio |" if ref else "")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in table["drivers"]:
+        lines.append(f"| {r['driver']} | {r['track']} | {r['n_frames']} | {_f(r['mse'])} | {_f(r['mae'])} | "
+                     f"{_f(r['zero_mse'])} | {_f(r['ratio'], '.2f')} |" +
+                     (f" {_f(r.get('reference_mse'))} | {_f(r.get('reference_ratio'), '.2f')} |" if ref else ""))
+    for name, g in table["tracks"].items():
+        lines.append(f"| **mean, {name}** ({g['folds']} folds) | {name} | | {_f(g['mse'])} | {_f(g['mae'])} | "
+                     f"{_f(g['zero_mse'])} | {_f(g['ratio_of_means'], '.2f')} (mean of ratios "
+                     f"{_f(g['mean_ratio'], '.2f')}) |" +
+                     (f" {_f(g['reference_mse'])} | {_f(g['reference_ratio_of_means'], '.2f')} |" if ref else ""))
+    md = ("Leave-one-driver-out: each row is a policy trained on the other drivers and scored on this one "
+          "(center camera, every frame, streaming; raw labels). ratio = MSE / predict-0 MSE (< 1 beats driving "
+          "straight); the means' ratio is mean MSE / mean predict-0 MSE.\n\n" + "\n".join(lines) + "\n")
+    if table["drivers"]:
+        out.mkdir(parents=True, exist_ok=True)
+        _write_json_atomic(out / "lodo.json", table)
+        tmp = out / f".lodo.md.{os.getpid()}.tmp"
+        tmp.write_text(md)
+        os.replace(tmp, out / "lodo.md")
+    table["markdown"] = md
+    return table
+
+
+__all__ = ["driver_names", "lodo_table", "run_lodo", "subsample_blocks", "write_table"]

@@ -1,0 +1,197 @@
+"""Crop cache, evaluation by recording and leave-one-driver-out, on tiny recordings the tests write."""
+
+import json
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from udacity_fixture import write_recording
+
+from agent.data.udacity import AugmentParams, augment_frames, load_recording, preprocess
+from agent.data.udacity_cache import augment_crops, build_cache, cache_paths, load_cached
+from agent.data.windows import UdacitySource, WindowDataset, smooth_steering
+from agent.train.lodo import driver_names, lodo_table, subsample_blocks
+
+
+def _drivers(tmp_path, n=3, rows=14):
+    """n recordings ("drivers"), each with its own steering pattern."""
+    out = []
+    for k in range(n):
+        steer = [round(0.3 * np.sin(0.7 * i + k) * (i % (2 + k) == 0), 3) for i in range(rows)]
+        root, _ = write_recording(tmp_path / "data" / f"driver{k}", n=rows, steering=steer)
+        out.append(str(root))
+    return out
+
+
+def test_cache_equals_reader_and_is_reused(tmp_path):
+    root, _ = write_recording(tmp_path / "rec", n=5, steering=[0, 0.1, -0.2, 0.3, 0])
+    raw = load_recording(root, progress=False)
+    rec = load_cached(root, tmp_path / "cache", progress=False)
+    assert rec.crops.shape == (5, 3, 66, 200, 3) and isinstance(rec.crops, np.memmap)
+    for c, cam in enumerate(("center", "left", "right")):
+        assert np.array_equal(rec.crops[:, c], preprocess(raw.camera(cam)))
+    for k in ("steering", "throttle", "speed", "timestamps", "rows", "segments"):
+        assert np.array_equal(getattr(rec, k), getattr(raw, k)), k
+    npy, npz = cache_paths(root, tmp_path / "cache")
+    assert npy.is_file() and npz.is_file() and not list((tmp_path / "cache").glob(".*tmp*"))
+    stamp = npy.stat().st_mtime_ns
+    assert build_cache(root, tmp_path / "cache", progress=False) == (npy, npz) and npy.stat().st_mtime_ns == stamp
+    # another CSV (one steering value edited) is another cache, never the stale one
+    csv = root / "driving_log.csv"
+    csv.write_text(csv.read_text().replace(",0.1,", ",0.15,", 1))
+    assert cache_paths(root, tmp_path / "cache")[0] != npy
+    assert np.isclose(load_cached(root, tmp_path / "cache", progress=False).steering[1], 0.15)
+
+
+def test_cache_bad_rows_skip_and_error(tmp_path):
+    root, _ = write_recording(tmp_path / "rec", n=5)
+    lines = (root / "driving_log.csv").read_text().splitlines()
+    (root / "IMG" / lines[1].split(",")[1].split("\\")[-1]).unlink()  # row 2: missing left image
+    (root / "IMG" / lines[3].split(",")[2].split("\\")[-1]).write_bytes(b"not a jpeg")  # row 4: found on decoding
+    with pytest.warns(UserWarning, match=r"skipped 2 bad row\(s\).*row 2: missing image.*row 4: unreadable"):
+        rec = load_cached(root, tmp_path / "cache", progress=False)
+    assert rec.rows.tolist() == [1, 3, 5] and rec.crops.shape[0] == 3 and [b.row for b in rec.bad_rows] == [2, 4]
+    with pytest.raises(ValueError, match=r"2 bad row\(s\).*row 2.*row 4"):
+        load_cached(root, tmp_path / "cache", on_bad_row="error", progress=False)
+    with pytest.raises(FileNotFoundError, match="driving_log.csv"):
+        load_cached(tmp_path, tmp_path / "cache", progress=False)
+
+
+def test_crop_augmentation_matches_raw_augmentation():
+    rng = np.random.default_rng(0)
+    small = rng.integers(30, 220, (8, 16, 3), dtype=np.uint8)
+    raw = cv2.resize(small, (320, 160))[None]  # (1, 160, 320, 3) smooth RGB
+    crop = preprocess(raw)
+    flip = AugmentParams(flip=True)
+    assert np.array_equal(augment_crops(crop, flip), crop[:, :, ::-1])
+    assert np.abs(augment_crops(crop, flip).astype(int) - preprocess(augment_frames(raw, flip))).max() <= 1
+    for params, tol in ((AugmentParams(brightness=1.15), 1.0), (AugmentParams(shadow=(100.0, 220.0, 1, 0.4)), 1.0),
+                        (AugmentParams(shift=(30.0, 0.0)), 1.0)):
+        a = augment_crops(crop, params).astype(float)
+        b = preprocess(augment_frames(raw, params)).astype(float)
+        assert np.abs(a - b)[:, 2:-2, 2:-2].mean() < tol, params  # the same picture up to resampling
+        assert np.abs(a - crop).mean() > 2 * np.abs(a - b)[:, 2:-2, 2:-2].mean()  # and it did change
+    with pytest.raises(ValueError, match="66, 200, 3"):
+        augment_crops(raw, flip)
+
+
+def test_cached_source_windows_and_straight_sampling(tmp_path):
+    root, _ = write_recording(tmp_path / "rec", n=12, steering=[0, 0, 0.2, 0, 0, 0, -0.3, 0, 0, 0, 0, 0.1])
+    rec = load_cached(root, tmp_path / "cache", progress=False)
+    src = UdacitySource([rec])
+    frames, steer, t = src.window(0, 2, 4)
+    assert frames.shape == (4, 66, 200, 3) and np.array_equal(frames, rec.crops[2:6, 0])
+    assert np.allclose(steer, rec.steering[2:6]) and np.isclose(t[0], 0.0)
+    assert src.loss_mask(0, 0, 12).all()
+    keep = UdacitySource([rec], straight_keep=0.3, seed=1).loss_mask(0, 0, 12)
+    assert keep[[2, 6, 11]].all() and keep.sum() < 12  # steering frames always count, some straight ones do not
+    again = UdacitySource([rec], straight_keep=0.3, seed=1)
+    assert np.array_equal(again.loss_mask(0, 0, 12), keep)
+    item = WindowDataset(again, 4, shuffle_borders=False)[0]
+    assert item["learn"].tolist() == keep[:4].tolist()
+    with pytest.raises(ValueError, match="straight_keep"):
+        UdacitySource([rec], straight_keep=0.0)
+
+
+def test_causal_smoothing(tmp_path):
+    root, _ = write_recording(tmp_path / "rec", n=6, gaps_ms=[70, 70, 4000, 70, 70], steering=[0, 0.3, 0, 0.6, 0, 0])
+    rec = load_recording(root, progress=False)
+    assert np.allclose(smooth_steering(rec, 2, "causal").steering, [0, 0.15, 0.15, 0.6, 0.3, 0.0])
+    assert np.allclose(smooth_steering(rec, 3, "causal").steering, [0, 0.15, 0.1, 0.6, 0.3, 0.2])
+    with pytest.raises(ValueError, match="centred"):
+        smooth_steering(rec, 3, "future")
+
+
+def test_driver_names_and_blocks(tmp_path):
+    assert driver_names(["/d/u/a+X", "/d/u/b+Y/track2", "/d/u/c+Z/Data/driving_log.csv"]) == ["a+X", "b+Y", "c+Z"]
+    assert driver_names(["/d/u/a/x", "/d/v/a/y"]) == ["u", "v"]
+    assert driver_names(["/d/a", "/e/a"]) == ["d", "e"]
+    root, _ = write_recording(tmp_path / "rec", n=40)
+    rec = load_recording(root, progress=False)
+    pieces = subsample_blocks(rec, 0.5, 8, np.random.default_rng(0))
+    rows = np.concatenate([p.rows for p in pieces])
+    assert len(rows) == 16  # round(0.5 * 5 blocks) = 2 blocks of 8
+    assert len(set(rows.tolist())) == len(rows) and all((np.diff(p.rows) == 1).all() for p in pieces)
+    assert all((p.rows[0] - 1) % 8 == 0 for p in pieces)  # blocks start on block borders
+    assert subsample_blocks(rec, 1.0, 8, np.random.default_rng(0)) == [rec]
+
+
+def test_cli_evaluate_many_recordings(tmp_path, capsys):
+    from agent.cli import main
+    from agent.nn.policy import DrivingPolicy, default_config
+
+    data = _drivers(tmp_path, 2, rows=8)
+    torch.manual_seed(0)
+    pol = DrivingPolicy(default_config("udacity", core="none", window=2)).save(tmp_path / "p.pt")
+    js = tmp_path / "many.json"
+    rc = main(["evaluate", "--env", "udacity", "--policy", str(pol), "--data", *data, "--json", str(js),
+               "--crop-cache", str(tmp_path / "cache")])
+    assert rc == 0
+    res = json.loads(js.read_text())
+    assert [r["recording"] for r in res["recordings"]] == ["driver0", "driver1"]
+    for r, d in zip(res["recordings"], data):
+        steer = load_recording(d, progress=False).steering
+        assert np.isclose(r["zero_mse"], np.mean(steer ** 2)) and np.isclose(r["ratio"], r["mse"] / r["zero_mse"])
+    s = res["summary"]
+    assert s["n_frames"] == 16 and np.isclose(s["mse"], np.mean([r["mse"] for r in res["recordings"]]))
+    assert np.isclose(s["ratio_of_means"], s["mse"] / s["zero_mse"])
+    assert "| driver1 | 8 |" in capsys.readouterr().out
+    assert list((tmp_path / "cache").glob("*.npy"))  # the crop cache was used
+    # one recording: the flat result, now with the ratio
+    rc = main(["evaluate", "--env", "udacity", "--policy", str(pol), "--data", data[0], "--json", str(js)])
+    one = json.loads(js.read_text())
+    assert rc == 0 and one["n_frames"] == 8 and np.isclose(one["ratio"], one["mse"] / one["zero_mse"])
+    assert main(["evaluate", "--env", "udacity", "--policy", str(pol), "--data", data[0], str(tmp_path)]) == 2
+    assert "not a Udacity recording" in capsys.readouterr().err
+
+
+def test_cli_leave_one_driver_out(tmp_path, capsys):
+    from agent.cli import main
+    from agent.nn.policy import DrivingPolicy, default_config
+
+    data = _drivers(tmp_path, 3)
+    ref = DrivingPolicy(default_config("udacity", core="none", window=2)).save(tmp_path / "ref.pt")
+    out = tmp_path / "lodo"
+    args = ["train", "--env", "udacity", "--data", *data, "--leave-one-driver-out", str(out), "--core", "none",
+            "--window", "2", "--epochs", "1", "--val-fraction", "0", "--subsample", "0.5", "--block", "4",
+            "--crop-cache", str(tmp_path / "cache"), "--track", "*=lake", "--track", "driver2=jungle",
+            "--reference", str(ref), "--tensorboard", ""]
+    assert main(args) == 0
+    folds = sorted(p.name for p in (out / "folds").glob("*.json"))
+    assert folds == ["driver0.json", "driver1.json", "driver2.json"]
+    for k in range(3):
+        f = json.loads((out / "folds" / f"driver{k}.json").read_text())
+        assert f["train_drivers"] == [f"driver{j}" for j in range(3) if j != k]
+        steer = load_recording(data[k], progress=False).steering
+        assert f["n_frames"] == 14 and np.isclose(f["zero_mse"], np.mean(steer ** 2))
+        assert np.isclose(f["ratio"], f["mse"] / f["zero_mse"])
+        assert 0 < f["n_train_frames"] < 28  # half of the other two drivers' frames, in blocks of 4
+        assert f["track"] == ("jungle" if k == 2 else "lake")
+        r = json.loads((out / "reference" / f"driver{k}.json").read_text())
+        assert np.isclose(r["zero_mse"], f["zero_mse"])  # the reference is scored on the same frames
+    table = json.loads((out / "lodo.json").read_text())
+    assert [d["driver"] for d in table["drivers"]] == ["driver0", "driver1", "driver2"]
+    lake = table["tracks"]["lake"]
+    assert lake["folds"] == 2 and np.isclose(lake["mse"], np.mean([d["mse"] for d in table["drivers"][:2]]))
+    assert table["tracks"]["all"]["folds"] == 3 and "reference_mse" in table["drivers"][0]
+    md = (out / "lodo.md").read_text()
+    assert "| driver2 | jungle | 14 |" in md and "**mean, lake** (2 folds)" in md
+    # resumable: finished folds are skipped (files untouched); other settings are refused
+    stamps = {p.name: p.stat().st_mtime_ns for p in (out / "folds").glob("*.json")}
+    capsys.readouterr()
+    assert main(args) == 0
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "folds").glob("*.json")} == stamps
+    (out / "folds" / "driver1.json").unlink()
+    assert main(args) == 0 and (out / "folds" / "driver1.json").is_file()
+    assert lodo_table(out)["tracks"]["all"]["folds"] == 3
+    other = [a if a != "0.5" else "1.0" for a in args]
+    assert main(other) == 2 and "other settings (subsample differ" in capsys.readouterr().err
+    # user errors
+    assert main(["train", "--env", "udacity", "--data", data[0], "--subsample", "0.5"]) == 2
+    assert "only apply with --leave-one-driver-out" in capsys.readouterr().err
+    assert main([*args[:-2], "--track", "nobody=lake", "--tensorboard", ""]) == 2
+    assert "unknown driver(s) nobody" in capsys.readouterr().err
+    assert main(["train", "--env", "udacity", "--data", data[0], "--leave-one-driver-out", str(tmp_path / "x"),
+                 "--tensorboard", ""]) == 2
+    assert "at least 2 recordings" in capsys.readouterr().err
