@@ -67,7 +67,9 @@ SOCKETIO_PATH = "/socket.io/"
 #: The ``EIO`` query values served: the simulator sends 4 but speaks revision 3 (see the module docstring).
 _EIO_VERSIONS = frozenset({"3", "4"})
 _LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
-_CONNECT_DEFAULT_NAMESPACE = encode_engineio(EngineIOType.MESSAGE, encode_socketio(SocketIOPacket(SocketIOType.CONNECT)))
+#: The server's socket.io CONNECT of the default namespace, ``40``, sent after the OPEN packet.
+_CONNECT_DEFAULT_NAMESPACE = encode_engineio(EngineIOType.MESSAGE,
+                                             encode_socketio(SocketIOPacket(SocketIOType.CONNECT)))
 
 
 @dataclass(frozen=True)
