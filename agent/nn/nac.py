@@ -109,9 +109,15 @@ class _Tanh(torch.autograd.Function):
         return grad * (1 - y * y)
 
 
+#: below this many elements :func:`torch.tanh` is the faster one (its single op beats the
+#: four of :class:`_Tanh` plus the autograd.Function call: 5 against 25 us at 960 elements)
+FAST_TANH_MIN_NUMEL = 16384
+
+
 def fast_tanh(x: Tensor) -> Tensor:
-    """tanh of any tensor, by :class:`_Tanh` (differentiable; float32 error about 2e-7)."""
-    return _Tanh.apply(x)
+    """tanh of any tensor: :class:`_Tanh` from ``FAST_TANH_MIN_NUMEL`` elements on, else
+    :func:`torch.tanh` (differentiable; the two agree to about 2e-7 in float32)."""
+    return _Tanh.apply(x) if x.numel() >= FAST_TANH_MIN_NUMEL else torch.tanh(x)
 
 
 class DerivedWeights:
