@@ -103,10 +103,30 @@ def test_paired_difference_uses_the_shared_episodes():
     b[(1, 0)] = 0.0  # an episode a does not have is ignored
     d = paired_difference(a, b)
     assert d["episodes"] == 30 and d["mean"] == pytest.approx(10.0) and d["ci95"] == pytest.approx([10.0, 10.0])
-    assert d["real"]
+    # one training seed: the interval excludes 0, but it covers tracks only, so it is not called real
+    assert d["excludes_zero"] and d["seeds"] == 1 and not d["real"]
+    two = paired_difference({**a, **{(1, t): v for (_, t), v in a.items()}}, {**b, **{(1, t): v for (_, t), v in b.items()
+                                                                                    if _ == 0}})
+    assert two["seeds"] == 2 and two["real"]
     noise = {k: v + (5.0 if k[1] % 2 else -5.0) for k, v in a.items()}
-    assert not paired_difference(noise, a)["real"]
+    assert not paired_difference(noise, a)["excludes_zero"]
     assert paired_difference(a, {(9, 9): 1.0}) is None
+
+
+def test_hierarchical_interval_widens_with_training_seed_spread():
+    """Two seeds whose tracks agree within each seed but whose means differ by 200: the two-level
+    interval must cover that spread, the one-level bootstrap over the pooled episodes does not."""
+    from agent.compare.report import hierarchical_bootstrap_ci
+
+    rng = np.random.default_rng(2)
+    eps = {(s, t): 600.0 + 200.0 * s + rng.normal(0, 10) for s in (0, 1) for t in range(30)}
+    lo, hi = hierarchical_bootstrap_ci(eps)
+    flat_lo, flat_hi = bootstrap_ci(list(eps.values()))
+    assert lo < 650 and hi > 750  # the resampled seeds reach 600 or 800 alike
+    assert (hi - lo) > 2 * (flat_hi - flat_lo)
+    one_seed = {k: v for k, v in eps.items() if k[0] == 0}
+    assert hierarchical_bootstrap_ci(one_seed) == pytest.approx(bootstrap_ci(list(one_seed.values())), abs=5.0)
+    assert all(np.isnan(hierarchical_bootstrap_ci({})))
 
 
 # ----------------------------------------------------------------------------- the plan
@@ -231,7 +251,8 @@ def test_report_reads_the_cells_that_exist(tmp_path):
     assert rows["nac-steady@T=8"]["difference_from_reference"]["episodes"] == 30  # seed 0 only
     assert rows["nac-steady"]["episodes_with_stall"] == 2 and rows["nac-steady"]["bc_mean"] == pytest.approx(
         base.mean() - 50)
-    assert "nac-steady" in summary["headline"] and "real" in summary["headline"]
+    # the best variant (T=8, +1 on every episode) has one training seed: its difference is not called real
+    assert "nac-steady" in summary["headline"] and "one training seed only" in summary["headline"]
     sweeps = window_sweeps(summary["rows"])
     assert list(sweeps) == ["nac-steady"] and [w for w, _ in sweeps["nac-steady"]] == [4, 8]
     md = (tmp_path / "report.md").read_text()

@@ -4,10 +4,11 @@ For each variant (a core and its options, :mod:`agent.compare.cells`) over its s
 
 - the held-out per-frame accuracy (the paper's metric), after BC and after DAgger;
 - the closed-loop return over tracks x seeds: mean ± std, median, worst track, tracks at 900 or
-  above, and a 95% bootstrap confidence interval of the mean (episodes, i.e. (seed, track)
-  pairs, resampled with replacement);
+  above, and a 95% two-level bootstrap confidence interval of the mean (training seeds resampled,
+  then tracks within each seed: :func:`hierarchical_bootstrap_ci`);
 - the difference from NAC-Steady's mean with its 95% interval, paired on the (seed, track)
-  episodes both have (the same tracks and training seeds), and whether it excludes 0;
+  episodes both have (the same tracks and training seeds), and whether it excludes 0 (called a
+  real difference only over two or more training seeds);
 - stalls (episodes with a standstill over 50 steps), mean off-road steps, streaming step latency
   p50/p99, training time and the core's effective parameters;
 - the offline-only view: the BC policy's held-out accuracy beside its own closed-loop return.
@@ -46,6 +47,37 @@ def bootstrap_ci(values, n: int = BOOTSTRAP, seed: int = BOOTSTRAP_SEED, level: 
     return float(np.quantile(means, a)), float(np.quantile(means, 1.0 - a))
 
 
+def hierarchical_bootstrap_ci(episodes: dict[tuple[int, int], float], n: int = BOOTSTRAP, seed: int = BOOTSTRAP_SEED,
+                              level: float = 0.95) -> tuple[float, float]:
+    """Two-level percentile bootstrap of the mean over {(training seed, track): value}.
+
+    Each resample draws the training seeds with replacement, then, within each drawn seed, its
+    tracks with replacement (Davison & Hinkley 1997, section 3.8, "multistage sampling"), so the
+    interval holds both sources of variation: how a training run turned out and which tracks it
+    met. With a single training seed it is the plain bootstrap over tracks, which says nothing
+    about training-seed variation. (nan, nan) for no episodes.
+    """
+    groups: dict[int, list[float]] = {}
+    for (s, _track), v in sorted(episodes.items()):
+        groups.setdefault(s, []).append(v)
+    if not groups:
+        return float("nan"), float("nan")
+    arrays = [np.asarray(g, dtype=np.float64) for g in groups.values()]
+    G = len(arrays)
+    rng = np.random.default_rng(seed)
+    pick = rng.integers(0, G, size=(n, G))  # (n, G) the seeds of each resample
+    sums = np.zeros(n)
+    counts = np.zeros(n)
+    for g, arr in enumerate(arrays):  # resample the tracks of every seed once, use where it was drawn
+        track_means = arr[rng.integers(0, arr.size, size=(n, arr.size))].sum(axis=1)  # (n,)
+        times = (pick == g).sum(axis=1)  # how often seed g was drawn in each resample
+        sums += times * track_means
+        counts += times * arr.size
+    means = sums / counts
+    a = (1.0 - level) / 2.0
+    return float(np.quantile(means, a)), float(np.quantile(means, 1.0 - a))
+
+
 def _episodes(cells: list[dict], key: str = "closed_loop") -> dict[tuple[int, int], float]:
     """{(training seed, track): return} over a variant's cells."""
     out = {}
@@ -58,13 +90,21 @@ def _episodes(cells: list[dict], key: str = "closed_loop") -> dict[tuple[int, in
 
 
 def paired_difference(a: dict, b: dict, **kw) -> dict | None:
-    """Mean of a - b over the episodes (keys) both have, with its bootstrap interval; None if none shared."""
+    """Mean of a - b over the (training seed, track) episodes both have, with its two-level
+    bootstrap interval (:func:`hierarchical_bootstrap_ci`); None if none shared.
+
+    ``real`` is True when the interval excludes 0 and at least two training seeds are shared:
+    with one seed the interval covers the tracks only, not how another training run would do.
+    """
     keys = sorted(set(a) & set(b))
     if not keys:
         return None
-    d = np.array([a[k] - b[k] for k in keys])
-    lo, hi = bootstrap_ci(d, **kw)
-    return {"mean": float(d.mean()), "ci95": [lo, hi], "episodes": len(keys), "real": bool(lo > 0 or hi < 0)}
+    d = {k: a[k] - b[k] for k in keys}
+    lo, hi = hierarchical_bootstrap_ci(d, **kw)
+    n_seeds = len({s for s, _ in keys})
+    excludes_zero = bool(lo > 0 or hi < 0)
+    return {"mean": float(np.mean(list(d.values()))), "ci95": [lo, hi], "episodes": len(keys), "seeds": n_seeds,
+            "excludes_zero": excludes_zero, "real": excludes_zero and n_seeds >= 2}
 
 
 def _variant_order(names: list[str], plan: dict | None) -> list[str]:
@@ -103,7 +143,7 @@ def summarize(out: str | Path) -> dict:
             "heldout_accuracy": float(acc.mean()), "heldout_accuracy_std": float(acc.std()),
             "heldout_accuracy_bc": float(acc_bc.mean()),
             "episodes": int(returns.size), "mean": float(returns.mean()), "std": float(returns.std()),
-            "ci95": list(bootstrap_ci(returns)), "median": float(np.median(returns)), "worst": float(returns.min()),
+            "ci95": list(hierarchical_bootstrap_ci(eps)), "median": float(np.median(returns)), "worst": float(returns.min()),
             "at_least_900": int((returns >= 900).sum()),
             "seed_means": [float(c["closed_loop"]["mean"]) for c in cs],
             "episodes_with_stall": int(sum(s > 50 for s in standstills)), "mean_off_road_steps": float(np.mean(off_road)),
@@ -113,7 +153,7 @@ def summarize(out: str | Path) -> dict:
             "returns": {f"{s}:{t}": r for (s, t), r in sorted(eps.items())},
             "bc_mean": float(bc_returns.mean()) if bc_returns.size else None,
             "bc_std": float(bc_returns.std()) if bc_returns.size else None,
-            "bc_ci95": list(bootstrap_ci(bc_returns)) if bc_returns.size else None,
+            "bc_ci95": list(hierarchical_bootstrap_ci(bc_eps)) if bc_returns.size else None,
             "difference_from_reference": None if name == REFERENCE else paired_difference(eps, ref_eps),
         }
         rows.append(row)
@@ -121,7 +161,15 @@ def summarize(out: str | Path) -> dict:
     missing = [c for c in (plan or {}).get("cells", []) if c not in finished]
     return {"reference": REFERENCE, "protocol": (plan or {}).get("protocol"), "rows": rows, "missing": missing,
             "bootstrap": {"resamples": BOOTSTRAP, "seed": BOOTSTRAP_SEED, "level": 0.95,
-                          "unit": "episodes ((training seed, track) pairs); differences paired on shared episodes"}}
+                          "unit": "two levels: training seeds, then tracks within each seed; differences "
+                                  "paired on shared (seed, track) episodes; a difference is called real only "
+                                  "with >= 2 training seeds"}}
+
+
+def _mark(d: dict) -> str:
+    if d.get("real"):
+        return " *"
+    return " (*)" if d.get("excludes_zero", d.get("real")) else ""
 
 
 def _pm(m, s, digits=1) -> str:
@@ -138,7 +186,7 @@ def markdown(summary: dict) -> str:
     for r in summary["rows"]:
         d = r["difference_from_reference"]
         diff = "reference" if r["variant"] == summary["reference"] else "n/a" if d is None else \
-            f"{d['mean']:+.1f} [{d['ci95'][0]:+.1f}, {d['ci95'][1]:+.1f}]{' *' if d['real'] else ''}"
+            f"{d['mean']:+.1f} [{d['ci95'][0]:+.1f}, {d['ci95'][1]:+.1f}]{_mark(d)}"
         lines.append(
             f"| {r['variant']} | {r['window']} | {r['width']} | {r['core_parameters']:,} ({r['core_parameter_ratio']:.2f}) "
             f"| {r['heldout_accuracy_bc']:.3f} / {r['heldout_accuracy']:.3f} | {_pm(r['mean'], r['std'])} "
@@ -150,7 +198,9 @@ def markdown(summary: dict) -> str:
            f"{p.get('episodes', '?')} tracks from seed {p.get('eval_seed', '?')} per training seed; BC "
            f"{p.get('epochs', '?')} epochs then {p.get('dagger_rounds', '?')} DAgger rounds of "
            f"{p.get('dagger_episodes', '?')} episodes ({p.get('dagger_epochs', '?')} epochs each), window T="
-           f"{p.get('window', '?')}. Δ: paired on the same (seed, track) episodes; * the 95% interval excludes 0.",
+           f"{p.get('window', '?')}. 95% intervals: two-level bootstrap (training seeds, then tracks). Δ: paired on "
+           f"the same (seed, track) episodes; * the interval excludes 0 over two or more training seeds; (*) it "
+           f"excludes 0 but over one training seed only, so it covers tracks, not training runs.",
            "", *lines]
     bc_rows = [r for r in summary["rows"] if r["bc_mean"] is not None]
     if bc_rows:
@@ -176,8 +226,11 @@ def headline(summary: dict) -> str:
     if ref is not None and best is not ref:
         d = best["difference_from_reference"]
         if d is not None:
+            verdict = ("a real difference" if d["real"] else
+                       "the interval excludes 0, but over one training seed only: not yet readable"
+                       if d.get("excludes_zero") else "inside the noise")
             text += (f" It beats nac-steady ({ref['mean']:.1f}) by {d['mean']:+.1f} (95% CI {d['ci95'][0]:+.1f} to "
-                     f"{d['ci95'][1]:+.1f}): {'a real difference' if d['real'] else 'inside the noise'}.")
+                     f"{d['ci95'][1]:+.1f}, {d.get('seeds', '?')} training seed(s)): {verdict}.")
     elif ref is not None:
         others = [r for r in rows if r is not ref and r["difference_from_reference"] is not None]
         real = [r["variant"] for r in others if r["difference_from_reference"]["real"]]
