@@ -91,8 +91,10 @@ def _vector_round(policy, expert, envs, seeds: list[int], beta: float, max_steps
         raise ValueError("DAgger's expert labels from privileged state: make the CarRacingEnvs with privileged_info=True")
     teacher = BatchExpertActor(expert)
     base_seed = int(rng.integers(2**63))  # one draw per round from the run's generator
-    actor = BatchMixtureActor(BatchPolicyActor(policy), teacher, beta, base_seed, envs.template().action_space,
-                              disturb)
+    template = envs.template()
+    action_space = template.action_space
+    template.close()
+    actor = BatchMixtureActor(BatchPolicyActor(policy), teacher, beta, base_seed, action_space, disturb)
     bar = progress(total=len(seeds), desc=f"DAgger rollouts ({envs.n} envs)", unit="ep", leave=False)
     try:
         return run_episodes(envs, actor, seeds, max_steps=max_steps, labeler=teacher,
@@ -106,7 +108,6 @@ def _save_round(episodes, env, out: str, r: int, beta: float) -> str:
     import dataclasses
 
     from agent.data.recordings import RecordingWriter
-
     from agent.vector import CarRacingEnvs
 
     path = f"{out}-r{r}-v0"
