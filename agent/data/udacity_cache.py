@@ -189,7 +189,8 @@ def _write_atomic_npz(path: Path, **arrays) -> None:
     os.replace(tmp, path)
 
 
-def build_cache(path: str | Path, cache_dir: str | Path = DEFAULT_CACHE_DIR, progress: bool = True) -> tuple[Path, Path]:
+def build_cache(path: str | Path, cache_dir: str | Path = DEFAULT_CACHE_DIR,
+                progress: bool = True) -> tuple[Path, Path]:
     """Decode, preprocess and write the crops of a recording to ``cache_dir`` (if not there yet).
 
     Rows are streamed: memory stays at a few rows whatever the recording's length. Every row is

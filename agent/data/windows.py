@@ -160,11 +160,18 @@ class DemonstrationSource:
 class UdacitySource:
     """Udacity recordings (:class:`agent.data.udacity.UdacityRecording`) as window sequences.
 
-    A sequence is one session segment of one recording. Frames are preprocessed to 66x200 YUV;
-    with ``augment`` (training) each window gets one augmentation draw from the rng given to
-    :meth:`window` (else the center camera as recorded). Targets: normalised steering (N,) float32
-    (1.0 = 25 degrees, + = right), optionally a centered moving average over ``smooth_labels``
-    frames (training only: keyboard taps are noisy labels). Times: capture times in seconds.
+    A sequence is one session segment of one recording. Recordings are raw
+    (:class:`agent.data.udacity.UdacityRecording`, preprocessed per window) or cached crops
+    (:class:`agent.data.udacity_cache.CachedRecording`, augmented on the crop). Frames are
+    66x200 YUV; with ``augment`` (training) each window gets one augmentation draw from the rng
+    given to :meth:`window` (else the center camera as recorded). Targets: normalised steering (N,)
+    float32 (1.0 = 25 degrees, + = right), optionally a moving average over ``smooth_labels``
+    frames, centred or causal (``smooth_mode``; training only: keyboard taps are noisy labels).
+    Times: capture times in seconds. ``straight_keep`` < 1: the loss counts only that share of the
+    frames without steering (:meth:`loss_mask`, drawn from ``seed``).
+
+    Raises:
+        ValueError: ``straight_keep`` outside (0, 1], or a bad ``smooth_labels`` / ``smooth_mode``.
     """
 
     target_dtype = np.float32

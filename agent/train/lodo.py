@@ -219,7 +219,8 @@ def lodo_table(out: str | Path) -> dict:
     rows = []
     for f in sorted((out / "folds").glob("*.json"), key=lambda p: p.stem.lower()):
         d = json.loads(f.read_text())
-        row = {k: d.get(k) for k in ("driver", "track", "n_frames", "mse", "mae", "zero_mse", "ratio", "n_train_frames")}
+        row = {k: d.get(k) for k in ("driver", "track", "n_frames", "mse", "mae", "zero_mse", "ratio",
+                                     "n_train_frames")}
         row["train_seconds"] = (d.get("seconds") or {}).get("train")
         ref = out / "reference" / f"{d['driver']}.json"
         if ref.is_file():
