@@ -879,13 +879,22 @@ def _add_bench(sub) -> None:
     n.add_argument("--json", default=None, help="also write the rows as JSON here")
     d = bsub.add_parser("drive", help="runner FPS and step latency with and without the overlays",
                         formatter_class=FMT,
-                        description="Headless runner speed in four configurations (policy only, + NAC traces, "
-                                    "+ Grad-CAM, all on), every frame composed as the window shows it: FPS and "
-                                    "p50/p99 of the loop step and of the observation-to-action latency. The target "
-                                    "is CarRacing's own 50 FPS with everything on.")
+                        description="Runner speed in four configurations (policy only, + NAC traces, "
+                                    "+ Grad-CAM, all on), every frame composed as the window shows it: FPS, "
+                                    "p50/p99 of the loop step and of the observation-to-action latency, and CPU ms "
+                                    "per step. Headless by default; --window shows every frame in a real window "
+                                    "(DISPLAY, or a private Xvfb started for the run when DISPLAY is unset: "
+                                    "apt-get install -y xvfb). The target is CarRacing's own 50 FPS with "
+                                    "everything on.")
     d.add_argument("--policy", default="nac.pt", help="policy file (a bare name is looked up in policies/)")
-    d.add_argument("--steps", type=int, default=500, help="timed steps per configuration and round")
+    d.add_argument("--steps", type=int, default=600, help="timed steps per configuration and round")
     d.add_argument("--rounds", type=int, default=1, help="interleaved repetitions of all configurations (pooled)")
+    d.add_argument("--window", action="store_true",
+                   help="show every frame in a real pygame window (the path `drive` takes with a display)")
+    d.add_argument("--record", action="store_true",
+                   help="add a configuration: all on while writing the mp4 (drive --record), with ffmpeg's CPU")
+    d.add_argument("--fps-limit", type=float, default=0.0,
+                   help="the window's frame-rate cap, FPS; 0 = none, to see what the loop can do (default: 0)")
     d.add_argument("--json", default=None, help="also write the rows as JSON here")
     b = bsub.add_parser("bridge", help="Udacity bridge round trip (telemetry in -> steer out), with and without "
                                        "the policy and overlays", formatter_class=FMT,
@@ -923,11 +932,15 @@ def _cmd_bench(args) -> int:
         print_bridge_table(rows)
         return 0
     if args.bench_command == "drive":
-        from agent.bench.drive import bench_drive, print_drive_table
+        from agent.bench.drive import DisplayUnavailable, bench_drive, print_drive_table
 
-        if args.steps < 10 or args.rounds < 1:
-            raise CLIError("--steps must be >= 10 and --rounds >= 1")
-        rows = bench_drive(args.policy, args.steps, rounds=args.rounds)
+        if args.steps < 10 or args.rounds < 1 or args.fps_limit < 0:
+            raise CLIError("--steps must be >= 10, --rounds >= 1 and --fps-limit >= 0")
+        try:
+            rows = bench_drive(args.policy, args.steps, rounds=args.rounds, window=args.window, record=args.record,
+                               fps_limit=args.fps_limit)
+        except DisplayUnavailable as exc:
+            raise CLIError(f"--window: {exc}") from exc
         print_drive_table(rows)
         if args.json:
             _write_json(args.json, rows)

@@ -1,23 +1,38 @@
 """Runner speed with and without the live overlays (``agent bench drive``): a benchmark, not a test.
 
-Four configurations of the same headless run, each composing every frame as a window would show
-it (frame, HUD and, when on, the overlays), on the same track and for the same number of steps:
+Four configurations of the same run, each composing every frame as a window would show it
+(frame, HUD and, when on, the overlays), on the same track and for the same number of steps:
 
 1. policy only (no overlay panel),
 2. + NAC traces,
 3. + Grad-CAM,
-4. all on (Grad-CAM and traces).
+4. all on (Grad-CAM and traces),
 
-For each it prints the loop rate (FPS: act + overlays + drawing + env step) and the per-step
-latency (observation to action, overlays included) as p50/p99 in milliseconds. CarRacing runs at
-50 FPS, the target with everything on.
+and with ``record=True`` a fifth: all on while writing the mp4 (``drive --record``).
+
+Without ``window`` the run is headless (SDL's dummy driver): the frames are composed but shown
+nowhere. With ``window`` every frame goes to a real pygame window, as ``drive`` shows it; with no X
+display at hand (``DISPLAY`` unset) a private Xvfb is started for the run when the ``Xvfb`` program
+is installed (Debian: ``apt-get install -y xvfb``), and otherwise :class:`DisplayUnavailable` says
+why no window can be measured.
+
+For each configuration it reports the loop rate (FPS: act + overlays + drawing + showing +
+env step), the loop step and the observation-to-action latency as p50/p99 in milliseconds, and
+the CPU time of this process per step (ms; all its threads, from ``time.process_time``: steadier
+than wall time on a shared CPU; the X server's and ffmpeg's work is not in it, ffmpeg's is given
+apart). CarRacing runs at 50 FPS, the target with everything on.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import shutil
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -27,11 +42,80 @@ CONFIGS = (
     ("+ Grad-CAM", ["--no-traces"]),
     ("all on", []),
 )
+#: The extra configuration of ``record=True``.
+RECORD_CONFIG = ("all on + --record", ["--record"])
+#: Screen of the Xvfb started when there is no display (the size the README's figures were taken at).
+XVFB_SCREEN = "1280x1024x24"
 
 
-def bench_drive(policy: str = "nac.pt", steps: int = 500, warmup: int = 25, seed: int | None = None,
-                rounds: int = 1, configs=CONFIGS) -> list[dict]:
-    """Time the headless runner in each configuration.
+class DisplayUnavailable(RuntimeError):
+    """No window can be opened for ``agent bench drive --window`` (the message says why and what to do)."""
+
+
+@contextlib.contextmanager
+def x_display(start_timeout_s: float = 10.0):
+    """Make sure an X display is there for the duration: ``$DISPLAY`` if set, else a private Xvfb.
+
+    Yields:
+        a description of the display used, e.g. ":0 (DISPLAY)" or ":3 (Xvfb 1280x1024x24, started for the run)".
+
+    Raises:
+        DisplayUnavailable: SDL is told not to open windows (``SDL_VIDEODRIVER=dummy``/``offscreen``),
+            or there is no display and no ``Xvfb`` program, or Xvfb did not start.
+    """
+    driver = os.environ.get("SDL_VIDEODRIVER", "").lower()
+    if driver in ("dummy", "offscreen"):
+        raise DisplayUnavailable(f"SDL_VIDEODRIVER={driver} forbids windows; unset it to measure the window path")
+    if os.environ.get("DISPLAY"):
+        yield f"{os.environ['DISPLAY']} (DISPLAY)"
+        return
+    xvfb = shutil.which("Xvfb")
+    if xvfb is None:
+        raise DisplayUnavailable("no X display (DISPLAY is unset) and no Xvfb to start one: install it "
+                                 "(Debian/Ubuntu: apt-get install -y xvfb), set DISPLAY, or run without --window")
+    read_fd, write_fd = os.pipe()
+    proc = subprocess.Popen([xvfb, "-displayfd", str(write_fd), "-screen", "0", XVFB_SCREEN, "-nolisten", "tcp"],
+                            pass_fds=(write_fd,), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    os.close(write_fd)
+    try:
+        number = _read_display_number(read_fd, proc, start_timeout_s)
+        os.environ["DISPLAY"] = f":{number}"
+        try:
+            yield f":{number} (Xvfb {XVFB_SCREEN}, started for the run)"
+        finally:
+            del os.environ["DISPLAY"]
+    finally:
+        os.close(read_fd)
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _read_display_number(fd: int, proc: subprocess.Popen, timeout_s: float) -> int:
+    """The display number Xvfb writes to ``-displayfd`` once it accepts connections."""
+    import select
+
+    data, deadline = b"", time.monotonic() + timeout_s
+    while not data.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        ready = select.select([fd], [], [], max(left, 0))[0] if left > 0 else []
+        chunk = os.read(fd, 16) if ready else b""
+        if not chunk:
+            proc.terminate()
+            err = proc.communicate(timeout=5)[1].decode(errors="replace").strip().splitlines()
+            raise DisplayUnavailable(f"Xvfb did not start within {timeout_s:g} s"
+                                     + (f": {err[-1]}" if err else ""))
+        data += chunk
+    return int(data)
+
+
+def bench_drive(policy: str = "nac.pt", steps: int = 600, warmup: int = 25, seed: int | None = None,
+                rounds: int = 1, configs=CONFIGS, window: bool = False, record: bool = False,
+                fps_limit: float = 0.0) -> list[dict]:
+    """Time the runner in each configuration.
 
     Args:
         policy: a policy file or shipped name.
@@ -39,12 +123,27 @@ def bench_drive(policy: str = "nac.pt", steps: int = 500, warmup: int = 25, seed
         seed: the track (default: the first evaluation track).
         rounds: repeat all configurations this many times, interleaved, and pool the steps (fairer
             on a machine with other load).
+        window: show every frame in a real window (see :func:`x_display`); else headless.
+        record: add :data:`RECORD_CONFIG`: all on, writing an mp4 (to a temporary folder, deleted).
+        fps_limit: the window's frame-rate cap, FPS (0: none, to measure what the loop can do).
 
     Returns:
         one dict per configuration: ``config``, ``fps``, ``step_p50_ms``, ``step_p99_ms``,
-        ``latency_p50_ms``, ``latency_p99_ms``, ``steps``.
+        ``latency_p50_ms``, ``latency_p99_ms``, ``cpu_ms`` (this process's CPU per step),
+        ``encoder_cpu_ms`` (ffmpeg's CPU per recorded frame; NaN without recording), ``steps``,
+        ``window`` (the display, or "headless").
+
+    Raises:
+        DisplayUnavailable: ``window`` but no window can be opened.
     """
-    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    if not window:
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+        return _bench(policy, steps, warmup, seed, rounds, configs, record, fps_limit, None)
+    with x_display() as display:
+        return _bench(policy, steps, warmup, seed, rounds, configs, record, fps_limit, display)
+
+
+def _bench(policy, steps, warmup, seed, rounds, configs, record, fps_limit, display) -> list[dict]:
     from agent.loading import load_policy, resolve_policy_path
     from agent.drive.args import DEFAULT_SEED, add_drive_arguments
     from agent.drive.session import DriveSession
@@ -54,34 +153,56 @@ def bench_drive(policy: str = "nac.pt", steps: int = 500, warmup: int = 25, seed
     parser = argparse.ArgumentParser()
     add_drive_arguments(parser)
     seed = DEFAULT_SEED if seed is None else seed
-    pooled = {name: ([], []) for name, _ in configs}
-    for _ in range(rounds):
-        for name, flags in configs:
-            args = parser.parse_args(["--headless", "--max-steps", str(steps + warmup), "--seed", str(seed), *flags])
-            session = DriveSession(args, pol, path.name, headless=True, force_draw=True)
-            try:
-                session.play_episode(seed, 1)
-            finally:
-                session.close()
-            pooled[name][0].extend(session.step_seconds[warmup:])
-            pooled[name][1].extend(session.latency_seconds[warmup:])
+    configs = tuple(configs) + ((RECORD_CONFIG,) if record else ())
+    pooled = {name: {"step": [], "lat": [], "cpu": [], "enc": [], "frames": 0} for name, _ in configs}
+    with tempfile.TemporaryDirectory(prefix="bench-drive-") as tmp:
+        for _ in range(rounds):
+            for name, flags in configs:
+                flags = [f for f in flags if f != "--record"] + (["--record", str(Path(tmp) / "run.mp4")]
+                                                                  if "--record" in flags else [])
+                args = parser.parse_args(["--max-steps", str(steps + warmup), "--seed", str(seed),
+                                          "--fps-limit", str(fps_limit), *(["--headless"] if display is None else []),
+                                          *flags])
+                children = os.times()
+                session = DriveSession(args, pol, path.name, headless=display is None, force_draw=True)
+                try:
+                    if display is not None and session.window is None:
+                        raise DisplayUnavailable(f"no window could be opened on {display} (see the note above)")
+                    session.play_episode(seed, 1)
+                finally:
+                    session.close()
+                p = pooled[name]
+                p["step"].extend(session.step_seconds[warmup:])
+                p["lat"].extend(session.latency_seconds[warmup:])
+                p["cpu"].extend(session.step_cpu_seconds[warmup:])
+                if session.writer is not None:  # ffmpeg has exited (close waits for it): its CPU is counted now
+                    after = os.times()
+                    p["enc"].append(after.children_user + after.children_system
+                                    - children.children_user - children.children_system)
+                    p["frames"] += session.writer.frames
     rows = []
     for name, _ in configs:
-        st, lat = (np.array(x) * 1000.0 for x in pooled[name])
+        p = pooled[name]
+        st, lat, cpu = (np.array(p[k]) * 1000.0 for k in ("step", "lat", "cpu"))
         rows.append({"config": name, "fps": 1000.0 / float(st.mean()), "step_p50_ms": float(np.percentile(st, 50)),
                      "step_p99_ms": float(np.percentile(st, 99)), "latency_p50_ms": float(np.percentile(lat, 50)),
-                     "latency_p99_ms": float(np.percentile(lat, 99)), "steps": int(st.size)})
+                     "latency_p99_ms": float(np.percentile(lat, 99)), "cpu_ms": float(cpu.mean()),
+                     "encoder_cpu_ms": 1000.0 * sum(p["enc"]) / p["frames"] if p["frames"] else float("nan"),
+                     "steps": int(st.size), "window": display or "headless"})
     return rows
 
 
 def print_drive_table(rows: list[dict], target_fps: float = 50.0) -> None:
-    """Print the benchmark as a Markdown table (the README's)."""
-    print(f"| configuration | FPS | step p50 / p99 (ms) | latency p50 / p99 (ms) | steps |")
-    print("|---|---|---|---|---|")
+    """Print the benchmark as a Markdown table (the README's), the verdict on the target and the load."""
+    print(f"window: {rows[0].get('window', 'headless')}\n")
+    print("| configuration | FPS | step p50 / p99 (ms) | latency p50 / p99 (ms) | CPU ms / step | steps |")
+    print("|---|---|---|---|---|---|")
     for r in rows:
+        enc = r.get("encoder_cpu_ms", float("nan"))
+        cpu = f"{r['cpu_ms']:.1f}" + (f" (+ ffmpeg {enc:.1f})" if np.isfinite(enc) else "")
         print(f"| {r['config']} | {r['fps']:.1f} | {r['step_p50_ms']:.1f} / {r['step_p99_ms']:.1f} | "
-              f"{r['latency_p50_ms']:.1f} / {r['latency_p99_ms']:.1f} | {r['steps']} |")
-    allon = rows[-1]
+              f"{r['latency_p50_ms']:.1f} / {r['latency_p99_ms']:.1f} | {cpu} | {r['steps']} |")
+    allon = next((r for r in rows if r["config"] == "all on"), rows[-1])
     verdict = "meets" if allon["fps"] >= target_fps else "misses"
     print(f"\n'{allon['config']}' runs at {allon['fps']:.1f} FPS: {verdict} the {target_fps:g} FPS target "
           f"(CarRacing's own rate). Load average now: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores.")
@@ -90,8 +211,9 @@ def print_drive_table(rows: list[dict], target_fps: float = 50.0) -> None:
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--policy", default="nac.pt")
-    p.add_argument("--steps", type=int, default=500)
+    p.add_argument("--steps", type=int, default=600)
     p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--window", action="store_true")
+    p.add_argument("--record", action="store_true")
     a = p.parse_args()
-    t0 = time.perf_counter()
-    print_drive_table(bench_drive(a.policy, a.steps, rounds=a.rounds))
+    print_drive_table(bench_drive(a.policy, a.steps, rounds=a.rounds, window=a.window, record=a.record))

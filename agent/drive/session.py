@@ -123,6 +123,9 @@ class DriveSession:
 
     Attributes:
         step_seconds: wall time of each loop step (act + overlays + drawing + env step), seconds.
+        step_cpu_seconds: CPU time of this process (all its threads) in each loop step, seconds
+            (``time.process_time``; steadier than wall time on a shared CPU; an X server's or
+            ffmpeg's work is not in it).
         latency_seconds: observation-to-action time of each step (policy + overlays), seconds.
         stalls: the "no stalls" figures of the current (or last) episode (:class:`agent.rollout.StallMeter`):
             the longest standstill and the steps with all four wheels off the road.
@@ -186,6 +189,7 @@ class DriveSession:
                 pg.K_RIGHTBRACKET: lambda: self.overlays.adjust_opacity(+0.1),
                 pg.K_r: self.request_restart})
         self.step_seconds: list[float] = []
+        self.step_cpu_seconds: list[float] = []
         self.latency_seconds: list[float] = []
         self.stalls = StallMeter()
 
@@ -244,7 +248,7 @@ class DriveSession:
         ticks: deque[float] = deque(maxlen=26)
         ticks.append(time.perf_counter())
         while True:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             speed = float(info["speed_mph"]) if "speed_mph" in info else float(getattr(env.unwrapped, "speed", 0.0))
             d = driver.act(obs, env, info)
             extras: dict = {}
@@ -279,6 +283,7 @@ class DriveSession:
             now = time.perf_counter()
             ticks.append(now)
             self.step_seconds.append(now - t0)
+            self.step_cpu_seconds.append(time.process_time() - c0)
             self.latency_seconds.append(latency)
             if terminated or truncated:
                 return "done", ep_return, steps
