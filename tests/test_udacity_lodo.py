@@ -99,6 +99,9 @@ def test_causal_smoothing(tmp_path):
     rec = load_recording(root, progress=False)
     assert np.allclose(smooth_steering(rec, 2, "causal").steering, [0, 0.15, 0.15, 0.6, 0.3, 0.0])
     assert np.allclose(smooth_steering(rec, 3, "causal").steering, [0, 0.15, 0.1, 0.6, 0.3, 0.2])
+    # a window longer than a segment (3 frames each here) averages what the segment has
+    assert np.allclose(smooth_steering(rec, 7).steering, [0.1, 0.1, 0.1, 0.2, 0.2, 0.2])
+    assert np.allclose(smooth_steering(rec, 9, "causal").steering, [0, 0.15, 0.1, 0.6, 0.3, 0.2])
     with pytest.raises(ValueError, match="centred"):
         smooth_steering(rec, 3, "future")
 

@@ -273,15 +273,13 @@ def smooth_steering(rec, frames: int, mode: str = "centred"):
     if frames == 1:
         return rec
     out = rec.steering.astype(np.float64).copy()
-    kernel = np.ones(frames)
-    for s0, s1 in rec.segments.tolist():
+    for s0, s1 in rec.segments.tolist():  # a segment may be shorter than the window
         y = rec.steering[s0:s1].astype(np.float64)
-        if mode == "causal":
-            c = np.concatenate([[0.0], np.cumsum(y)])
-            lo = np.maximum(np.arange(len(y)) + 1 - frames, 0)
-            out[s0:s1] = (c[1:] - c[lo]) / (np.arange(len(y)) + 1 - lo)
-        else:
-            out[s0:s1] = np.convolve(y, kernel, mode="same") / np.convolve(np.ones_like(y), kernel, mode="same")
+        c = np.concatenate([[0.0], np.cumsum(y)])
+        i = np.arange(len(y))
+        lo = np.maximum(i + 1 - frames, 0) if mode == "causal" else np.maximum(i - frames // 2, 0)
+        hi = i + 1 if mode == "causal" else np.minimum(i + frames // 2 + 1, len(y))
+        out[s0:s1] = (c[hi] - c[lo]) / (hi - lo)
     return dataclasses.replace(rec, steering=out.astype(np.float32))
 
 
