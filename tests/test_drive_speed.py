@@ -135,3 +135,146 @@ def test_bench_window_starts_its_own_xvfb(monkeypatch):
         number = int(display[1:])
         assert os.path.exists(f"/tmp/.X11-unix/X{number}")
     assert "DISPLAY" not in os.environ
+
+
+# ----------------------------------------------------------------------------- drawing: partial redraw
+def _policy():
+    import torch
+
+    from agent.nn.policy import DrivingPolicy, default_config
+
+    torch.manual_seed(0)
+    return DrivingPolicy(default_config("carracing", window=4)).eval()
+
+
+def _trace_steps(policy, n: int, seed: int = 0):
+    """n steps of the policy on random frames: (frame, action class, StepTraces) each."""
+    import torch
+
+    from agent.drive.traces import step_traces
+
+    rng = np.random.default_rng(seed)
+    out, st = [], None
+    for _ in range(n):
+        f = rng.integers(0, 255, (96, 96, 3), dtype=np.uint8)
+        y, st = policy.step(torch.as_tensor(f)[None], st, return_intermediates=True)
+        out.append((f, int(y.argmax()), step_traces(st.last["intermediates"], 0, st.core.length - 1,
+                                                     policy.nac.topk)))
+    return out
+
+
+def _canvas(r) -> np.ndarray:
+    import pygame
+
+    return pygame.surfarray.array3d(r.canvas).copy()
+
+
+@pytest.mark.parametrize("scale", [6, 3])
+def test_partial_redraw_equals_a_full_redraw(scale):
+    """compose() restores only the HUD, the frame's margins and a non-opaque panel from the background;
+    after a busy step (PAUSED, status, other values) the next step's canvas equals that step composed on
+    a fresh renderer (nothing of the earlier step is left anywhere), with the trace panel and without."""
+    from agent.drive.hud import Renderer, StepView
+    from agent.drive.overlays import PanelNote, TracePanel
+    from agent.drive.traces import TraceHistory
+
+    policy = _policy()
+    steps = _trace_steps(policy, 12)
+    names = policy.config.action_names
+    busy = StepView(frame=steps[0][0], step=1, action=2, probs=np.full(5, 0.2), speed=55.5, episode_return=-3.0,
+                    fps=48.0, paused=True, status="Grad-CAM: logit of 'left', 4.2 ms", latency_ms=9.9,
+                    standstill_steps=3, longest_standstill=3, off_road_steps=2)
+
+    def build(panel_kind):
+        r = Renderer(scale=scale, action_names=names, policy_label="p")
+        hist = TraceHistory(TracePanel.plot_width_for(r.panel_rect.width))
+        if panel_kind == "traces":
+            r.panels.append(TracePanel(r.panel_rect.size, hist, policy.nac.num_heads, policy.config.window, names))
+        else:
+            r.panels.append(PanelNote("NAC traces off: a reason", r.panel_rect.width))
+        return r, hist
+
+    for kind in ("traces", "note"):
+        r1, h1 = build(kind)
+        r2, h2 = build(kind)
+        for f, a, tr in steps[:-1]:
+            h1.push(tr, a)
+            h2.push(tr, a)
+        r1.compose(busy)
+        f, a, tr = steps[-1]
+        h1.push(tr, a)
+        h2.push(tr, a)
+        view = StepView(frame=f, step=12, action=a, probs=np.eye(5)[a], speed=1.0, fps=50.0)
+        assert kind != "traces" or r1.panels[0].opaque
+        r1.compose(view)
+        r2.compose(view)
+        np.testing.assert_array_equal(_canvas(r1), _canvas(r2))
+
+
+def _reference_plot(panel, surf, r, keys, mean, classes, fixed):
+    """The trace plot as drawn before the fast path: every age split into its runs of finite values."""
+    import pygame as pg
+
+    n = mean.shape[0]
+    if fixed is not None:
+        lo, hi = fixed
+    else:
+        both = np.concatenate([keys[np.isfinite(keys)], mean[np.isfinite(mean)]])
+        lo, hi = (float(both.min()), float(both.max())) if both.size else (0.0, 1.0)
+        pad = 0.08 * (hi - lo) if hi > lo else max(abs(hi), 1e-3) * 0.1
+        lo, hi = lo - pad, hi + pad
+    scale = (r.height - 3) / (hi - lo)
+    x = r.right - n + np.arange(n)
+
+    def ys(v):
+        return r.bottom - 2 - (np.clip(v, lo, hi) - lo) * scale
+
+    for age in range(keys.shape[1] - 1, -1, -1):
+        v = keys[:, age]
+        ok = np.isfinite(v)
+        if ok.sum() < 2:
+            continue
+        pts = np.stack([x, ys(np.where(ok, v, lo))], 1)
+        edges = np.flatnonzero(np.diff(ok.astype(np.int8))) + 1
+        for seg_ok, seg in zip(np.split(ok, edges), np.split(pts, edges)):
+            if seg_ok[0] and len(seg) > 1:
+                pg.draw.lines(surf, panel._age_colors[min(age, len(panel._age_colors) - 1)], False, seg.tolist())
+    ok = np.isfinite(mean)
+    if ok.any():
+        px = pg.surfarray.pixels3d(surf)
+        for dy in (-1, 0, 1):
+            px[x[ok], np.clip(ys(mean[ok]).astype(np.int64) + dy, r.top, r.bottom - 1)] = panel._class_rgb[classes[ok]]
+        del px
+        last = mean[ok][-1]
+        surf.blit(panel._text(f"{last:8.3f}"), (r.right + 4, int(ys(last)) - 7))
+    surf.blit(panel._text(f"{hi:.3g}", (120, 125, 140), True), (r.right + 4, r.top))
+    surf.blit(panel._text(f"{lo:.3g}", (120, 125, 140), True), (r.right + 4, r.bottom - 11))
+
+
+@pytest.mark.parametrize("fixed", [None, (0.0, 1.0)])
+def test_fast_trace_plot_draws_the_reference_pixels(fixed):
+    """The plot's one-line-per-age path (all values finite) and its run-splitting path (gaps) give the
+    pixels of the reference."""
+    import pygame
+
+    from agent.drive.overlays import TracePanel
+    from agent.drive.traces import TraceHistory
+
+    panel = TracePanel((420, 744), TraceHistory(TracePanel.plot_width_for(420)), 2, 4, ("a", "b", "c"))
+    rng = np.random.default_rng(1)
+    n = panel.plot_w
+    keys = rng.random((n, 4)).astype(np.float32) * 1.2 - 0.1
+    keys[:40, 3] = np.nan  # early steps: the oldest key not there yet
+    keys[100:103, 2] = np.nan  # a gap inside a line
+    keys[200, 1] = np.nan  # a single missing point
+    keys[5, 0] = np.nan
+    keys[7, 0] = np.nan  # an isolated finite point between gaps: not drawn
+    mean = np.nanmean(np.where(np.isfinite(keys), keys, np.nan), 1)
+    classes = rng.integers(0, 3, n)
+    r = panel.plot_rects[1]
+    fast, ref = pygame.Surface((420, 744)), pygame.Surface((420, 744))
+    panel._plot(fast, r, keys, mean, classes, fixed)
+    _reference_plot(panel, ref, r, keys, mean, classes, fixed)
+    a, b = pygame.surfarray.array3d(fast), pygame.surfarray.array3d(ref)
+    assert (a != 0).any()
+    np.testing.assert_array_equal(a, b)

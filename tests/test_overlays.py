@@ -116,6 +116,36 @@ def test_overlay_frame_differs_where_the_cam_is_high(policy):
     assert diff[cam_big > 0.8].mean() > 5 * diff[cam_big < 0.2].mean()
 
 
+def test_cam_equals_the_input_gradient_cam(policy):
+    """The map with the gradient stopped at the target layer (only its bias trainable) is the library's
+    map with the gradient taken from the input, all weights frozen (the earlier, costlier path)."""
+    from pytorch_grad_cam import GradCAM
+    from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
+
+    from agent.drive.saliency import NewestFrameModel, SaliencyOverlay
+
+    steps = _play(policy, _frames(6))
+    with SaliencyOverlay(policy, policy.config.action_names) as ov:
+        fast = [ov.compute(f, before, y).cam for f, before, y, _ in steps]
+    ref_model = NewestFrameModel(policy)
+    policy.requires_grad_(False)
+    ref = GradCAM(model=ref_model, target_layers=[policy.saliency_layer()])
+    ref.compute_input_gradient = True
+    try:
+        top, bottom, left, right = policy.saliency_region((96, 96))
+        for (f, before, y, _), cam in zip(steps, fast):
+            ref_model.state_before = before
+            want = ref(input_tensor=policy.saliency_input(f, before),
+                       targets=[ClassifierOutputTarget(int(y.argmax()))])[0]
+            got = cam[top:bottom, left:right]
+            readable = got > 0
+            np.testing.assert_allclose(got[readable], np.clip(want, 0, 1)[readable], atol=1e-5)
+            assert want.max() > 0 and (got > 0).any()
+    finally:
+        ref.activations_and_grads.release()
+        policy.requires_grad_(True)
+
+
 def test_steering_policy_gets_both_signs(policy):
     """A regression output: Grad-CAM for the sign the policy steers to (BinaryClassifierOutputTarget)."""
     from torch import nn
@@ -159,7 +189,8 @@ def test_hooks_are_released_and_weights_unfrozen(policy):
     before = len(layer._forward_hooks)
     ov = SaliencyOverlay(policy, policy.config.action_names)
     assert len(layer._forward_hooks) == before + 2 and len(ov.hooks) == 2
-    assert not any(p.requires_grad for p in policy.parameters())
+    # frozen but the target layer's bias: the backward stops at the target layer
+    assert [p for p in policy.parameters() if p.requires_grad] == [layer.bias] and ov.grad_leaf is layer.bias
     ov.close()
     assert len(layer._forward_hooks) == before and not ov.hooks
     assert all(p.requires_grad for p in policy.parameters())

@@ -230,7 +230,12 @@ class Renderer:
         """Draw ``view`` onto the canvas and return it (the same Surface every call)."""
         pg = self.pygame
         c = self.canvas
-        c.blit(self.background, (0, 0))
+        # Redraw only what the steps change: the background goes under the HUD and the margins
+        # beside the frame, not under the scaled frame (it covers its rectangle) nor under a panel
+        # whose drawers all paint their whole area first (``opaque``).
+        panel_opaque = bool(self.panels) and all(getattr(d, "opaque", False) for d in self.panels)
+        for r in self._background_rects(panel_opaque):
+            c.blit(self.background, r, r)
         frame = np.ascontiguousarray(view.frame[..., :3], dtype=np.uint8)
         if frame.shape[:2] != (self.frame_size[1], self.frame_size[0]):
             raise ValueError(f"frame of shape {frame.shape} does not fit the renderer's {self.frame_size} (w, h)")
@@ -245,6 +250,17 @@ class Renderer:
             for draw in self.panels:
                 draw(self._panel_view, view)
         return c
+
+    def _background_rects(self, panel_opaque: bool) -> list:
+        """The canvas rectangles :meth:`compose` restores from the background: everything but the
+        frame (and the panel when ``panel_opaque``)."""
+        pg = self.pygame
+        f, hud = self.frame_rect, self.hud_rect
+        left_w = hud.width
+        rects = [pg.Rect(0, 0, f.left, f.height), pg.Rect(f.right, 0, left_w - f.right, f.height), hud]
+        if self.panel_rect.width and not panel_opaque:
+            rects.append(self.panel_rect)
+        return [r for r in rects if r.width > 0 and r.height > 0]
 
     def _draw_hud(self, v: StepView) -> None:
         pg = self.pygame

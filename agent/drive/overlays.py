@@ -111,6 +111,8 @@ class TracePanel:
     PLOTS = (("phi", "phi  content gate", (0.0, 1.0)), ("omega", "omega  time-constant gate", None),
              ("logits", "logit  a = ODE solution", None), ("weights", "attention weight", (0.0, 1.0)))
     GROUPS = ("sensory", "inter", "command", "motor")
+    #: Every call paints the whole panel (its background first), so the renderer need not clear it.
+    opaque = True
     MARGIN, VALUE_W, PLOT_H, LABEL_H, STRIP_H = 10, 58, 84, 18, 30
 
     def __init__(self, size: tuple[int, int], history: TraceHistory, num_heads: int, window: int,
@@ -254,22 +256,29 @@ class TracePanel:
             pad = 0.08 * (hi - lo) if hi > lo else max(abs(hi), 1e-3) * 0.1
             lo, hi = lo - pad, hi + pad
         scale = (r.height - 3) / (hi - lo)
-        x = r.right - n + np.arange(n)  # newest at the right edge
+        x = (r.right - n + np.arange(n)).astype(np.float64)  # newest at the right edge
+        base = r.bottom - 2
 
         def ys(v):
-            return r.bottom - 2 - (np.clip(v, lo, hi) - lo) * scale
+            return base - (np.clip(v, lo, hi) - lo) * scale
 
+        finite = np.isfinite(keys)  # (n, T)
+        y_keys = ys(keys)  # NaN stays NaN: those points are never drawn
         for age in range(keys.shape[1] - 1, -1, -1):  # oldest first, newest on top
-            v = keys[:, age]
-            ok = np.isfinite(v)
+            ok = finite[:, age]
+            color = self._age_colors[min(age, len(self._age_colors) - 1)]
+            if ok.all():  # the usual case once the window is full: one line, no splitting
+                if n > 1:
+                    pg.draw.lines(surf, color, False, np.column_stack((x, y_keys[:, age])).tolist())
+                continue
             if ok.sum() < 2:
                 continue
-            pts = np.stack([x, ys(np.where(ok, v, lo))], 1)
+            pts = np.column_stack((x, y_keys[:, age]))
             # split into runs of finite values
             edges = np.flatnonzero(np.diff(ok.astype(np.int8))) + 1
             for seg_ok, seg in zip(np.split(ok, edges), np.split(pts, edges)):
                 if seg_ok[0] and len(seg) > 1:
-                    pg.draw.lines(surf, self._age_colors[min(age, len(self._age_colors) - 1)], False, seg.tolist())
+                    pg.draw.lines(surf, color, False, seg.tolist())
         ok = np.isfinite(mean)
         if ok.any():
             xi = x[ok].astype(np.int64)

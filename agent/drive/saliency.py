@@ -99,6 +99,10 @@ class SaliencyOverlay:
         policy: a policy with the saliency hooks (see :func:`saliency_unavailable_reason`).
         action_names: names of the discrete actions, for the target label.
 
+    Attributes:
+        grad_leaf: the one parameter that requires a gradient while the overlay is open (the target
+            convolution's bias, or its weight when it has none); every other weight is frozen.
+
     Raises:
         ValueError: the policy cannot be attributed (the message says why).
     """
@@ -117,13 +121,17 @@ class SaliencyOverlay:
         self.kind = policy.output_kind
         self.action_names = tuple(action_names)
         self.model = NewestFrameModel(policy)
-        # Only d(target)/d(activations) is needed, never weight gradients: freeze the weights for the
-        # run (restored by close()) and let the gradient flow from the input instead, which skips
-        # the weight-gradient half of every backward pass.
+        # Only d(target)/d(activations) of the target layer is needed, never weight gradients: freeze
+        # the weights for the run (restored by close()) but the target layer's bias, whose gradient
+        # is one sum per channel. Its output then requires a gradient (so the library's hook catches
+        # it) while nothing below it does: the backward stops at the target layer instead of running
+        # through the earlier convolutions to the input, and computes no weight gradient.
         self._requires_grad = {n: p.requires_grad for n, p in policy.named_parameters()}
         policy.requires_grad_(False)
-        self.cam = GradCAM(model=self.model, target_layers=[policy.saliency_layer()])
-        self.cam.compute_input_gradient = True  # BaseCAM's switch (GradCAM's constructor does not pass it on)
+        layer = policy.saliency_layer()
+        self.grad_leaf = layer.bias if layer.bias is not None else layer.weight
+        self.grad_leaf.requires_grad_(True)
+        self.cam = GradCAM(model=self.model, target_layers=[layer])
         self._targets = model_targets
         self._both_signs = [model_targets.BinaryClassifierOutputTarget(1), model_targets.BinaryClassifierOutputTarget(0)]
         self.closed = False

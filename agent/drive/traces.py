@@ -131,7 +131,10 @@ class TraceHistory:
     """Ring buffer of the last ``length`` steps of traces, for the live panel.
 
     Arrays are laid out oldest first when read with :meth:`view`. Per step it stores every head,
-    so cycling the shown head redraws from history at once.
+    so cycling the shown head redraws from history at once. Each step is written twice, at slots
+    i and i + ``length`` of a buffer twice as long, so the last ``length`` steps are always one
+    contiguous slice: :meth:`view` returns it without copying (the panel reads the history about
+    twenty times per frame).
 
     Args:
         length: steps kept (the panel draws one pixel column per step).
@@ -158,13 +161,13 @@ class TraceHistory:
         return self._n
 
     def _alloc(self, tr: StepTraces) -> None:
-        L = self.length
+        L2 = 2 * self.length
         H, K = tr.phi.shape
-        d = {name: np.full((L, H, K), np.nan, np.float32) for name in PAIR_QUANTITIES}
-        d["ages"] = np.full((L, H, K), -1, np.int64)
-        d["action_class"] = np.zeros(L, np.int64)
+        d = {name: np.full((L2, H, K), np.nan, np.float32) for name in PAIR_QUANTITIES}
+        d["ages"] = np.full((L2, H, K), -1, np.int64)
+        d["action_class"] = np.zeros(L2, np.int64)
         for g, x in tr.neurons.items():
-            d["neuron_" + g] = np.zeros((L, *x.shape), np.float32)
+            d["neuron_" + g] = np.zeros((L2, *x.shape), np.float32)
         self._data = d
 
     def push(self, tr: StepTraces, action_class: int) -> None:
@@ -172,27 +175,29 @@ class TraceHistory:
         if self._data is None or self._data["phi"].shape[1:] != tr.phi.shape:
             self._alloc(tr)
         d, i = self._data, self._head
+        both = [i, i + self.length]  # the slot and its mirror
         for name in PAIR_QUANTITIES:
-            d[name][i] = np.where(tr.valid, getattr(tr, name), np.nan)
-        d["ages"][i] = tr.ages
-        d["action_class"][i] = int(action_class)
+            d[name][both] = np.where(tr.valid, getattr(tr, name), np.nan)
+        d["ages"][both] = tr.ages
+        d["action_class"][both] = int(action_class)
         for g, x in tr.neurons.items():
             key = "neuron_" + g
             if key in d and d[key].shape[1:] == x.shape:
-                d[key][i] = x
+                d[key][both] = x
         self._head = (i + 1) % self.length
         self._n += 1
 
     def view(self, name: str) -> np.ndarray:
         """The stored steps of ``name`` (a pair quantity, "ages", "action_class" or "neuron_<group>"),
-        oldest first: (n, ...) with n = len(self)."""
+        oldest first: (n, ...) with n = len(self). A read-only view into the buffer, valid until the next push."""
         if self._data is None or name not in self._data:
             raise KeyError(f"no trace {name!r} recorded")
         n = len(self)
         a = self._data[name]
-        if self._n <= self.length:
-            return a[:n]
-        return np.concatenate([a[self._head:], a[:self._head]])
+        out = a[:n] if self._n <= self.length else a[self._head:self._head + self.length]
+        out = out.view()
+        out.flags.writeable = False
+        return out
 
     def by_age(self, name: str, head: int, max_age: int) -> np.ndarray:
         """(n, max_age) values of pair quantity ``name`` for ``head``, column j = the key j frames old."""
