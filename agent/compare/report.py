@@ -229,7 +229,8 @@ def headline(summary: dict) -> str:
             verdict = ("a real difference" if d["real"] else
                        "the interval excludes 0, but over one training seed only: not yet readable"
                        if d.get("excludes_zero") else "inside the noise")
-            text += (f" It beats nac-steady ({ref['mean']:.1f}) by {d['mean']:+.1f} (95% CI {d['ci95'][0]:+.1f} to "
+            text += (f" Against nac-steady ({ref['mean']:.1f} over its own seeds) the difference on the "
+                     f"{d['episodes']} episodes both have is {d['mean']:+.1f} (95% CI {d['ci95'][0]:+.1f} to "
                      f"{d['ci95'][1]:+.1f}, {d.get('seeds', '?')} training seed(s)): {verdict}.")
     elif ref is not None:
         others = [r for r in rows if r is not ref and r["difference_from_reference"] is not None]
