@@ -198,3 +198,24 @@ def test_cli_leave_one_driver_out(tmp_path, capsys):
     assert main(["train", "--env", "udacity", "--data", data[0], "--leave-one-driver-out", str(tmp_path / "x"),
                  "--tensorboard", ""]) == 2
     assert "at least 2 recordings" in capsys.readouterr().err
+
+
+def test_cli_train_on_cached_recordings(tmp_path, capsys):
+    from agent.cli import main
+    from agent.loading import load_policy
+
+    data = _drivers(tmp_path, 2, rows=10)
+    out = tmp_path / "two.pt"
+    rc = main(["train", "--env", "udacity", "--data", *data, "--out", str(out), "--core", "none", "--window", "2",
+               "--epochs", "1", "--val-fraction", "0.2", "--crop-cache", str(tmp_path / "cache"), "--smooth-labels", "4",
+               "--smooth-mode", "causal", "--straight-keep", "0.5", "--tensorboard", "", "--report", str(tmp_path / "r.json")])
+    assert rc == 0 and load_policy(out).config.core == "none"
+    assert len(list((tmp_path / "cache").glob("*.npy"))) == 2  # several --data folders: read from the crop cache
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert rep["n_train_frames"] == 16 and rep["n_val_frames"] == 4
+    assert main(["train", "--env", "udacity", "--data", *data, "--out", str(tmp_path / "x.pt"), "--straight-keep",
+                 "0", "--tensorboard", ""]) == 2
+    assert "--straight-keep must be in (0, 1]" in capsys.readouterr().err
+    assert main(["train", "--env", "udacity", "--data", *data, "--out", str(tmp_path / "x.pt"), "--smooth-labels",
+                 "4", "--tensorboard", ""]) == 2
+    assert "odd number" in capsys.readouterr().err
