@@ -207,8 +207,9 @@ def test_cli_train_on_cached_recordings(tmp_path, capsys):
     data = _drivers(tmp_path, 2, rows=10)
     out = tmp_path / "two.pt"
     rc = main(["train", "--env", "udacity", "--data", *data, "--out", str(out), "--core", "none", "--window", "2",
-               "--epochs", "1", "--val-fraction", "0.2", "--crop-cache", str(tmp_path / "cache"), "--smooth-labels", "4",
-               "--smooth-mode", "causal", "--straight-keep", "0.5", "--tensorboard", "", "--report", str(tmp_path / "r.json")])
+               "--epochs", "1", "--val-fraction", "0.2", "--crop-cache", str(tmp_path / "cache"),
+               "--smooth-labels", "4", "--smooth-mode", "causal", "--straight-keep", "0.5", "--tensorboard", "",
+               "--report", str(tmp_path / "r.json")])
     assert rc == 0 and load_policy(out).config.core == "none"
     assert len(list((tmp_path / "cache").glob("*.npy"))) == 2  # several --data folders: read from the crop cache
     rep = json.loads((tmp_path / "r.json").read_text())
