@@ -551,21 +551,21 @@ class NAC(DerivedWeights, nn.Module):
         kv = torch.cat([k @ wk, v], -1)  # (B, H, Tk, F + d): the key half of the first layer, and v
         Tq = q.shape[2]
         if return_intermediates or Tq <= ATTEND_QUERY_CHUNK:
-            return self._attend_queries(q, k, kv, qpos, key_mask, q_times, k_times, return_intermediates)
-        outs = [self._attend_queries(q[:, :, s:s + ATTEND_QUERY_CHUNK], k, kv, qpos[s:s + ATTEND_QUERY_CHUNK],
+            return self._attend_queries(q, k, kv, wq, bq, qpos, key_mask, q_times, k_times, return_intermediates)
+        outs = [self._attend_queries(q[:, :, s:s + ATTEND_QUERY_CHUNK], k, kv, wq, bq, qpos[s:s + ATTEND_QUERY_CHUNK],
                                      key_mask, None if q_times is None else q_times[:, s:s + ATTEND_QUERY_CHUNK],
                                      k_times, False)[0]
                 for s in range(0, Tq, ATTEND_QUERY_CHUNK)]
         return torch.cat(outs, 1), None
 
-    def _attend_queries(self, q, k, kv, qpos, key_mask, q_times, k_times, return_intermediates):
-        """:meth:`attend` for one block of queries; kv (B, H, Tk, F + d) is the key side."""
+    def _attend_queries(self, q, k, kv, wq, bq, qpos, key_mask, q_times, k_times, return_intermediates):
+        """:meth:`attend` for one block of queries; kv (B, H, Tk, F + d) is the key side and
+        wq (d, F), bq (F,) the query half of :meth:`_pair_weights`."""
         B, H, Tq, d = q.shape
         Tk = k.shape[2]
         idx, valid = self._select(q, k, qpos, key_mask)  # (B, H, Tq, K)
         K = idx.shape[-1]
         # steps 4-5, first layer: per-query and per-key halves, then one gather of [key half ; v]
-        wq, bq, _ = self._pair_weights()
         F_ = wq.shape[1]
         n_inter = F_ - 2
         q_half = q @ wq + bq  # (B, H, Tq, F)
