@@ -58,6 +58,8 @@ class Decision:
         state_before, state: the policy state given to and returned by ``step``.
         t: (1,) the timestamp given to the policy in seconds, or None.
         intermediates: the core's intermediates of this step (NAC cores), or None.
+        saliency: this step's Grad-CAM map (:class:`agent.drive.saliency.SaliencyMap`) when the
+            actor computed it with the action (:attr:`PolicyActor.saliency`), else None.
     """
 
     action: Any
@@ -68,6 +70,7 @@ class Decision:
     state: Any = None
     t: Any = None
     intermediates: Any = None
+    saliency: Any = None
 
 
 class Actor(Protocol):
@@ -97,6 +100,10 @@ class PolicyActor:
     Attributes:
         want_intermediates: set True to keep the core's intermediates in each decision (the
             trace panel); cores without them set :attr:`traces_reason` instead.
+        saliency: a :class:`agent.drive.saliency.SaliencyOverlay` to act through, or None (the
+            default). When set, each step is its ``step``: one differentiable forward gives the
+            action and the Grad-CAM map (``Decision.saliency``) instead of a no-grad step and a
+            second forward (the runner sets it while the overlay is on).
     """
 
     def __init__(self, policy, deterministic: bool = True, label: str | None = None):
@@ -106,6 +113,7 @@ class PolicyActor:
         self.kind = policy.output_kind
         self.has_probs = self.kind == "discrete"
         self.want_intermediates = False
+        self.saliency = None
         core = policy.config.core
         self.traces_reason = None if policy.core.has_intermediates else \
             f"the {core} core has no NAC neurons to trace (traces need a nac-* core)"
@@ -124,14 +132,18 @@ class PolicyActor:
         if self.policy.training:
             self.policy.eval()
         want = self.want_intermediates and self.traces_reason is None
-        out, self.state = self.policy.step(x, before, return_intermediates=want, t=t)
+        sal = None
+        if self.saliency is not None:
+            out, self.state, sal = self.saliency.step(x[0], before, t, return_intermediates=want)
+        else:
+            out, self.state = self.policy.step(x, before, return_intermediates=want, t=t)
         inter = self.state.last.get("intermediates") if want else None
         if self.kind == "discrete":
             probs = torch.softmax(out[0].float(), -1).cpu().numpy()
             a = int(self.policy.act(out, self.deterministic)[0])
-            return Decision(a, a, probs, out, before, self.state, t, inter)
+            return Decision(a, a, probs, out, before, self.state, t, inter, sal)
         action = self.policy.act(out)[0]  # (A,) float32, clipped to the action box
-        return Decision(action, steering_class(float(action[0])), None, out, before, self.state, t, inter)
+        return Decision(action, steering_class(float(action[0])), None, out, before, self.state, t, inter, sal)
 
 
 class ExpertActor:

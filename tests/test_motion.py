@@ -130,7 +130,13 @@ def test_grad_cam_runs_on_a_motion_policy():
     assert torch.allclose(p.saliency_forward(p.saliency_input(frames[2], before), before), y, atol=1e-5)
     with SaliencyOverlay(p, p.config.action_names) as ov:
         cam = ov.compute(frames[2], before, y).cam
+        out, after, sal = ov.step(frames[2], before)  # one forward: action, next state (with the frame) and map
     assert cam.shape == (96, 96) and cam[:84].max() > 0
+    torch.testing.assert_close(out, y, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(sal.cam, cam, atol=1e-5)
+    assert torch.equal(after.frame, torch.as_tensor(frames[2])[None]) and not after.frame.requires_grad
+    with pytest.raises(ValueError, match="motion"):
+        p.saliency_step(p.saliency_input(frames[2], before), before)
 
 
 def test_train_cli_motion(tiny_expert, tmp_path):

@@ -75,6 +75,110 @@ def test_saliency_forward_equals_step(policy):
         torch.testing.assert_close(z, y, rtol=1e-5, atol=1e-5)
 
 
+def _tensors(x):
+    from agent.nn.policy import PolicyState
+
+    if isinstance(x, PolicyState):
+        return _tensors(x.core) + _tensors(x.last) + _tensors(x.frame)
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, dict):
+        return [t for v in x.values() for t in _tensors(v)]
+    if hasattr(x, "__dataclass_fields__"):
+        return [t for f in x.__dataclass_fields__ for t in _tensors(getattr(x, f))]
+    return []
+
+
+def test_fused_step_is_step_plus_compute(policy):
+    """SaliencyOverlay.step (one forward) gives the outputs, next state and map of policy.step + compute,
+    with nothing left on the autograd graph."""
+    from agent.drive.saliency import SaliencyOverlay
+
+    frames = _frames(7, seed=3)
+    ref = _play(policy, frames)
+    state = None
+    with SaliencyOverlay(policy, policy.config.action_names) as ov:
+        for i, (f, before, y, after) in enumerate(ref):
+            want = ov.compute(f, before, y)
+            out, state, sal = ov.step(f, state, return_intermediates=True)
+            torch.testing.assert_close(out, y, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(sal.cam, want.cam, atol=1e-5)
+            assert sal.target == want.target and sal.cam.max() > 0
+            got, exp = _tensors(state), _tensors(after)
+            assert len(got) == len(exp) > 0
+            for a, b in zip(got, exp):
+                assert not a.requires_grad and a.grad_fn is None
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+            assert not ov.cam.activations_and_grads.activations
+
+
+def test_fused_step_on_a_steering_output(policy):
+    """The steering target is read off the output's sign; a policy without saliency_step is refused."""
+    from torch import nn
+
+    from agent.drive.saliency import ChosenOutputTarget, SaliencyOverlay
+
+    t = ChosenOutputTarget("steering")
+    assert float(t(torch.tensor([0.4]))) == pytest.approx(0.4) and t.chosen is True
+    assert float(t(torch.tensor([-0.3]))) == pytest.approx(0.3) and t.chosen is False
+    d = ChosenOutputTarget("discrete")
+    assert float(d(torch.tensor([0.1, 2.0, -1.0]))) == pytest.approx(2.0) and d.chosen == 1
+
+    class NoStep(nn.Module):
+        output_kind = "discrete"
+
+        def __init__(self, base):
+            super().__init__()
+            self.base = base
+
+        def saliency_layer(self):
+            return self.base.saliency_layer()
+
+        def saliency_input(self, frame, state_before=None):
+            return self.base.saliency_input(frame, state_before)
+
+        def saliency_forward(self, x, state_before=None, t=None):
+            return self.base.saliency_forward(x, state_before, t)
+
+        def saliency_region(self, hw):
+            return self.base.saliency_region(hw)
+
+    with SaliencyOverlay(NoStep(policy)) as ov, pytest.raises(ValueError, match="no saliency_step"):
+        ov.step(_frames(1)[0], None)
+
+
+def test_runner_acts_through_grad_cam_while_it_is_on(policy):
+    """The Overlays hand the driver the overlay while the saliency is on (one forward per step) and take
+    it back when it is toggled off or closed; the actions are the plain driver's either way."""
+    from agent.rollout import PolicyActor
+    from agent.drive.explain import Overlays
+
+    frames = _frames(6, seed=5)
+    plain = PolicyActor(policy)
+    want = [plain.act(f) for f in frames]
+    driver = PolicyActor(policy)
+    ov = Overlays(policy, driver, Renderer(scale=1), saliency=True, traces=True,
+                  class_names=policy.config.action_names)
+    try:
+        assert driver.saliency is ov.saliency
+        for i, f in enumerate(frames):
+            if i == 3:
+                ov.toggle_saliency()
+                assert driver.saliency is None
+            d = driver.act(f)
+            extras: dict = {}
+            status = ov.explain(f, d, extras)
+            assert d.action == want[i].action
+            np.testing.assert_allclose(d.probs, want[i].probs, atol=1e-5)
+            assert (d.saliency is not None) == (i < 3) and ("saliency" in extras) == (i < 3)
+            assert ("Grad-CAM off" in status) == (i >= 3) and "traces" in extras
+        ov.toggle_saliency()
+        assert driver.saliency is ov.saliency
+    finally:
+        ov.close()
+    assert driver.saliency is None
+
+
 def test_cam_is_for_the_newest_frame(policy):
     """Changing only the newest frame changes the CAM; the window's older frames enter via the fixed cache."""
     from agent.drive.saliency import SaliencyOverlay

@@ -35,6 +35,7 @@ class Overlays:
                  dump: bool = False, opacity: float = 0.5, class_names: tuple[str, ...] = DEFAULT_ACTION_NAMES):
         self.reasons: dict[str, str] = {}
         self.saliency = None
+        self._fused = False
         self.saliency_drawer = None
         self.history = self.panel = self.recorder = None
         self.class_names = tuple(class_names)
@@ -57,6 +58,8 @@ class Overlays:
 
                     self.saliency_drawer = SaliencyDrawer(opacity)
                     renderer.frame_filters.append(self.saliency_drawer)
+                # one forward for the action and Grad-CAM (a policy without saliency_step: two)
+                self._fused = policy_actor and callable(getattr(policy, "saliency_step", None))
         if (traces and renderer is not None) or dump:
             if not policy_actor or driver.traces_reason:
                 self.reasons["traces"] = driver.traces_reason
@@ -80,6 +83,12 @@ class Overlays:
                                             self.class_names)
                     renderer.panels.append(self.panel)
         self.driver = driver
+        self._attach()
+
+    def _attach(self) -> None:
+        """Let the driver act through Grad-CAM's forward while the saliency is on (see PolicyActor.saliency)."""
+        if self._fused:
+            self.driver.saliency = self.saliency if self.saliency_on else None
 
     # ------------------------------------------------------------------ toggles
     @property
@@ -90,6 +99,7 @@ class Overlays:
     def toggle_saliency(self) -> None:
         if self.saliency_drawer is not None:
             self.saliency_drawer.enabled = not self.saliency_drawer.enabled
+            self._attach()
 
     def toggle_traces(self) -> None:
         if self.panel is not None:
@@ -112,8 +122,8 @@ class Overlays:
         """Compute this step's overlays into ``extras``; returns the status line for the HUD."""
         status = []
         if self.saliency is not None:
-            if self.saliency_on and d.output is not None:
-                sal = self.saliency.compute(obs, d.state_before, d.output, d.t)
+            if self.saliency_on and (d.saliency is not None or d.output is not None):
+                sal = d.saliency if d.saliency is not None else self.saliency.compute(obs, d.state_before, d.output, d.t)
                 extras["saliency"] = sal
                 opacity = f", opacity {self.saliency_drawer.opacity:.1f}" if self.saliency_drawer is not None else ""
                 status.append(f"Grad-CAM: {sal.target}, {1000 * sal.seconds:.1f} ms{opacity}")
@@ -149,7 +159,9 @@ class Overlays:
                               cam=None if sal is None else sal.cam)
 
     def close(self) -> None:
-        """Release Grad-CAM's hooks."""
+        """Release Grad-CAM's hooks (and detach the driver from them)."""
+        if self._fused:
+            self.driver.saliency = None
         if self.saliency is not None:
             self.saliency.close()
 

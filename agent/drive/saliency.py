@@ -14,6 +14,11 @@ window's earlier frames enter through the NAC cache of the state the policy was 
 frame, held fixed, so the CAM is the newest frame's. The paper (arXiv 2512.10282, Figures 6)
 shows such maps offline; here they are computed live, once per control step.
 
+While the overlay is on, the runner acts through :meth:`SaliencyOverlay.step`: the forward that
+Grad-CAM differentiates is the policy's own step for the frame (``saliency_step``), so a control
+step costs one forward and Grad-CAM's backward, not a no-grad step plus a second forward. The
+target is then read off that output (:class:`ChosenOutputTarget`).
+
 The ``GradCAM`` object is built once per run (:class:`SaliencyOverlay`) and its hooks are
 released by :meth:`SaliencyOverlay.close` (also a context manager).
 """
@@ -62,7 +67,10 @@ class NewestFrameModel(nn.Module):
     """What Grad-CAM sees: (N, C, H, W) newest frame -> (N, A) logits or (N, 1) steering.
 
     Set :attr:`state_before` (and :attr:`t`) to the policy state and timestamp the policy's
-    ``step`` was given for this frame before calling; they are read, never changed.
+    ``step`` was given for this frame before calling; they are read, never changed. With
+    :attr:`stepping` set to ``(return_intermediates, raw frame)`` the forward is the policy's own
+    step (``saliency_step``): its outputs and new state are kept in :attr:`last_step`, so the
+    runner acts on the very forward Grad-CAM differentiates.
     """
 
     def __init__(self, policy: nn.Module):
@@ -70,11 +78,40 @@ class NewestFrameModel(nn.Module):
         self.policy = policy
         self.state_before = None
         self.t: Tensor | None = None
+        self.stepping: tuple[bool, np.ndarray] | None = None
+        self.last_step = None
 
     def forward(self, x: Tensor) -> Tensor:
         n = x.shape[0]
         t = self.t.reshape(-1)[:1].expand(n) if self.t is not None else None
+        if self.stepping is not None:
+            want, frame = self.stepping
+            self.last_step = self.policy.saliency_step(x, _expand_state(self.state_before, n), t, want, frame)
+            return self.last_step[0]
         return self.policy.saliency_forward(x, _expand_state(self.state_before, n), t)
+
+
+class ChosenOutputTarget:
+    """Grad-CAM target read off the output itself: the logit of the argmax action (discrete), or
+    the steering output signed to the side it steers to (steering: ``+s`` when ``s >= 0``, else
+    ``-s``; what ``ClassifierOutputTarget(argmax)`` and ``BinaryClassifierOutputTarget(1 / 0)``
+    give once the output is known). Lets one forward both choose the action and be attributed.
+
+    Attributes:
+        chosen: after the call, the action index (discrete) or whether it steers right (steering).
+    """
+
+    def __init__(self, kind: str):
+        self.kind, self.chosen = kind, None
+
+    def __call__(self, model_output: Tensor) -> Tensor:
+        """(A,) one row of the model output -> the scalar to attribute."""
+        if self.kind == "discrete":
+            self.chosen = int(model_output.detach().argmax())
+            return model_output[self.chosen]
+        s = model_output.reshape(-1)[0]
+        self.chosen = bool(s.detach() >= 0)
+        return s if self.chosen else -s
 
 
 @dataclass
@@ -177,6 +214,53 @@ class SaliencyOverlay:
             target = f"steering to the {'right' if right else 'left'}"
         self.discard()
         self.model.state_before = self.model.t = None
+        return SaliencyMap(self._full_map(frame, cam), target, time.perf_counter() - t0)
+
+    def step(self, frame: np.ndarray, state_before, t: Tensor | None = None, return_intermediates: bool = False):
+        """The policy's step on the newest ``frame`` and its Grad-CAM, from one forward.
+
+        What :meth:`compute` gives after a separate ``policy.step``, for the cost of the
+        differentiable forward alone (the live runner's path while the overlay is on).
+
+        Args:
+            frame: (H, W, C) uint8, the raw observation.
+            state_before: the policy state for this frame (None at an episode start); not changed.
+            t: (1,) the frame's timestamp in seconds, or None.
+            return_intermediates: keep the core's intermediates in the new state (NAC traces).
+
+        Returns:
+            (outputs (1, A), new state, :class:`SaliencyMap`): the outputs and state as the policy's
+            ``step`` returns them, cut from the graph.
+
+        Raises:
+            RuntimeError: the overlay is closed.
+            ValueError: the policy has no ``saliency_step`` (use ``policy.step`` and :meth:`compute`).
+        """
+        if self.closed:
+            raise RuntimeError("this SaliencyOverlay is closed")
+        if not callable(getattr(self.policy, "saliency_step", None)):
+            raise ValueError(f"{type(self.policy).__name__} has no saliency_step; step it and call compute()")
+        t0 = time.perf_counter()
+        x = self.policy.saliency_input(frame, state_before)
+        m = self.model
+        m.state_before, m.t, m.stepping = state_before, t, (return_intermediates, frame)
+        target = ChosenOutputTarget(self.kind)
+        try:
+            cam = self.cam(input_tensor=x, targets=[target])[0]
+            outputs, new = m.last_step
+        finally:
+            self.discard()
+            m.state_before = m.t = m.stepping = m.last_step = None
+        if self.kind == "discrete":
+            name = self.action_names[target.chosen] if target.chosen < len(self.action_names) else str(target.chosen)
+            label = f"logit of '{name}'"
+        else:
+            label = f"steering to the {'right' if target.chosen else 'left'}"
+        full = self._full_map(frame, cam)
+        return outputs.detach(), new.detached(), SaliencyMap(full, label, time.perf_counter() - t0)
+
+    def _full_map(self, frame: np.ndarray, cam) -> np.ndarray:
+        """The library's map over the CNN's region -> (H, W) float32 in [0, 1] over the raw frame."""
         full = np.zeros(frame.shape[:2], np.float32)
         top, bottom, left, right_px = self.policy.saliency_region(frame.shape[:2])
         h, w = bottom - top, right_px - left
@@ -187,7 +271,7 @@ class SaliencyOverlay:
             cam = cv2.resize(cam, (w, h), interpolation=cv2.INTER_LINEAR)
         full[top:bottom, left:right_px] = np.clip(cam, 0.0, 1.0)
         full *= self._readable(frame.shape[:2])  # no heat on pixels the input blanks (the "speed" dashboard mask)
-        return SaliencyMap(full, target, time.perf_counter() - t0)
+        return full
 
     def _readable(self, frame_hw: tuple[int, int]) -> np.ndarray:
         """The features extractor's readable-pixel weights for this frame size (computed once per size)."""
@@ -278,5 +362,5 @@ def blend_heatmap(frame: np.ndarray, cam: np.ndarray, opacity: float) -> np.ndar
     return np.clip(out + 0.5, 0, 255).astype(np.uint8)
 
 
-__all__ = ["DASHBOARD_ROWS", "NewestFrameModel", "SaliencyMap", "SaliencyOverlay", "blend_heatmap", "bottom_share",
+__all__ = ["DASHBOARD_ROWS", "ChosenOutputTarget", "NewestFrameModel", "SaliencyMap", "SaliencyOverlay", "blend_heatmap", "bottom_share",
            "saliency_unavailable_reason"]

@@ -204,6 +204,26 @@ class PolicyState:
             self.core, **{f.name: rep(getattr(self.core, f.name)) for f in dataclasses.fields(self.core)})
         return PolicyState(core, np.repeat(self.steps[:1], n), {}, rep(self.frame))
 
+    def detached(self) -> "PolicyState":
+        """This state with every tensor (core state, ``last`` outputs and intermediates, frame) cut
+        from the autograd graph: what :meth:`DrivingPolicy.saliency_step` returns is carried to the
+        next step only this way, so one step's graph never reaches the next."""
+        return PolicyState(detach_tree(self.core), self.steps, detach_tree(self.last), detach_tree(self.frame))
+
+
+def detach_tree(x):
+    """``x`` with every tensor detached, through dataclasses, dicts, lists and tuples (the rest as is)."""
+    if isinstance(x, Tensor):
+        return x.detach()
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return dataclasses.replace(x, **{f.name: detach_tree(getattr(x, f.name)) for f in dataclasses.fields(x)
+                                         if f.init})
+    if isinstance(x, dict):
+        return {k: detach_tree(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(detach_tree(v) for v in x)
+    return x
+
 
 class DrivingPolicy(nn.Module):
     """Features extractor + temporal core + action head; trained by behaviour cloning.
@@ -447,14 +467,52 @@ class DrivingPolicy(nn.Module):
         Returns:
             (N, A): the logits, or the clipped continuous output, that :meth:`step` returns.
         """
+        return self._differentiable_step(x, state_before, t, False)[0]
+
+    def saliency_step(self, x: Tensor, state_before: PolicyState | None = None, t=None,
+                      return_intermediates: bool = False, frame: np.ndarray | None = None
+                      ) -> tuple[Tensor, PolicyState]:
+        """:meth:`step` with the autograd graph kept: one forward serves the action and Grad-CAM.
+
+        The live runner acts through this when the saliency overlay is on, so a step costs one
+        forward (plus Grad-CAM's backward) instead of a no-grad step and a second, differentiable
+        forward. It computes what :meth:`step` computes (same outputs, same new state).
+
+        Args:
+            x: (N, C', H', W') preprocessed newest frame(s) (:meth:`saliency_input`).
+            state_before: the state for this frame (N rows, or None); not changed.
+            t: (N,) the frame's time in seconds, or None.
+            return_intermediates: keep the core's intermediates in the new state's ``last``.
+            frame: (H, W, C) the raw newest frame, kept as the new state's ``frame`` when the
+                features extractor reads the previous frame (``motion``); ignored otherwise.
+
+        Returns:
+            (outputs (N, A) as :meth:`saliency_forward`, new state). Both still hold the graph:
+            call :meth:`PolicyState.detached` on the state before the next step.
+
+        Raises:
+            ValueError: a motion policy given no ``frame``.
+        """
+        if self.features.uses_previous and frame is None:
+            raise ValueError("this policy reads the previous frame (motion): pass the raw frame as frame=")
+        outputs, new = self._differentiable_step(x, state_before, t, return_intermediates)
+        if self.features.uses_previous:
+            new.frame = torch.from_numpy(np.array(frame, dtype=np.uint8)[None]).expand(x.shape[0], *np.shape(frame))
+        return outputs, new
+
+    def _differentiable_step(self, x: Tensor, state_before, t, return_intermediates: bool):
+        """(N, C', H', W') preprocessed frames -> (outputs as step returns them, new state without frame)."""
         was_training = self.training
         self.eval()
         try:
             feats = self.features.from_preprocessed(x.to(self.device))  # (N, F)
-            outputs, _ = self._core_step(feats, state_before, t, False)
+            outputs, new = self._core_step(feats, state_before, t, return_intermediates)
         finally:
             self.train(was_training)
-        return outputs if self.head.kind == "discrete" else self.head.act(outputs)
+        if self.head.kind != "discrete":
+            outputs = self.head.act(outputs)
+            new.last["output"] = outputs
+        return outputs, new
 
     def saliency_region(self, frame_hw: tuple[int, int]) -> tuple[int, int, int, int]:
         """(top, bottom, left, right) pixels of a raw frame that :meth:`saliency_input` covers."""
