@@ -6,6 +6,7 @@ The workflow, one direction (DESIGN.md section 2):
   agent collect        the expert (or you, --keyboard) drives; frames -> recordings/nac-drive/NAME-v0 (Minari)
   agent train          behaviour cloning (+ DAgger) of CNN + NAC       -> policies/nac.pt
   agent evaluate       closed-loop returns on unseen tracks            -> JSON
+                       (--env udacity: offline steering error; --floor: the recordings' keyboard-noise floor)
   agent compare        every temporal core trained and driven alike     -> table, figure (results/)
   drive                watch a policy drive, with Grad-CAM and NAC neuron traces live
   agent plot-traces    Figure-4-style plots of the traces from drive --dump-traces
@@ -545,6 +546,23 @@ def _cmd_train(args) -> int:
     return 0
 
 
+def _parse_tracks(specs: list[str], data: list[str]) -> dict[str, str]:
+    """``--track DRIVER=TRACK`` options as {driver: track} ("*" for every driver not named)."""
+    from agent.train.lodo import driver_names
+
+    tracks = {}
+    for spec in specs:
+        name, sep, track = spec.partition("=")
+        if not sep or not name or not track:
+            raise CLIError(f"--track takes DRIVER=TRACK (e.g. b-sh+CarND-Behavioral-Cloning-P3=jungle), got {spec!r}")
+        tracks[name] = track
+    unknown = sorted(set(tracks) - set(driver_names(data)) - {"*"})
+    if unknown:
+        raise CLIError(f"--track names unknown driver(s) {', '.join(unknown)}; the drivers are "
+                       f"{', '.join(driver_names(data))}")
+    return tracks
+
+
 def _train_lodo(args, cfg, given: dict) -> int:
     """`agent train --env udacity --data D1 D2 ... --leave-one-driver-out OUT` (agent.train.lodo)."""
     import torch
@@ -561,19 +579,8 @@ def _train_lodo(args, cfg, given: dict) -> int:
     window = given.get("window", default_config("udacity").window)
     if args.subsample < 1 and args.block < window:
         raise CLIError(f"--block ({args.block}) must be at least --window ({window}) frames")
-    tracks = {}
-    for spec in args.track:
-        name, sep, track = spec.partition("=")
-        if not sep or not name or not track:
-            raise CLIError(f"--track takes DRIVER=TRACK (e.g. b-sh+CarND-Behavioral-Cloning-P3=jungle), got {spec!r}")
-        tracks[name] = track
     _check_udacity_folders(args.data)
-    from agent.train.lodo import driver_names
-
-    unknown = sorted(set(tracks) - set(driver_names(args.data)) - {"*"})
-    if unknown:
-        raise CLIError(f"--track names unknown driver(s) {', '.join(unknown)}; the drivers are "
-                       f"{', '.join(driver_names(args.data))}")
+    tracks = _parse_tracks(args.track, args.data)
     reference = None
     if args.reference:
         from agent.loading import load_policy, resolve_policy_path
@@ -607,12 +614,32 @@ def _add_evaluate(sub) -> None:
                                    "offline steering MSE and MAE of a Udacity steering policy on a recording "
                                    "(--data; center camera, no augmentation, frames streamed in order with their "
                                    "timestamps, the window restarting at session breaks), beside the predict-0 "
-                                   "and predict-the-training-mean baselines.")
+                                   "and predict-the-training-mean baselines, and the keyboard-noise floor: the "
+                                   "ratio of a smoothed oracle (the driver's own labels averaged over +-0.5 s), "
+                                   "about the lowest ratio a policy that sees frames can reach. "
+                                   "With --env udacity --floor: only that floor, for any recordings, no policy "
+                                   "(agent.eval.label_floor).")
     p.add_argument("--env", default="carracing", choices=["carracing", "udacity"], help="simulator")
-    p.add_argument("--policy", required=True, help="policy file (a bare name is looked up in policies/)")
+    p.add_argument("--policy", default=None,
+                   help="policy file (a bare name is looked up in policies/); required unless --floor")
     p.add_argument("--data", default=None, nargs="+",
                    help="udacity: the recording folder(s) (driving_log.csv + IMG/) to score the policy on; with "
-                        "several, one row per recording (MSE, MAE, predict-0 MSE, ratio) and their means")
+                        "several, one row per recording (MSE, MAE, predict-0 MSE, ratio, smoothed-oracle ratio) "
+                        "and their means")
+    p.add_argument("--floor", action="store_true",
+                   help="udacity, no --policy: print the keyboard-noise floor of the --data recordings (read from "
+                        "the CSVs, no image decoded): per recording, frames, session segments, share of labels "
+                        "exactly 0, predict-0 MSE and the smoothed-oracle ratio (oracle MSE / predict-0 MSE) per "
+                        "--half-width, where the oracle predicts each label by the mean of the driver's own labels "
+                        "within +-h seconds in the same segment; then the means per --track")
+    p.add_argument("--half-width", type=float, nargs="+", default=[0.5], metavar="S",
+                   help="--floor: half-widths of the oracle's window in seconds, one column each")
+    p.add_argument("--exclude-self", action="store_true",
+                   help="--floor: leave each label out of its own window (leave-one-out); the default includes it, "
+                        "which lowers the oracle's error; the two give a range for the floor")
+    p.add_argument("--track", action="append", default=[], metavar="DRIVER=TRACK",
+                   help="--floor: the track of a recording (named as in the tables; '*=lake' for all not named), "
+                        "for means per track")
     p.add_argument("--on-bad-row", default="skip", choices=["skip", "error"],
                    help="udacity: skip unusable CSV rows with a warning, or stop with an error listing them")
     p.add_argument("--crop-cache", default="auto", help="udacity: " + _CROP_CACHE_HELP)
@@ -647,6 +674,13 @@ def _policy_env(kind: str, payload) -> str | None:
 def _cmd_evaluate(args) -> int:
     from agent.loading import file_kind, resolve_policy_path
 
+    if args.floor:
+        return _udacity_floor(args)
+    if args.track or args.half_width != [0.5] or args.exclude_self:
+        raise CLIError("--track, --half-width and --exclude-self are for --floor")
+    if not args.policy:
+        raise CLIError("--policy is required (or, with --env udacity --data D1 D2 ..., --floor for the label "
+                       "floor alone)")
     path = resolve_policy_path(args.policy)
     kind, payload = file_kind(path)  # read once; the Udacity evaluation builds the policy from it
     env = _policy_env(kind, payload)
@@ -677,6 +711,36 @@ def _cmd_evaluate(args) -> int:
     return 0
 
 
+def _udacity_floor(args) -> int:
+    """`agent evaluate --env udacity --data D1 D2 ... --floor`: the smoothed-oracle floor table, no policy."""
+    from agent.eval.label_floor import floor_markdown, floor_means, recording_floor
+    from agent.train.lodo import driver_names
+
+    if args.env != "udacity":
+        raise CLIError("--floor is for --env udacity (the keyboard-noise floor of recorded steering labels)")
+    if args.policy:
+        raise CLIError("--floor scores the recordings' own labels and needs no policy: drop --policy (or drop "
+                       "--floor to score the policy; its table has the floor at +-0.5 s too)")
+    if not args.data:
+        raise CLIError("--floor needs --data: the recording folder(s) holding driving_log.csv and IMG/")
+    bad = [w for w in args.half_width if not (w >= 0 and w != float("inf"))]
+    if bad:
+        raise CLIError(f"--half-width takes seconds >= 0, got {bad[0]}")
+    _check_udacity_folders(args.data)
+    tracks = _parse_tracks(args.track, args.data)
+    rows = []
+    for name, d in zip(driver_names(args.data), args.data):
+        rows.append({"recording": name, "track": tracks.get(name, tracks.get("*", "-")),
+                     **recording_floor(d, args.half_width, on_bad_row=args.on_bad_row,
+                                         exclude_self=args.exclude_self)})
+    print(floor_markdown(rows, args.half_width))
+    if args.json:
+        _write_json(args.json, {"half_widths_s": args.half_width, "exclude_self": args.exclude_self, "recordings": rows,
+                                "means": floor_means(rows, args.half_width)})
+        print(f"wrote {args.json}")
+    return 0
+
+
 def _evaluate_udacity(args, path, kind, payload) -> int:
     """`agent evaluate --env udacity`: offline steering MSE / MAE on a recording, printed and as JSON."""
     from agent.eval.offline import evaluate_udacity
@@ -699,6 +763,10 @@ def _evaluate_udacity(args, path, kind, payload) -> int:
           f"{res['n_frames']} frames ({res['rmse_degrees']:.1f} degrees RMS); predict-0 baseline MSE "
           f"{res['zero_mse']:.4f}" + (f" (ratio {res['ratio']:.2f})" if res["ratio"] is not None else "") + (f", predict-train-mean MSE {res['train_mean_mse']:.4f}"
                                       if "train_mean_mse" in res else ""))
+    if res.get("oracle_ratio") is not None:
+        print(f"  keyboard-noise floor: smoothed-oracle ratio (±{res['oracle_half_width_s']:g} s) "
+              f"{res['oracle_ratio']:.2f} (the driver's own labels averaged over ±{res['oracle_half_width_s']:g} s "
+              f"score MSE {res['oracle_mse']:.4f})")
     if res["n_moving"]:
         print(f"  while moving (>= {res['min_speed_mph']:g} mph, {res['n_moving']} frames): MSE {res['moving_mse']:.4f}, "
               f"MAE {res['moving_mae']:.4f}; predict-0 MSE {res['moving_zero_mse']:.4f}")
@@ -711,7 +779,7 @@ def _evaluate_udacity(args, path, kind, payload) -> int:
 def _evaluate_udacity_many(args, policy, head: dict) -> int:
     """`agent evaluate --env udacity --data D1 D2 ...`: one row per recording and the means, printed and as JSON."""
     from agent.eval.offline import evaluate_udacity, summarize_recordings
-    from agent.train.lodo import driver_names
+    from agent.train.lodo import ORACLE_COLUMN, driver_names
 
     load = _udacity_loader(args, len(args.data))
     rows = []
@@ -719,13 +787,14 @@ def _evaluate_udacity_many(args, policy, head: dict) -> int:
         rows.append({"recording": name, **evaluate_udacity(policy, load(d), progress=False)})
     summary = summarize_recordings(rows)
     fmt = lambda x, f=".4f": "-" if x is None else format(x, f)  # noqa: E731
-    print("| recording | frames | MSE | MAE | predict-0 MSE | ratio |\n|---|---|---|---|---|---|")
+    print(f"| recording | frames | MSE | MAE | predict-0 MSE | ratio | {ORACLE_COLUMN} |\n" + "|---" * 7 + "|")
     for r in rows:
         print(f"| {r['recording']} | {r['n_frames']} | {r['mse']:.4f} | {r['mae']:.4f} | {r['zero_mse']:.4f} | "
-              f"{fmt(r['ratio'], '.2f')} |")
+              f"{fmt(r['ratio'], '.2f')} | {fmt(r.get('oracle_ratio'), '.2f')} |")
     print(f"| **mean** ({summary['n_recordings']} recordings) | {summary['n_frames']} | {summary['mse']:.4f} | "
           f"{summary['mae']:.4f} | {summary['zero_mse']:.4f} | {fmt(summary['ratio_of_means'], '.2f')} (mean of "
-          f"ratios {fmt(summary['mean_ratio'], '.2f')}) |")
+          f"ratios {fmt(summary['mean_ratio'], '.2f')}) | {fmt(summary['oracle_ratio_of_means'], '.2f')} (mean of "
+          f"ratios {fmt(summary['oracle_mean_ratio'], '.2f')}) |")
     if args.json:
         _write_json(args.json, {**head, "recordings": rows, "summary": summary})
         print(f"wrote {args.json}")

@@ -100,8 +100,11 @@ def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = Tr
     Returns:
         dict with ``mse``, ``mae`` (normalised steering; 1.0 = 25 degrees), ``n_frames``,
         ``n_segments``, ``rmse_degrees``, the baselines ``zero_mse`` / ``zero_mae`` (predict 0) and
-        ``ratio`` = ``mse / zero_mse`` (None when every label is 0)
-        and ``train_mean_mse`` (when known), ``moving_mse`` / ``moving_mae`` /
+        ``ratio`` = ``mse / zero_mse`` (None when every label is 0), the keyboard-noise floor
+        beside it (:mod:`agent.eval.label_floor`: ``oracle_mse`` and ``oracle_ratio`` of the
+        driver's own labels smoothed over +-``oracle_half_width_s`` = 0.5 s, about the lowest
+        ratio a frame-only policy can be expected to reach),
+        ``train_mean_mse`` (when known), ``moving_mse`` / ``moving_mae`` /
         ``moving_zero_mse`` / ``n_moving`` on frames with speed >= ``min_speed`` (None when no
         frame moves), ``data``, ``n_bad_rows_skipped`` and ``seconds``.
 
@@ -109,6 +112,7 @@ def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = Tr
         ValueError: a policy that does not output steering.
     """
     from agent.data.udacity import UdacityRecording, load_recording
+    from agent.eval.label_floor import FLOOR_HALF_WIDTH_S, smoothed_oracle_ratio
 
     if getattr(policy, "output_kind", None) != "steering":
         raise ValueError(f"offline Udacity evaluation needs a steering policy; this one outputs "
@@ -135,6 +139,8 @@ def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = Tr
     }
     if res["zero_mse"] > 0:
         res["ratio"] = mse / res["zero_mse"]
+    floor = smoothed_oracle_ratio(rec.steering, rec.timestamps, FLOOR_HALF_WIDTH_S, segments=rec.segments)
+    res.update(oracle_half_width_s=FLOOR_HALF_WIDTH_S, oracle_mse=floor["mse"], oracle_ratio=floor["ratio"])
     moving = rec.speed >= min_speed
     res.update(min_speed_mph=min_speed, n_moving=int(moving.sum()),
                moving_mse=float(np.mean(err[moving] ** 2)) if moving.any() else None,
@@ -152,16 +158,25 @@ def summarize_recordings(results: list[dict]) -> dict:
     """Means over per-recording results of :func:`evaluate_udacity` (each recording weighs the same).
 
     Returns ``n_recordings``, ``n_frames`` (total), ``mse``, ``mae``, ``zero_mse`` (means),
-    ``ratio_of_means`` (mean MSE / mean predict-0 MSE) and ``mean_ratio`` (mean of the ratios).
+    ``ratio_of_means`` (mean MSE / mean predict-0 MSE) and ``mean_ratio`` (mean of the ratios),
+    and the same two for the smoothed-oracle floor, ``oracle_ratio_of_means`` and
+    ``oracle_mean_ratio`` (None unless every result has ``oracle_mse``).
     """
     if not results:
         return {"n_recordings": 0}
     mse, zero = float(np.mean([r["mse"] for r in results])), float(np.mean([r["zero_mse"] for r in results]))
     ratios = [r["ratio"] for r in results if r.get("ratio") is not None]
-    return {"n_recordings": len(results), "n_frames": int(sum(r["n_frames"] for r in results)), "mse": mse,
-            "mae": float(np.mean([r["mae"] for r in results])), "zero_mse": zero,
-            "ratio_of_means": mse / zero if zero > 0 else None,
-            "mean_ratio": float(np.mean(ratios)) if ratios else None}
+    out = {"n_recordings": len(results), "n_frames": int(sum(r["n_frames"] for r in results)), "mse": mse,
+           "mae": float(np.mean([r["mae"] for r in results])), "zero_mse": zero,
+           "ratio_of_means": mse / zero if zero > 0 else None,
+           "mean_ratio": float(np.mean(ratios)) if ratios else None,
+           "oracle_ratio_of_means": None, "oracle_mean_ratio": None}
+    if all(r.get("oracle_mse") is not None for r in results):
+        oracle = float(np.mean([r["oracle_mse"] for r in results]))
+        o_ratios = [r["oracle_ratio"] for r in results if r.get("oracle_ratio") is not None]
+        out.update(oracle_ratio_of_means=oracle / zero if zero > 0 else None,
+                   oracle_mean_ratio=float(np.mean(o_ratios)) if o_ratios else None)
+    return out
 
 
 __all__ = ["evaluate_udacity", "summarize_recordings", "predict_recording", "score_stream", "stream_outputs"]

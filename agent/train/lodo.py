@@ -20,7 +20,9 @@ Output folder ``OUT``:
 - ``reference/<driver>.json``: a fixed reference policy (e.g. the shipped ``udacity-nac.pt``)
   scored on the same held-out recording, when one is given;
 - ``lodo.md`` and ``lodo.json``: the table per driver and its means per track (rewritten after
-  every fold, so a partial run has a partial table).
+  every fold, so a partial run has a partial table; :func:`write_table` rebuilds them from the
+  finished folds without training), each ratio beside the held-out driver's keyboard-noise floor
+  (:mod:`agent.eval.label_floor`).
 
 Training budget: ``subsample`` keeps that share of each training recording, as randomly chosen
 blocks of ``block`` consecutive frames (so windows of T <= block frames stay intact), drawn once
@@ -42,6 +44,7 @@ from agent.log import get_logger
 log = get_logger(__name__)
 
 TRACK_UNKNOWN = "-"
+ORACLE_COLUMN = "smoothed-oracle ratio (±0.5 s)"  # the floor column of lodo.md
 
 
 def driver_names(paths: list[str | Path]) -> list[str]:
@@ -103,7 +106,8 @@ def _write_json_atomic(path: Path, obj) -> None:
 
 def _scores(res: dict) -> dict:
     keep = ("mse", "mae", "zero_mse", "zero_mae", "n_frames", "n_segments", "rmse_degrees", "n_moving", "moving_mse",
-            "moving_mae", "moving_zero_mse", "n_bad_rows_skipped", "data")
+            "moving_mae", "moving_zero_mse", "n_bad_rows_skipped", "data", "oracle_half_width_s", "oracle_mse",
+            "oracle_ratio")
     out = {k: res[k] for k in keep if k in res}
     out["ratio"] = res["mse"] / res["zero_mse"] if res["zero_mse"] > 0 else None
     return out
@@ -197,8 +201,9 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
                 "n_train_frames": report.n_train_frames, "n_val_frames": report.n_val_frames,
                 "train_mean_steering": report.baselines.get("train_mean_steering"), "settings": settings}
         _write_json_atomic(fold_path, fold)
-        log.info("fold %s: MSE %.4f, MAE %.4f, predict-0 MSE %.4f, ratio %.3f (%.0f s)", test, res["mse"], res["mae"],
-                 res["zero_mse"], fold["ratio"] or float("nan"), time.time() - t0)
+        log.info("fold %s: MSE %.4f, MAE %.4f, predict-0 MSE %.4f, ratio %.3f (label floor %.2f) (%.0f s)", test,
+                 res["mse"], res["mae"], res["zero_mse"], fold["ratio"] or float("nan"),
+                 fold.get("oracle_ratio") or float("nan"), time.time() - t0)
         write_table(out)
     return write_table(out)
 
@@ -208,12 +213,40 @@ def _mean(xs):
     return float(np.mean(xs)) if xs else None
 
 
+def _fold_floor(d: dict) -> tuple[float | None, float | None]:
+    """(oracle MSE, oracle ratio) at ``FLOOR_HALF_WIDTH_S`` of a fold: stored in the fold, or for a
+    fold written before the floor existed, computed from its recording's CSV when that is still
+    there and reads the same number of frames; (None, None) otherwise."""
+    from agent.eval.label_floor import FLOOR_HALF_WIDTH_S, recording_floor, width_key
+
+    if d.get("oracle_mse") is not None and d.get("oracle_half_width_s") == FLOOR_HALF_WIDTH_S:
+        return d["oracle_mse"], d.get("oracle_ratio")
+    data = d.get("data")
+    if not data or not Path(data).is_file():
+        return None, None
+    try:
+        fl = recording_floor(data, (FLOOR_HALF_WIDTH_S,))
+    except (OSError, ValueError) as exc:
+        log.warning("no label floor for fold %s: %s", d.get("driver"), exc)
+        return None, None
+    if fl["n_frames"] != d.get("n_frames"):
+        log.warning("no label floor for fold %s: %s now reads %d frames, the fold scored %s", d.get("driver"),
+                    data, fl["n_frames"], d.get("n_frames"))
+        return None, None
+    k = width_key(FLOOR_HALF_WIDTH_S)
+    return fl["oracle_mse"][k], fl["oracle_ratio"][k]
+
+
 def lodo_table(out: str | Path) -> dict:
     """The table of a LODO folder from its finished folds: ``{"drivers": [...], "tracks": {...}}``.
 
-    Per driver: track, frames, MSE, MAE, predict-0 MSE, ratio (and the reference policy's MSE and
-    ratio where scored). Per track (and "all"): the number of folds, mean MSE, mean predict-0 MSE,
-    their ratio (the target's measure), the mean of the per-driver ratios, and the reference's.
+    Per driver: track, frames, MSE, MAE, predict-0 MSE, ratio, the keyboard-noise floor beside it
+    (``oracle_mse``, ``oracle_ratio``: the driver's own labels smoothed over +-0.5 s,
+    :mod:`agent.eval.label_floor`; for folds written before it, computed from the recording's CSV
+    when present, else None) and the reference policy's MSE and ratio where scored. Per track (and
+    "all"): the number of folds, mean MSE, mean predict-0 MSE, their ratio (the target's measure),
+    the mean of the per-driver ratios, the floor's ``oracle_ratio_of_means`` and
+    ``oracle_mean_ratio`` (None unless every fold of the group has a floor), and the reference's.
     """
     out = Path(out)
     rows = []
@@ -221,6 +254,7 @@ def lodo_table(out: str | Path) -> dict:
         d = json.loads(f.read_text())
         row = {k: d.get(k) for k in ("driver", "track", "n_frames", "mse", "mae", "zero_mse", "ratio",
                                      "n_train_frames")}
+        row["oracle_mse"], row["oracle_ratio"] = _fold_floor(d)
         row["train_seconds"] = (d.get("seconds") or {}).get("train")
         ref = out / "reference" / f"{d['driver']}.json"
         if ref.is_file():
@@ -232,8 +266,12 @@ def lodo_table(out: str | Path) -> dict:
         g = [r for r in rows if name == "all" or r["track"] == name]
         mse, zero = _mean([r["mse"] for r in g]), _mean([r["zero_mse"] for r in g])
         ref = _mean([r.get("reference_mse") for r in g])
+        whole = all(r.get("oracle_mse") is not None for r in g)
+        oracle = _mean([r["oracle_mse"] for r in g]) if whole else None
         groups[name] = {"folds": len(g), "mse": mse, "mae": _mean([r["mae"] for r in g]), "zero_mse": zero,
                         "ratio_of_means": mse / zero if zero else None, "mean_ratio": _mean([r["ratio"] for r in g]),
+                        "oracle_ratio_of_means": oracle / zero if (oracle is not None and zero) else None,
+                        "oracle_mean_ratio": _mean([r["oracle_ratio"] for r in g]) if whole else None,
                         "reference_mse": ref,
                         "reference_ratio_of_means": ref / zero if (ref is not None and zero) else None}
     return {"drivers": rows, "tracks": groups}
@@ -248,21 +286,28 @@ def write_table(out: str | Path) -> dict:
     out = Path(out)
     table = lodo_table(out)
     ref = any("reference_mse" in r for r in table["drivers"])
-    head = "| held-out driver | track | frames | MSE | MAE | predict-0 MSE | ratio |" + \
-           (" reference MSE | reference ratio |" if ref else "")
+    head = (f"| held-out driver | track | frames | MSE | MAE | predict-0 MSE | ratio | {ORACLE_COLUMN} |" +
+            (" reference MSE | reference ratio |" if ref else ""))
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    blank = lambda x, fmt=".2f": "" if x is None else format(x, fmt)  # noqa: E731
     for r in table["drivers"]:
         lines.append(f"| {r['driver']} | {r['track']} | {r['n_frames']} | {_f(r['mse'])} | {_f(r['mae'])} | "
-                     f"{_f(r['zero_mse'])} | {_f(r['ratio'], '.2f')} |" +
+                     f"{_f(r['zero_mse'])} | {_f(r['ratio'], '.2f')} | {blank(r.get('oracle_ratio'))} |" +
                      (f" {_f(r.get('reference_mse'))} | {_f(r.get('reference_ratio'), '.2f')} |" if ref else ""))
     for name, g in table["tracks"].items():
+        floor = g.get("oracle_ratio_of_means")
         lines.append(f"| **mean, {name}** ({g['folds']} folds) | {name} | | {_f(g['mse'])} | {_f(g['mae'])} | "
                      f"{_f(g['zero_mse'])} | {_f(g['ratio_of_means'], '.2f')} (mean of ratios "
-                     f"{_f(g['mean_ratio'], '.2f')}) |" +
+                     f"{_f(g['mean_ratio'], '.2f')}) | " +
+                     ("" if floor is None else f"{floor:.2f} (mean of ratios {blank(g.get('oracle_mean_ratio'))})") +
+                     " |" +
                      (f" {_f(g['reference_mse'])} | {_f(g['reference_ratio_of_means'], '.2f')} |" if ref else ""))
     md = ("Leave-one-driver-out: each row is a policy trained on the other drivers and scored on this one "
           "(center camera, every frame, streaming; raw labels). ratio = MSE / predict-0 MSE (< 1 beats driving "
-          "straight); the means' ratio is mean MSE / mean predict-0 MSE.\n\n" + "\n".join(lines) + "\n")
+          "straight); the means' ratio is mean MSE / mean predict-0 MSE. The smoothed-oracle ratio is the "
+          "keyboard-noise floor beside it: the held-out driver's own labels averaged over ±0.5 s (within a session "
+          "segment) as the prediction, scored the same way (agent.eval.label_floor); a frame-only policy is not "
+          "expected to go below it. Blank: not known for this fold.\n\n" + "\n".join(lines) + "\n")
     if table["drivers"]:
         out.mkdir(parents=True, exist_ok=True)
         _write_json_atomic(out / "lodo.json", table)
