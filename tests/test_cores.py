@@ -305,3 +305,25 @@ def test_memory_task(name, one_thread):
 def test_no_memory_core_stays_at_chance(one_thread):
     acc = memory_accuracy("none", window=1)
     assert acc <= CHANCE_CEILING, f"none (1-frame window): accuracy {acc:.3f} > {CHANCE_CEILING}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_right_padding_with_zero_times_gives_finite_gradients(name):
+    """The windows dataset pads a short window after its real frames with t = 0 and mask False (an
+    episode's last frames). No core may produce NaN there: the LTC cell divides by the time span, and
+    the padding's span was 0, so its first comparison cell trained on NaN. Also two real frames with
+    the same timestamp (span 0)."""
+    core = build(name).train()
+    g = torch.Generator().manual_seed(3)
+    B, T = 3, W
+    x = torch.randn(B, T, D, generator=g, requires_grad=True)
+    t = random_times(g, B, T)
+    mask = torch.ones(B, T, dtype=torch.bool)
+    t[0, 2:], mask[0, 2:] = 0.0, False  # two real frames, then padding at t = 0
+    t[1, 2] = t[1, 1]  # a repeated timestamp
+    y = core(x, t, mask)
+    assert torch.isfinite(y).all()
+    (y * mask[..., None]).sum().backward()
+    assert torch.isfinite(x.grad).all()
+    grads = [p.grad for p in core.parameters() if p.grad is not None]
+    assert grads and all(torch.isfinite(gr).all() for gr in grads)

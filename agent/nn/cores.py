@@ -134,15 +134,22 @@ class TemporalCore(nn.Module):
 
     def _timespans(self, t: Tensor | None, mask: Tensor | None, B: int, T: int, device, dtype) -> Tensor:
         """(B, T) time since the previous real frame in units of ``frame_dt`` (1.0 for a row's first
-        real frame of the window, and everywhere when no timestamps are given)."""
+        real frame of the window, at masked positions, and everywhere when no timestamps are given).
+
+        Masked positions (the zero-time padding after a short window's real frames) get 1.0, not a
+        span computed from their meaningless times: the padding's t = 0 after real frames gave a
+        span of 0 there, and the LTC cell divides by the span (its capacitance term), so its output
+        at the padding was NaN and, through the masked loss, every gradient was NaN (the first LTC
+        cell of ``results/compare-carracing`` trained on NaN from its first epoch).
+        """
         if t is None:
             return torch.ones(B, T, device=device, dtype=dtype)
         t64 = t.to(device=device, dtype=torch.float64)
         out = torch.ones(B, T, device=device, dtype=torch.float64)
         prev = torch.full((B,), float("nan"), device=device, dtype=torch.float64)
         for i in range(T):  # T is a window of a few frames
-            out[:, i] = torch.where(torch.isnan(prev), 1.0, (t64[:, i] - prev) / self.frame_dt)
             real = mask[:, i].to(device) if mask is not None else torch.ones(B, dtype=torch.bool, device=device)
+            out[:, i] = torch.where(torch.isnan(prev) | ~real, 1.0, (t64[:, i] - prev) / self.frame_dt)
             prev = torch.where(real, t64[:, i], prev)
         return out.clamp(min=0.0).to(dtype)
 
@@ -309,6 +316,10 @@ class CfCCore(_RecurrentCore):
         return self.cell(self.norm(x_i), h, ts_i)
 
 
+#: Smallest elapsed time the LTC cell is given, in units of frame_dt (see :meth:`LTCCore._cell`).
+LTC_MIN_SPAN = 1e-3
+
+
 class LTCCore(_RecurrentCore):
     """ncps ``LTCCell`` (liquid time-constant, Hasani et al. 2021) on a fully connected wiring of
     d neurons, after a dense projection D -> ``input_units`` (the cell's sensory synapses cost
@@ -332,7 +343,9 @@ class LTCCore(_RecurrentCore):
         return torch.zeros(B, self.output_dim, device=device, dtype=dtype)
 
     def _cell(self, x_i, h, ts_i):
-        return self.cell(torch.tanh(self.proj(x_i)), h, ts_i)
+        # the cell divides by the span (cm / (span / ode_unfolds)): two frames with the same
+        # timestamp must not make it 0
+        return self.cell(torch.tanh(self.proj(x_i)), h, ts_i.clamp(min=LTC_MIN_SPAN))
 
 
 # --------------------------------------------------------------------------------------------
