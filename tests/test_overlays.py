@@ -75,6 +75,26 @@ def test_saliency_forward_equals_step(policy):
         torch.testing.assert_close(z, y, rtol=1e-5, atol=1e-5)
 
 
+class SaliencyOnly(torch.nn.Module):
+    """A policy's four saliency hooks and nothing else (no step, no saliency_step), over ``base``."""
+
+    def __init__(self, base):
+        super().__init__()
+        self.base = base
+
+    def saliency_layer(self):
+        return self.base.saliency_layer()
+
+    def saliency_input(self, frame, state_before=None):
+        return self.base.saliency_input(frame, state_before)
+
+    def saliency_forward(self, x, state_before=None, t=None):
+        return self.base.saliency_forward(x, state_before, t)
+
+    def saliency_region(self, hw):
+        return self.base.saliency_region(hw)
+
+
 def _tensors(x):
     from agent.nn.policy import PolicyState
 
@@ -114,8 +134,6 @@ def test_fused_step_is_step_plus_compute(policy):
 
 def test_fused_step_on_a_steering_output(policy):
     """The steering target is read off the output's sign; a policy without saliency_step is refused."""
-    from torch import nn
-
     from agent.drive.saliency import ChosenOutputTarget, SaliencyOverlay
 
     t = ChosenOutputTarget("steering")
@@ -124,24 +142,8 @@ def test_fused_step_on_a_steering_output(policy):
     d = ChosenOutputTarget("discrete")
     assert float(d(torch.tensor([0.1, 2.0, -1.0]))) == pytest.approx(2.0) and d.chosen == 1
 
-    class NoStep(nn.Module):
+    class NoStep(SaliencyOnly):  # the saliency hooks of a policy without saliency_step
         output_kind = "discrete"
-
-        def __init__(self, base):
-            super().__init__()
-            self.base = base
-
-        def saliency_layer(self):
-            return self.base.saliency_layer()
-
-        def saliency_input(self, frame, state_before=None):
-            return self.base.saliency_input(frame, state_before)
-
-        def saliency_forward(self, x, state_before=None, t=None):
-            return self.base.saliency_forward(x, state_before, t)
-
-        def saliency_region(self, hw):
-            return self.base.saliency_region(hw)
 
     with SaliencyOverlay(NoStep(policy)) as ov, pytest.raises(ValueError, match="no saliency_step"):
         ov.step(_frames(1)[0], None)
@@ -252,22 +254,10 @@ def test_cam_equals_the_input_gradient_cam(policy):
 
 def test_steering_policy_gets_both_signs(policy):
     """A regression output: Grad-CAM for the sign the policy steers to (BinaryClassifierOutputTarget)."""
-    from torch import nn
-
     from agent.drive.saliency import SaliencyOverlay
 
-    class Steering(nn.Module):  # the Udacity policy's saliency API on the CarRacing CNN
+    class Steering(SaliencyOnly):  # the Udacity policy's saliency API on the CarRacing CNN
         output_kind = "steering"
-
-        def __init__(self, base):
-            super().__init__()
-            self.base = base
-
-        def saliency_layer(self):
-            return self.base.saliency_layer()
-
-        def saliency_input(self, frame, state_before=None):
-            return self.base.saliency_input(frame, state_before)
 
         def saliency_forward(self, x, state_before=None, t=None):
             logits = self.base.saliency_forward(x, state_before, t)
