@@ -259,3 +259,8 @@ def test_report_reads_the_cells_that_exist(tmp_path):
     assert "Missing cells (1): gru__s0" in md and "| lstm | 4 |" in md
     assert (tmp_path / "compare.png").stat().st_size > 0
     assert json.loads((tmp_path / "report.json").read_text())["rows"][1]["variant"] == "lstm"
+    # a variant with options is also set against its base core, on the episodes both have
+    t8 = rows["nac-steady@T=8"]
+    assert t8["base"] == "nac-steady" and rows["lstm"]["base"] is None
+    assert t8["difference_from_base"]["mean"] == pytest.approx(1.0) and t8["difference_from_base"]["episodes"] == 30
+    assert "## Variants against their base core" in md and "| nac-steady@T=8 | nac-steady |" in md

@@ -157,6 +157,14 @@ def summarize(out: str | Path) -> dict:
             "difference_from_reference": None if name == REFERENCE else paired_difference(eps, ref_eps),
         }
         rows.append(row)
+    # an ablation or a sweep point (core@options) against its base core, when that ran
+    params = {r["variant"]: r["core_parameters"] for r in rows}
+    for row in rows:
+        base = row["core"] if row["options"] and row["core"] in by_variant else None
+        row["base"] = base
+        row["difference_from_base"] = None if base is None else paired_difference(
+            _episodes(by_variant[row["variant"]]), _episodes(by_variant[base]))
+        row["core_parameter_ratio_to_base"] = None if base is None else row["core_parameters"] / params[base]
     finished = {c["cell"] for c in cells}
     missing = [c for c in (plan or {}).get("cells", []) if c not in finished]
     return {"reference": REFERENCE, "protocol": (plan or {}).get("protocol"), "rows": rows, "missing": missing,
@@ -209,6 +217,19 @@ def markdown(summary: dict) -> str:
                 "|---|---|---|---|"]
         out += [f"| {r['variant']} | {r['heldout_accuracy_bc']:.3f} | {_pm(r['bc_mean'], r['bc_std'])} "
                 f"| [{r['bc_ci95'][0]:.1f}, {r['bc_ci95'][1]:.1f}] |" for r in bc_rows]
+    base_rows = [r for r in summary["rows"] if r.get("base")]
+    if base_rows:
+        out += ["", "## Variants against their base core (ablations, window sweep)", "",
+                "Δ: the variant minus its base core (the same core with the default options), paired on the "
+                "(seed, track) episodes both have; marks as above.", "",
+                "| variant | base | core params (x base) | held-out accuracy (BC / final) | return mean ± std "
+                "| Δ vs base [95% CI] | episodes shared |", "|---|---|---|---|---|---|---|"]
+        for r in base_rows:
+            d = r["difference_from_base"]
+            diff = "n/a" if d is None else f"{d['mean']:+.1f} [{d['ci95'][0]:+.1f}, {d['ci95'][1]:+.1f}]{_mark(d)}"
+            out.append(f"| {r['variant']} | {r['base']} | {r['core_parameters']:,} ({r['core_parameter_ratio_to_base']:.2f}) "
+                       f"| {r['heldout_accuracy_bc']:.3f} / {r['heldout_accuracy']:.3f} | {_pm(r['mean'], r['std'])} "
+                       f"| {diff} | {0 if d is None else d['episodes']} |")
     if summary["missing"]:
         out += ["", f"Missing cells ({len(summary['missing'])}): " + ", ".join(summary["missing"])]
     return "\n".join(out) + "\n"
