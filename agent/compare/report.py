@@ -124,11 +124,12 @@ def summarize(out: str | Path) -> dict:
     by_variant: dict[str, list[dict]] = {}
     for c in cells:
         by_variant.setdefault(c["variant"], []).append(c)
-    ref_eps = _episodes(by_variant.get(REFERENCE, []))
+    eps_of = {name: _episodes(cs) for name, cs in by_variant.items()}  # {(seed, track): return} per variant
+    ref_eps = eps_of.get(REFERENCE, {})
     rows = []
     for name in _variant_order(list(by_variant), plan):
         cs = sorted(by_variant[name], key=lambda c: c["seed"])
-        eps = _episodes(cs)
+        eps = eps_of[name]
         returns = np.array(list(eps.values()))
         bc_eps = _episodes(cs, "closed_loop_bc")
         bc_returns = np.array(list(bc_eps.values()))
@@ -158,13 +159,12 @@ def summarize(out: str | Path) -> dict:
         }
         rows.append(row)
     # an ablation or a sweep point (core@options) against its base core, when that ran
-    params = {r["variant"]: r["core_parameters"] for r in rows}
     for row in rows:
         base = row["core"] if row["options"] and row["core"] in by_variant else None
         row["base"] = base
-        row["difference_from_base"] = None if base is None else paired_difference(
-            _episodes(by_variant[row["variant"]]), _episodes(by_variant[base]))
-        row["core_parameter_ratio_to_base"] = None if base is None else row["core_parameters"] / params[base]
+        row["difference_from_base"] = None if base is None else paired_difference(eps_of[row["variant"]], eps_of[base])
+        row["core_parameter_ratio_to_base"] = None if base is None else \
+            row["core_parameters"] / by_variant[base][0]["core_parameters"]
     finished = {c["cell"] for c in cells}
     missing = [c for c in (plan or {}).get("cells", []) if c not in finished]
     return {"reference": REFERENCE, "protocol": (plan or {}).get("protocol"), "rows": rows, "missing": missing,

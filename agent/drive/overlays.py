@@ -434,9 +434,7 @@ class TracePanel:
             st["y"][slot] = self._ys(np.where(ok, key_row, lo), r, lo, hi) - r.y
             st["ok"][slot] = ok
             finite_mean = math.isfinite(mean)
-            # the mean's row in float64, as _ys computes it for an array of means
-            st["ym"][slot] = int((r.bottom - 2) - (min(max(mean, lo), hi) - lo) * ((r.height - 3) / (hi - lo))) \
-                - r.y if finite_mean else 0
+            st["ym"][slot] = self._ys(np.array([mean], np.float64), r, lo, hi)[0] - r.y if finite_mean else 0
             st["okm"][slot], st["cls"][slot] = finite_mean, cls
             image.scroll(-1, 0)
             # the newest point's column and its neighbour's (the new segment runs across both)

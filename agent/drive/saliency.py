@@ -203,15 +203,14 @@ class SaliencyOverlay:
         self.model.state_before, self.model.t = state_before, t
         if self.kind == "discrete":
             a = int(output.reshape(-1).argmax())
-            name = self.action_names[a] if a < len(self.action_names) else str(a)
             cams = self.cam(input_tensor=x, targets=[self._targets.ClassifierOutputTarget(a)])  # (1, h, w)
-            cam, target = cams[0], f"logit of '{name}'"
+            cam, target = cams[0], self._target_label(a)
         else:  # steering: both signs in one batch of two
             right = float(output.reshape(-1)[0]) >= 0
             cams = self.cam(input_tensor=x.expand(2, *x.shape[1:]),
                             targets=self._both_signs)
             cam = cams[0] if right else cams[1]
-            target = f"steering to the {'right' if right else 'left'}"
+            target = self._target_label(right)
         self.discard()
         self.model.state_before = self.model.t = None
         return SaliencyMap(self._full_map(frame, cam), target, time.perf_counter() - t0)
@@ -251,13 +250,16 @@ class SaliencyOverlay:
         finally:
             self.discard()
             m.state_before = m.t = m.stepping = m.last_step = None
-        if self.kind == "discrete":
-            name = self.action_names[target.chosen] if target.chosen < len(self.action_names) else str(target.chosen)
-            label = f"logit of '{name}'"
-        else:
-            label = f"steering to the {'right' if target.chosen else 'left'}"
         full = self._full_map(frame, cam)
-        return outputs.detach(), new.detached(), SaliencyMap(full, label, time.perf_counter() - t0)
+        return outputs.detach(), new.detached(), SaliencyMap(full, self._target_label(target.chosen),
+                                                             time.perf_counter() - t0)
+
+    def _target_label(self, chosen) -> str:
+        """What was attributed: the chosen action index (discrete) or whether it steers right (steering)."""
+        if self.kind == "discrete":
+            name = self.action_names[chosen] if chosen < len(self.action_names) else str(chosen)
+            return f"logit of '{name}'"
+        return f"steering to the {'right' if chosen else 'left'}"
 
     def _full_map(self, frame: np.ndarray, cam) -> np.ndarray:
         """The library's map over the CNN's region -> (H, W) float32 in [0, 1] over the raw frame."""

@@ -357,9 +357,14 @@ class DrivingPolicy(nn.Module):
             feats = self.features(frames, self._previous_frames(frames, state))  # (B, F)
         else:
             feats = self.features(obs)  # (B, F)
-        outputs, new = self._core_step(feats, state, t, return_intermediates)
+        outputs, new = self._acted(*self._core_step(feats, state, t, return_intermediates))
         if self.features.uses_previous:
             new.frame = frames.clone()  # a copy: the caller may reuse its observation buffer
+        return outputs, new
+
+    def _acted(self, outputs: Tensor, new: PolicyState) -> tuple[Tensor, PolicyState]:
+        """The head's raw (B, A) outputs as :meth:`step` returns them: logits as they are, continuous
+        outputs clipped to the action box (also kept as the new state's ``last["output"]``)."""
         if self.head.kind != "discrete":
             outputs = self.head.act(outputs)
             new.last["output"] = outputs
@@ -509,10 +514,7 @@ class DrivingPolicy(nn.Module):
             outputs, new = self._core_step(feats, state_before, t, return_intermediates)
         finally:
             self.train(was_training)
-        if self.head.kind != "discrete":
-            outputs = self.head.act(outputs)
-            new.last["output"] = outputs
-        return outputs, new
+        return self._acted(outputs, new)
 
     def saliency_region(self, frame_hw: tuple[int, int]) -> tuple[int, int, int, int]:
         """(top, bottom, left, right) pixels of a raw frame that :meth:`saliency_input` covers."""

@@ -277,8 +277,8 @@ def lodo_table(out: str | Path) -> dict:
     return {"drivers": rows, "tracks": groups}
 
 
-def _f(x, fmt=".4f"):
-    return "-" if x is None else format(x, fmt)
+def _f(x, fmt=".4f", missing="-"):
+    return missing if x is None else format(x, fmt)
 
 
 def write_table(out: str | Path) -> dict:
@@ -289,17 +289,16 @@ def write_table(out: str | Path) -> dict:
     head = (f"| held-out driver | track | frames | MSE | MAE | predict-0 MSE | ratio | {ORACLE_COLUMN} |" +
             (" reference MSE | reference ratio |" if ref else ""))
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
-    blank = lambda x, fmt=".2f": "" if x is None else format(x, fmt)  # noqa: E731
     for r in table["drivers"]:
         lines.append(f"| {r['driver']} | {r['track']} | {r['n_frames']} | {_f(r['mse'])} | {_f(r['mae'])} | "
-                     f"{_f(r['zero_mse'])} | {_f(r['ratio'], '.2f')} | {blank(r.get('oracle_ratio'))} |" +
+                     f"{_f(r['zero_mse'])} | {_f(r['ratio'], '.2f')} | {_f(r.get('oracle_ratio'), '.2f', '')} |" +
                      (f" {_f(r.get('reference_mse'))} | {_f(r.get('reference_ratio'), '.2f')} |" if ref else ""))
     for name, g in table["tracks"].items():
         floor = g.get("oracle_ratio_of_means")
         lines.append(f"| **mean, {name}** ({g['folds']} folds) | {name} | | {_f(g['mse'])} | {_f(g['mae'])} | "
                      f"{_f(g['zero_mse'])} | {_f(g['ratio_of_means'], '.2f')} (mean of ratios "
                      f"{_f(g['mean_ratio'], '.2f')}) | " +
-                     ("" if floor is None else f"{floor:.2f} (mean of ratios {blank(g.get('oracle_mean_ratio'))})") +
+                     ("" if floor is None else f"{floor:.2f} (mean of ratios {_f(g.get('oracle_mean_ratio'), '.2f', '')})") +
                      " |" +
                      (f" {_f(g['reference_mse'])} | {_f(g['reference_ratio_of_means'], '.2f')} |" if ref else ""))
     md = ("Leave-one-driver-out: each row is a policy trained on the other drivers and scored on this one "
