@@ -341,7 +341,9 @@ def _add_train(sub) -> None:
     lodo.add_argument("--leave-one-driver-out", metavar="OUT", default=None,
                       help="run the leave-one-driver-out evaluation into this folder")
     lodo.add_argument("--subsample", type=float, default=1.0,
-                      help="share of each training recording used per fold, as random blocks of --block frames")
+                      help="share of each training recording used (per fold with --leave-one-driver-out; also for "
+                           "plain udacity training, so a shipped policy can follow the recipe a LODO run measured), "
+                           "as random blocks of --block frames")
     lodo.add_argument("--block", type=int, default=32, help="frames per block of --subsample (>= --window)")
     lodo.add_argument("--track", action="append", default=[], metavar="DRIVER=TRACK",
                       help="the track of a driver (a --data folder's name as the table shows it), for the means "
@@ -402,6 +404,18 @@ def _load_source(env: str, data: list[str], args):
     _check_udacity_folders(data)
     load = _udacity_loader(args, len(data))
     recs = [load(d) for d in data]
+    fraction, block = getattr(args, "subsample", 1.0), getattr(args, "block", 32)
+    if fraction < 1.0:  # the same cut as a leave-one-driver-out fold's (agent.train.lodo), one rng per recording
+        import numpy as np
+
+        from agent.train.lodo import subsample_blocks
+
+        recs = [piece for j, r in enumerate(recs)
+                for piece in subsample_blocks(r, fraction, block, np.random.default_rng([args.seed, j]))]
+        from agent.log import get_logger
+
+        get_logger("agent.train").info("--subsample %.2f: %d frames in %d pieces of the %d recordings", fraction,
+                 sum(len(r) for r in recs), len(recs), len(data))
     return UdacitySource(recs, AugmentConfig(p_augment=args.augment_prob), smooth_labels=args.smooth_labels,
                          smooth_mode=args.smooth_mode, straight_keep=args.straight_keep, seed=args.seed)
 
@@ -457,10 +471,12 @@ def _cmd_train(args) -> int:
                        f"got {args.smooth_labels}")
     if not 0.0 < args.straight_keep <= 1.0:
         raise CLIError(f"--straight-keep must be in (0, 1], got {args.straight_keep}")
-    lodo_only = [o for o, unset in (("subsample", 1.0), ("block", 32), ("track", []), ("reference", None),
-                                    ("folds", None)) if getattr(args, o) != unset]
+    lodo_only = [o for o, unset in (("track", []), ("reference", None), ("folds", None)) if getattr(args, o) != unset]
     if lodo_only and not args.leave_one_driver_out:
         raise CLIError(f"{', '.join('--' + o for o in lodo_only)} only apply with --leave-one-driver-out OUT")
+    budget = [o for o, unset in (("subsample", 1.0), ("block", 32)) if getattr(args, o) != unset]
+    if budget and args.env != "udacity":
+        raise CLIError(f"{', '.join('--' + o for o in budget)} only apply to --env udacity")
     out = Path(getattr(args, "out", "policies/nac.pt" if args.env == "carracing" else "policies/udacity-nac.pt"))
     if out.exists() and not args.overwrite and not args.leave_one_driver_out:
         raise CLIError(f"{out} already exists; choose another --out or pass --overwrite")
@@ -490,6 +506,11 @@ def _cmd_train(args) -> int:
     dist = ddp.init_from_env(args.device, args.threads)  # under torchrun: join its process group; else --threads
     if args.dagger_rounds and dist.world_size > 1:
         raise CLIError(ddp.DAGGER_UNDER_TORCHRUN)
+    if args.env == "udacity" and (args.subsample <= 0 or args.subsample > 1 or args.block < 1):
+        raise CLIError(f"--subsample must be in (0, 1] and --block >= 1, got {args.subsample} and {args.block}")
+    window = given.get("window", default_config(args.env).window)
+    if args.env == "udacity" and args.subsample < 1 and args.block < window:
+        raise CLIError(f"--block ({args.block}) must be at least --window ({window}) frames")
     source = _load_source(args.env, args.data, args)
     continuous = _carracing_continuous(source) if args.env == "carracing" else False
     pcfg = default_config(args.env, getattr(args, "core", None), continuous=continuous, seed=22222 + args.seed,

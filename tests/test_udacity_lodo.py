@@ -191,8 +191,10 @@ def test_cli_leave_one_driver_out(tmp_path, capsys):
     other = [a if a != "0.5" else "1.0" for a in args]
     assert main(other) == 2 and "other settings (subsample differ" in capsys.readouterr().err
     # user errors
-    assert main(["train", "--env", "udacity", "--data", data[0], "--subsample", "0.5"]) == 2
+    assert main(["train", "--env", "udacity", "--data", data[0], "--folds", "driver0"]) == 2
     assert "only apply with --leave-one-driver-out" in capsys.readouterr().err
+    assert main(["train", "--env", "carracing", "--data", data[0], "--subsample", "0.5"]) == 2
+    assert "only apply to --env udacity" in capsys.readouterr().err
     assert main([*args[:-2], "--track", "nobody=lake", "--tensorboard", ""]) == 2
     assert "unknown driver(s) nobody" in capsys.readouterr().err
     assert main(["train", "--env", "udacity", "--data", data[0], "--leave-one-driver-out", str(tmp_path / "x"),
@@ -220,3 +222,25 @@ def test_cli_train_on_cached_recordings(tmp_path, capsys):
     assert main(["train", "--env", "udacity", "--data", *data, "--out", str(tmp_path / "x.pt"), "--smooth-labels",
                  "4", "--tensorboard", ""]) == 2
     assert "odd number" in capsys.readouterr().err
+
+
+def test_cli_train_subsample_follows_the_lodo_cut(tmp_path, capsys):
+    """Plain udacity training with --subsample keeps the same share of each recording, in blocks,
+    as a leave-one-driver-out fold does (so a shipped policy can follow a measured recipe)."""
+    from agent.cli import main
+
+    data = _drivers(tmp_path, 2, rows=40)
+    common = ["train", "--env", "udacity", "--data", *data, "--core", "none", "--window", "2", "--epochs", "1",
+              "--val-fraction", "0", "--crop-cache", str(tmp_path / "cache"), "--tensorboard", ""]
+    reports = {}
+    for frac in ("1.0", "0.25"):
+        rep = tmp_path / f"r{frac}.json"
+        assert main([*common, "--out", str(tmp_path / f"p{frac}.pt"), "--subsample", frac, "--block", "4",
+                     "--report", str(rep)]) == 0
+        reports[frac] = json.loads(rep.read_text())["n_train_frames"]
+    assert reports["1.0"] == 80
+    assert reports["0.25"] == 2 * 4 * round(0.25 * 10)  # per recording: 10 blocks of 4, a quarter of them kept
+    assert main([*common, "--out", str(tmp_path / "x.pt"), "--subsample", "0.5", "--block", "1"]) == 2
+    assert "--block (1) must be at least --window (2)" in capsys.readouterr().err
+    assert main([*common, "--out", str(tmp_path / "x.pt"), "--subsample", "1.5"]) == 2
+    assert "--subsample must be in (0, 1]" in capsys.readouterr().err
