@@ -264,3 +264,18 @@ def test_report_reads_the_cells_that_exist(tmp_path):
     assert t8["base"] == "nac-steady" and rows["lstm"]["base"] is None
     assert t8["difference_from_base"]["mean"] == pytest.approx(1.0) and t8["difference_from_base"]["episodes"] == 30
     assert "## Variants against their base core" in md and "| nac-steady@T=8 | nac-steady |" in md
+    # the window sweep is scored on the seeds all its points share: the base ran seeds 0 and 1, T=8 seed 0 only
+    sp = summary["window_sweeps"]["nac-steady"]
+    assert [q["window"] for q in sp] == [4, 8] and all(q["seeds"] == [0] and q["episodes"] == 30 for q in sp)
+    assert sp[0]["mean"] == pytest.approx(base.mean()) and sp[1]["mean"] == pytest.approx(base.mean() + 1)
+    assert sp[0]["ci95"][0] < sp[0]["mean"] < sp[0]["ci95"][1]
+    assert "## Return against window T" in md and "| variant | seeds | T=4 | T=8 |" in md and f"| nac-steady | 0 | {sp[0]['mean']:.1f} [" in md
+
+
+def test_sweep_points_without_a_shared_seed_are_empty():
+    from agent.compare.report import sweep_points
+
+    a = {"seeds": [0], "returns": {"0:1000000": 700.0, "0:1000001": 720.0}}
+    b = {"seeds": [1], "returns": {"1:1000000": 650.0}}
+    assert sweep_points([(4, a), (8, b)]) == []
+    assert [q["mean"] for q in sweep_points([(4, a), (8, a)])] == [710.0, 710.0]

@@ -165,9 +165,11 @@ def summarize(out: str | Path) -> dict:
         row["difference_from_base"] = None if base is None else paired_difference(eps_of[row["variant"]], eps_of[base])
         row["core_parameter_ratio_to_base"] = None if base is None else \
             row["core_parameters"] / by_variant[base][0]["core_parameters"]
+    sweeps = {name: sweep_points(pts) for name, pts in window_sweeps(rows).items()}
     finished = {c["cell"] for c in cells}
     missing = [c for c in (plan or {}).get("cells", []) if c not in finished]
     return {"reference": REFERENCE, "protocol": (plan or {}).get("protocol"), "rows": rows, "missing": missing,
+            "window_sweeps": sweeps,
             "bootstrap": {"resamples": BOOTSTRAP, "seed": BOOTSTRAP_SEED, "level": 0.95,
                           "unit": "two levels: training seeds, then tracks within each seed; differences "
                                   "paired on shared (seed, track) episodes; a difference is called real only "
@@ -230,6 +232,17 @@ def markdown(summary: dict) -> str:
             out.append(f"| {r['variant']} | {r['base']} | {r['core_parameters']:,} ({r['core_parameter_ratio_to_base']:.2f}) "
                        f"| {r['heldout_accuracy_bc']:.3f} / {r['heldout_accuracy']:.3f} | {_pm(r['mean'], r['std'])} "
                        f"| {diff} | {0 if d is None else d['episodes']} |")
+    sweeps = {k: v for k, v in (summary.get("window_sweeps") or {}).items() if v}
+    if sweeps:
+        windows = sorted({q["window"] for sp in sweeps.values() for q in sp})
+        out += ["", "## Return against window T", "",
+                "Each variant's sweep on the training seeds all its points share (a base core that ran more seeds is "
+                "cut to those), mean return and 95% interval over those seeds' tracks.", "",
+                "| variant | seeds | " + " | ".join(f"T={w}" for w in windows) + " |", "|---|---|" + "---|" * len(windows)]
+        for name, sp in sweeps.items():
+            at = {q["window"]: f"{q['mean']:.1f} [{q['ci95'][0]:.1f}, {q['ci95'][1]:.1f}]" for q in sp}
+            out.append(f"| {name} | {','.join(map(str, sp[0]['seeds']))} | "
+                       + " | ".join(at.get(w, "-") for w in windows) + " |")
     if summary["missing"]:
         out += ["", f"Missing cells ({len(summary['missing'])}): " + ", ".join(summary["missing"])]
     return "\n".join(out) + "\n"
@@ -272,6 +285,31 @@ def window_sweeps(rows: list[dict]) -> dict[str, list[tuple[int, dict]]]:
     return {k: sorted(v, key=lambda x: x[0]) for k, v in sweeps.items() if len({w for w, _ in v}) > 1}
 
 
+def sweep_points(pts: list[tuple[int, dict]]) -> list[dict]:
+    """One sweep's points on the training seeds that every point has, so that each T is scored on
+    the same training runs' tracks (a base core that ran more seeds than its sweep points is cut
+    to theirs).
+
+    Args:
+        pts: ``window_sweeps`` output for one variant: (T, row) sorted by T.
+
+    Returns:
+        [{"window": T, "seeds": [...], "episodes": n, "mean": ..., "ci95": [lo, hi]}] in T order
+        (the interval as the table's: two-level bootstrap); empty when no seed is shared.
+    """
+    shared = set.intersection(*(set(r["seeds"]) for _, r in pts)) if pts else set()
+    out = []
+    for w, r in pts:
+        eps = {(int(k.split(":")[0]), int(k.split(":")[1])): v for k, v in r["returns"].items()
+               if int(k.split(":")[0]) in shared}
+        if not eps:
+            return []
+        vals = np.array(list(eps.values()))
+        out.append({"window": int(w), "seeds": sorted(shared), "episodes": int(vals.size), "mean": float(vals.mean()),
+                    "ci95": list(hierarchical_bootstrap_ci(eps))})
+    return out
+
+
 def figure(summary: dict, path: str | Path) -> Path:
     """Returns per track for each variant (box plot with every episode as a point, coloured by
     training seed); return against window T for variants that differ only in T; and held-out
@@ -305,15 +343,19 @@ def figure(summary: dict, path: str | Path) -> Path:
     if sweeps:
         ax = axes[k]
         k += 1
+        shared = set()
         for name, pts in sweeps.items():
-            ws = [w for w, _ in pts]
-            ax.errorbar(ws, [r["mean"] for _, r in pts],
-                        yerr=np.array([[r["mean"] - r["ci95"][0], r["ci95"][1] - r["mean"]] for _, r in pts]).T,
-                        marker="o", capsize=3, label=name)
+            sp = sweep_points(pts)
+            if not sp:
+                continue
+            shared |= set(sp[0]["seeds"])
+            ax.errorbar([q["window"] for q in sp], [q["mean"] for q in sp],
+                        yerr=np.array([[q["mean"] - q["ci95"][0], q["ci95"][1] - q["mean"]] for q in sp]).T,
+                        marker="o", capsize=3, label=f"{name} (seeds {','.join(map(str, sp[0]['seeds']))})")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("window T (frames)")
         ax.set_ylabel("mean return (95% CI)")
-        ax.set_title("return against window T", fontsize=9)
+        ax.set_title("return against window T (each line on the training seeds all its points share)", fontsize=9)
         ax.legend(fontsize=7)
     ax = axes[k]
     for r in rows:
@@ -358,4 +400,4 @@ def write_report(out: str | Path) -> dict:
 
 
 __all__ = ["bootstrap_ci", "figure", "headline", "load_cells", "markdown", "paired_difference", "summarize",
-           "window_sweeps", "write_report"]
+           "sweep_points", "window_sweeps", "write_report"]
