@@ -251,6 +251,10 @@ def _add_train(sub) -> None:
     p.add_argument("--core", default=argparse.SUPPRESS, choices=list(CORES),
                    help="temporal core (per env: nac-steady for carracing, nac-exact for udacity); torch-nac needs "
                         "pip install -e \".[peers]\"")
+    p.add_argument("--core-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a core option over the env's defaults (repeatable; numbers, true/false or text), e.g. "
+                        "--core-option input_norm=true (NAC: a LayerNorm on the features first), --core-option "
+                        "sparsity=0.9, --core-option topk=4; see agent.nn.cores for each core's options")
     p.add_argument("--out", default=argparse.SUPPRESS,
                    help="policy file to write (per env: policies/nac.pt, policies/udacity-nac.pt)")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
@@ -420,6 +424,43 @@ def _load_source(env: str, data: list[str], args):
                          smooth_mode=args.smooth_mode, straight_keep=args.straight_keep, seed=args.seed)
 
 
+def _parse_option_value(text: str):
+    """'true'/'false' -> bool, an int or float literal -> that number, anything else -> the text."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _core_options(args) -> dict:
+    """The core's options: the env's defaults (``default_core_kwargs``) updated by --core-option
+    KEY=VALUE; a bad option is found by building the core once, so it fails before any data loads.
+
+    Raises:
+        CLIError: a malformed KEY=VALUE, or an option the core refuses (with its message).
+    """
+    from agent.nn.cores import make_core
+    from agent.nn.policy import default_config, default_core_kwargs
+
+    core = getattr(args, "core", None) or default_config(args.env).core
+    kwargs = dict(default_core_kwargs(args.env, core))
+    for item in args.core_option:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise CLIError(f"--core-option must be KEY=VALUE, got {item!r}")
+        kwargs[key.strip()] = _parse_option_value(value)
+    try:
+        make_core(core, 8, 8 * kwargs.get("num_heads", 1), 2, 0.02, **kwargs)
+    except (TypeError, ValueError) as exc:
+        raise CLIError(f"--core-option {' '.join(args.core_option)} does not suit the {core} core: {exc}") from exc
+    return kwargs
+
+
 def _carracing_continuous(source) -> bool:
     """Whether CarRacing recordings hold the continuous configuration's actions (inferred from the
     data, so `agent train` needs no flag); False for the five discrete actions.
@@ -499,6 +540,8 @@ def _cmd_train(args) -> int:
         if args.env != "carracing":
             raise CLIError(f"--{next(iter(cnn_options))} only applies to --env carracing")
         given["features_kwargs"] = {**default_config("carracing").features_kwargs, **cnn_options}
+    if args.core_option:
+        given["core_kwargs"] = _core_options(args)
     if args.leave_one_driver_out:
         return _train_lodo(args, cfg, given)
     from agent.train import distributed as ddp

@@ -327,3 +327,22 @@ def test_right_padding_with_zero_times_gives_finite_gradients(name):
     assert torch.isfinite(x.grad).all()
     grads = [p.grad for p in core.parameters() if p.grad is not None]
     assert grads and all(torch.isfinite(gr).all() for gr in grads)
+
+
+@pytest.mark.parametrize("mode", ["steady", "exact"])
+def test_nac_input_norm_makes_the_core_blind_to_the_feature_scale(mode):
+    """input_norm=True puts a LayerNorm(D) before the NAC layer: features 10x smaller (PilotNet's
+    are about 30x smaller than unit scale at initialisation) give the same output; without it
+    they do not. Streaming still equals the full window."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, W, D, generator=g)
+    with torch.no_grad():
+        normed = build(f"nac-{mode}", input_norm=True)
+        assert torch.allclose(normed(x), normed(x / 10), atol=1e-3)
+        plain = build(f"nac-{mode}")
+        assert not torch.allclose(plain(x), plain(x / 10), atol=1e-3)
+        assert "norm.weight" in dict(normed.named_parameters()) and plain.norm is None
+        state = None
+        for i in range(W):
+            y, state = normed.step(x[:, i], state)
+        assert torch.allclose(y, normed(x)[:, -1], atol=1e-5)

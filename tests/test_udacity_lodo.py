@@ -244,3 +244,24 @@ def test_cli_train_subsample_follows_the_lodo_cut(tmp_path, capsys):
     assert "--block (1) must be at least --window (2)" in capsys.readouterr().err
     assert main([*common, "--out", str(tmp_path / "x.pt"), "--subsample", "1.5"]) == 2
     assert "--subsample must be in (0, 1]" in capsys.readouterr().err
+
+
+def test_cli_core_option_reaches_the_saved_policy(tmp_path, capsys):
+    """--core-option KEY=VALUE overrides the env's core defaults in the trained policy's config
+    (and so in the file); a malformed or unsuitable option is refused before any data loads."""
+    from agent.cli import main
+    from agent.loading import load_policy
+
+    data = _drivers(tmp_path, 1, rows=12)
+    out = tmp_path / "normed.pt"
+    common = ["train", "--env", "udacity", "--data", *data, "--window", "2", "--epochs", "1", "--val-fraction", "0",
+              "--tensorboard", ""]
+    assert main([*common, "--core", "nac-exact", "--core-option", "input_norm=true", "--core-option", "topk=4",
+                 "--out", str(out)]) == 0
+    pol = load_policy(out)
+    assert pol.config.core_kwargs == {"num_heads": 20, "topk": 4, "sparsity": 0.5, "input_norm": True}
+    assert pol.core.norm is not None and pol.core.nac.topk == 4
+    assert main([*common, "--core-option", "input_norm", "--out", str(tmp_path / "x.pt")]) == 2
+    assert "must be KEY=VALUE" in capsys.readouterr().err
+    assert main([*common, "--core", "lstm", "--core-option", "topk=4", "--out", str(tmp_path / "x.pt")]) == 2
+    assert "does not suit the lstm core" in capsys.readouterr().err

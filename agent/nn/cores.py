@@ -170,6 +170,13 @@ class NACCore(TemporalCore):
 
     Args:
         num_heads, topk, sparsity, selector, seed, ...: see :class:`agent.nn.nac.NAC`.
+        input_norm: pass the features through a ``LayerNorm(D)`` first (off by default: the
+            paper's NAC has none, and the CarRacing policies train without it). PilotNet's
+            features are small at initialisation (std about 0.03 on Udacity frames), so the
+            sensory gates, the attention average and the output projection leave the head an
+            almost constant input (per-unit std about 0.001 across a batch); under
+            leave-one-driver-out, NAC-Exact without it stayed at its initial loss on 2 of 6 folds
+            (README, "Other drivers").
     """
 
     causal = True
@@ -177,9 +184,10 @@ class NACCore(TemporalCore):
 
     def __init__(self, input_dim: int, output_dim: int, window: int, frame_dt: float, mode: str = "steady",
                  num_heads: int = 16, topk: int = 8, sparsity: float = 0.5, selector: str = "exact",
-                 seed: int = 22222, **nac_kwargs):
+                 seed: int = 22222, input_norm: bool = False, **nac_kwargs):
         super().__init__(input_dim, output_dim, window, frame_dt)
         self.name = f"nac-{mode}"
+        self.norm = nn.LayerNorm(input_dim) if input_norm else None
         self.nac = NAC(input_dim, output_dim, num_heads, topk=topk, mode=mode, sparsity=sparsity, causal=True,
                        selector=selector, seed=seed, **nac_kwargs)
 
@@ -192,6 +200,8 @@ class NACCore(TemporalCore):
         """(B, T, D) -> (B, T, d) [, NACIntermediates]."""
         _check_forward(self, x, t, mask)
         B, T, _ = x.shape
+        if self.norm is not None:
+            x = self.norm(x)
         return self.nac(x, t=self._times(t, B, T, x.device), mask=None if mask is None else mask.to(x.device),
                         return_intermediates=return_intermediates)
 
@@ -199,6 +209,8 @@ class NACCore(TemporalCore):
         """(B, D) newest features -> (B, d); the state is the NAC cache of the window."""
         _check_step(self, x, t)
         B = x.shape[0]
+        if self.norm is not None:
+            x = self.norm(x)
         if t is None:  # the newest frame sits one frame_dt after the previous one (NAC reads only ages)
             t = torch.zeros(B, dtype=torch.float32, device=x.device) if state is None else \
                 state.times[:, -1].to(torch.float32) + self.frame_dt
