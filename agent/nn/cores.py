@@ -171,12 +171,11 @@ class NACCore(TemporalCore):
     Args:
         num_heads, topk, sparsity, selector, seed, ...: see :class:`agent.nn.nac.NAC`.
         input_norm: pass the features through a ``LayerNorm(D)`` first (off by default: the
-            paper's NAC has none, and the CarRacing policies train without it). PilotNet's
-            features are small at initialisation (std about 0.03 on Udacity frames), so the
-            sensory gates, the attention average and the output projection leave the head an
-            almost constant input (per-unit std about 0.001 across a batch); under
-            leave-one-driver-out, NAC-Exact without it stayed at its initial loss on 2 of 6 folds
-            (README, "Other drivers").
+            paper's NAC has none, and the CarRacing policies train without it). Tried because
+            PilotNet's features are small at initialisation (std about 0.03 on Udacity frames)
+            and NAC-Exact's loss stayed flat on 2 of 6 leave-one-driver-out folds; with it the
+            loss stayed flat on the two folds tried, so it is not the fix there (README, "Other
+            drivers"). Kept as an option for experiments (``--core-option input_norm=true``).
     """
 
     causal = True
