@@ -542,6 +542,12 @@ def _cmd_train(args) -> int:
         given["features_kwargs"] = {**default_config("carracing").features_kwargs, **cnn_options}
     if args.core_option:
         given["core_kwargs"] = _core_options(args)
+    if args.env == "udacity":  # the training budget of a fold, or of a plain run
+        if args.subsample <= 0 or args.subsample > 1 or args.block < 1:
+            raise CLIError(f"--subsample must be in (0, 1] and --block >= 1, got {args.subsample} and {args.block}")
+        window = given.get("window", default_config("udacity").window)
+        if args.subsample < 1 and args.block < window:
+            raise CLIError(f"--block ({args.block}) must be at least --window ({window}) frames")
     if args.leave_one_driver_out:
         return _train_lodo(args, cfg, given)
     from agent.train import distributed as ddp
@@ -549,11 +555,6 @@ def _cmd_train(args) -> int:
     dist = ddp.init_from_env(args.device, args.threads)  # under torchrun: join its process group; else --threads
     if args.dagger_rounds and dist.world_size > 1:
         raise CLIError(ddp.DAGGER_UNDER_TORCHRUN)
-    if args.env == "udacity" and (args.subsample <= 0 or args.subsample > 1 or args.block < 1):
-        raise CLIError(f"--subsample must be in (0, 1] and --block >= 1, got {args.subsample} and {args.block}")
-    window = given.get("window", default_config(args.env).window)
-    if args.env == "udacity" and args.subsample < 1 and args.block < window:
-        raise CLIError(f"--block ({args.block}) must be at least --window ({window}) frames")
     source = _load_source(args.env, args.data, args)
     continuous = _carracing_continuous(source) if args.env == "carracing" else False
     pcfg = default_config(args.env, getattr(args, "core", None), continuous=continuous, seed=22222 + args.seed,
@@ -638,11 +639,6 @@ def _train_lodo(args, cfg, given: dict) -> int:
     if args.init or hasattr(args, "out") or args.save_bc:
         raise CLIError("--leave-one-driver-out trains one policy per fold from scratch and writes no policy file; "
                        "drop --init, --out and --save-bc")
-    if args.subsample <= 0 or args.subsample > 1 or args.block < 1:
-        raise CLIError(f"--subsample must be in (0, 1] and --block >= 1, got {args.subsample} and {args.block}")
-    window = given.get("window", default_config("udacity").window)
-    if args.subsample < 1 and args.block < window:
-        raise CLIError(f"--block ({args.block}) must be at least --window ({window}) frames")
     _check_udacity_folders(args.data)
     tracks = _parse_tracks(args.track, args.data)
     reference = None

@@ -300,8 +300,8 @@ def sweep_points(pts: list[tuple[int, dict]]) -> list[dict]:
     shared = set.intersection(*(set(r["seeds"]) for _, r in pts)) if pts else set()
     out = []
     for w, r in pts:
-        eps = {(int(k.split(":")[0]), int(k.split(":")[1])): v for k, v in r["returns"].items()
-               if int(k.split(":")[0]) in shared}
+        keyed = {tuple(map(int, k.split(":"))): v for k, v in r["returns"].items()}  # "seed:track" -> (seed, track)
+        eps = {st: v for st, v in keyed.items() if st[0] in shared}
         if not eps:
             return []
         vals = np.array(list(eps.values()))
@@ -320,7 +320,7 @@ def figure(summary: dict, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     rows = summary["rows"]
-    sweeps = window_sweeps(rows)
+    sweeps = {k: v for k, v in (summary.get("window_sweeps") or {}).items() if v}  # summarize's sweep_points
     panels = 2 + bool(sweeps)
     fig, axes = plt.subplots(1, panels, figsize=(6 + 1.0 * max(len(rows), 4) + 5 * (panels - 1), 5),
                              gridspec_kw={"width_ratios": [max(len(rows), 4) / 2] + [2.5] * (panels - 1)})
@@ -343,12 +343,7 @@ def figure(summary: dict, path: str | Path) -> Path:
     if sweeps:
         ax = axes[k]
         k += 1
-        shared = set()
-        for name, pts in sweeps.items():
-            sp = sweep_points(pts)
-            if not sp:
-                continue
-            shared |= set(sp[0]["seeds"])
+        for name, sp in sweeps.items():
             ax.errorbar([q["window"] for q in sp], [q["mean"] for q in sp],
                         yerr=np.array([[q["mean"] - q["ci95"][0], q["ci95"][1] - q["mean"]] for q in sp]).T,
                         marker="o", capsize=3, label=f"{name} (seeds {','.join(map(str, sp[0]['seeds']))})")
