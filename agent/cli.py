@@ -29,10 +29,10 @@ from envs.tracks import EVAL_SEED_BASE
 FMT = argparse.ArgumentDefaultsHelpFormatter
 
 #: help text of --start-rule (collect, train, evaluate)
-_START_RULE_HELP = ("the teacher's start rule (discrete expert): gas at a standstill (speed < 1 unit/s) whatever its network "
-                    "chose, and gas instead of brake below 10 units/s; its argmax can otherwise brake a slow car to a halt "
-                    "and brake or steer at rest until the time limit (README, \"The expert's stalls\"). A continuous "
-                    "expert is unaffected")
+_START_RULE_HELP = ("the teacher's start rule: gas at a standstill (speed < 1 unit/s) whatever its network chose, and "
+                    "gas instead of brake below 10 units/s (a continuous expert: full throttle, its steering kept); "
+                    "either expert can otherwise brake a slow car to a halt and brake or steer at rest until the time "
+                    "limit (README, \"The expert's stalls\", \"The continuous start rule\")")
 
 
 #: help text of --envs (collect, train, evaluate)
@@ -172,11 +172,9 @@ def _add_collect(sub) -> None:
 
 
 def _use_start_rule(expert, on: bool):
-    """Turn the discrete expert's start rule (:attr:`agent.train.expert.ExpertPolicy.start_rule`)
-    on or off; a continuous expert is left as it is. Returns the expert."""
-    from agent.loading import is_continuous
-
-    return expert if is_continuous(expert) else expert.use_start_rule(on)
+    """Turn the expert's start rule (:attr:`agent.train.expert.ExpertPolicy.start_rule`) on or off.
+    Returns the expert."""
+    return expert.use_start_rule(on)
 
 
 def _cmd_collect(args) -> int:

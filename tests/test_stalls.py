@@ -429,16 +429,64 @@ def test_start_rule_breaks_the_argmax_fixed_point(choice):
     assert ruled.longest_standstill < STALL_STEPS
 
 
-def test_start_rule_is_for_discrete_experts_only(tiny_expert, tmp_path, capsys):
-    import gymnasium as gym
+class _FakeContinuousPolicy:
+    """Stands in for a continuous expert's ActorCriticPolicy: always the same (steering, throttle)."""
 
+    def __init__(self, steering: float, throttle: float):
+        import gymnasium as gym
+
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action = np.array([steering, throttle], np.float32)
+
+    def predict(self, obs, state=None, episode_start=None, deterministic=True):
+        return np.broadcast_to(self.action, np.shape(obs)[:-1] + (2,)).copy(), None
+
+
+@pytest.mark.parametrize("throttle", [-1.0, -0.3, 0.0])
+def test_the_continuous_start_rule_breaks_the_fixed_point(throttle):
+    from agent.train.expert import CRAWL_SPEED, START_THROTTLE, ExpertPolicy
+    from envs.carracing import make_carracing
+
+    env = make_carracing(render_pixels=False, continuous=True, max_episode_steps=80)
+    try:
+        plain = rollout(env, ExpertActor(ExpertPolicy(_FakeContinuousPolicy(0.4, throttle))), 0, keep_frames=False)
+        ruled = rollout(env, ExpertActor(ExpertPolicy(_FakeContinuousPolicy(0.4, throttle), start_rule=True)), 0,
+                        keep_frames=False)
+    finally:
+        env.close()
+    # Without the rule a car that starts at rest and brakes (or coasts) never moves.
+    assert plain.longest_standstill == plain.steps == 80
+    actions, speed = np.asarray(ruled.actions), ruled.speeds[:-1]
+    overridden = standstill(speed) | ((throttle < 0) & (speed < CRAWL_SPEED))
+    assert overridden[0] and (~overridden).any()
+    # Overridden steps get full throttle and keep the network's steering; the others are the network's.
+    assert np.all(actions[overridden, 1] == START_THROTTLE) and np.all(actions[:, 0] == np.float32(0.4))
+    assert np.all(actions[~overridden, 1] == np.float32(throttle))
+    assert ruled.longest_standstill < STALL_STEPS
+
+
+def test_the_continuous_start_rule_batched_as_one_at_a_time():
+    from agent.train.expert import START_THROTTLE, ExpertPolicy
+    from envs.carracing import PRIVILEGED_DIM
+
+    expert = ExpertPolicy(_FakeContinuousPolicy(-0.2, -0.5), start_rule=True)
+    speeds = np.array([0.0, 0.5, 5.0, 9.9, 10.0, 40.0, np.nan])
+    out = expert.act_batch(np.zeros((len(speeds), PRIVILEGED_DIM), np.float32), speeds)
+    assert out.shape == (len(speeds), 2) and np.all(out[:, 0] == np.float32(-0.2))
+    assert out[:, 1].tolist() == [START_THROTTLE] * 4 + [-0.5] * 3
+    # a positive throttle is only raised at a standstill, never lowered
+    gentle = ExpertPolicy(_FakeContinuousPolicy(0.0, 0.3), start_rule=True)
+    out = gentle.act_batch(np.zeros((3, PRIVILEGED_DIM), np.float32), np.array([0.0, 5.0, 40.0]))
+    assert out[:, 1].tolist() == pytest.approx([START_THROTTLE, 0.3, 0.3])
+    assert ExpertPolicy(_FakeContinuousPolicy(0.0, -0.5)).act_batch(
+        np.zeros((1, PRIVILEGED_DIM), np.float32), np.array([0.0]))[0, 1] == -0.5  # off: the network's own
+
+
+def test_the_start_rule_is_an_experts(tiny_expert, tmp_path, capsys):
     from agent.cli import main
     from agent.train.expert import ExpertPolicy
 
-    cont = _FakeSB3Policy(0)
-    cont.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-    with pytest.raises(ValueError, match="continuous expert"):
-        ExpertPolicy(cont, start_rule=True)
+    assert ExpertPolicy(_FakeContinuousPolicy(0.0, 0.0), start_rule=True).start_rule is True
     assert ExpertPolicy.load(tiny_expert).start_rule is False  # loading never adds the rule
     # agent evaluate: the rule is an expert's, asked for explicitly, and recorded in the JSON
     pol = _constant_policy(tmp_path / "const.pt", 0)

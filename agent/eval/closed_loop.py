@@ -104,7 +104,7 @@ def _load_for_eval(policy_path, start_rule: bool):
     policy = load_policy(policy_path)
     if start_rule:
         if not isinstance(policy, ExpertPolicy):
-            raise ValueError(f"start_rule is the discrete PPO expert's start rule; {policy_path} is not one")
+            raise ValueError(f"start_rule is the PPO expert's start rule; {policy_path} is not one")
         policy.use_start_rule(True)
     return policy
 

@@ -28,6 +28,8 @@ BRAKE = ACTION_NAMES.index("brake")
 #: below this speed (simulator units per second) the start rule turns the expert's brake into gas
 #: (:meth:`ExpertPolicy.act`); the car cruises at 30-90 units/s and reaches 43 after 2 s of gas
 CRAWL_SPEED = 10.0
+#: the continuous expert's throttle under the start rule (full gas, as on the first steps of its laps)
+START_THROTTLE = 1.0
 
 
 class ActionRepeat(gym.Wrapper):
@@ -192,7 +194,7 @@ class ExpertPolicy:
     Attributes:
         policy: the stable-baselines3 ``ActorCriticPolicy`` (an MLP on (PRIVILEGED_DIM,) float32
             states, 5 discrete actions), in eval mode. ``model`` is the same object.
-        start_rule: the start rule (discrete experts only, see :meth:`act`). Off after
+        start_rule: the start rule (see :meth:`act`; discrete and continuous experts). Off after
             :meth:`load`; ``--start-rule`` turns it on in ``agent collect``, DAgger in ``agent
             train`` and ``agent evaluate``, and ``agent compare``'s protocol has it on.
     """
@@ -207,14 +209,7 @@ class ExpertPolicy:
         self.use_start_rule(start_rule)
 
     def use_start_rule(self, on: bool = True) -> "ExpertPolicy":
-        """Turn the start rule (see :meth:`act`) on or off; returns the expert.
-
-        Raises:
-            ValueError: ``on`` for a continuous expert (it has a throttle and needs no rule).
-        """
-        if on and self.continuous:
-            raise ValueError("start_rule is the discrete expert's start rule; a continuous expert has a "
-                             "throttle and is used without it")
+        """Turn the start rule (see :meth:`act`) on or off; returns the expert."""
         self.start_rule = bool(on)
         return self
 
@@ -355,23 +350,32 @@ class ExpertPolicy:
         """The expert's action for the env's current state: a discrete action (int, 0..4), or for a
         continuous expert a (2,) float32 array (steering, throttle).
 
-        With :attr:`start_rule` (discrete only), two rules override the network's argmax:
+        With :attr:`start_rule`, two rules override the network:
 
-        - at a standstill (speed below :data:`agent.rollout.STANDSTILL_SPEED`, 1 unit/s) any
-          action other than gas becomes gas: steering or braking never moves a standing car, and
-          gas is the only discrete action that does (no gas while steering);
-        - below :data:`CRAWL_SPEED` (10 units/s) brake becomes gas.
+        - at a standstill (speed below :data:`agent.rollout.STANDSTILL_SPEED`, 1 unit/s) the label
+          is gas: a discrete action other than gas becomes gas (steering or braking never moves a
+          standing car, and gas is the only discrete action that does: no gas while steering); a
+          continuous throttle becomes :data:`START_THROTTLE` (full gas, what the expert itself
+          uses on the first steps of every lap), its steering kept;
+        - below :data:`CRAWL_SPEED` (10 units/s) brake becomes gas: the discrete brake action
+          becomes gas, a negative continuous throttle becomes :data:`START_THROTTLE`.
 
-        Without them the expert's argmax has a fixed point in states its own laps rarely reach:
-        it brakes a slow car to a halt, then brakes or steers at rest until the time limit. On its
-        own laps on training tracks 0-39 it brakes below 10 units/s only in one such stall (track
-        16: 426 steps at rest), and never otherwise; in the states a student reaches it does it
-        often (README, "The expert's stalls"). On validation tracks 700,000-700,049 the rules
-        leave its return unchanged (895.4) and take its stalls from 2 to 0.
+        Without them the expert has a fixed point in states its own laps rarely reach: it brakes a
+        slow car to a halt, then brakes or steers at rest until the time limit. The discrete
+        expert's argmax does it on training track 16 (426 steps at rest) and often in the states
+        a student reaches (README, "The expert's stalls"); on validation tracks 700,000-700,049 the
+        rules leave its return unchanged (895.4) and take its stalls from 2 to 0. The continuous
+        expert does it too: at rest for 552 and 762 steps on training tracks 39 and 92, braking,
+        and in the DAgger rounds of ``nac-continuous.pt`` it gave a throttle <= 0 on 47-59 % of
+        the frames where the student's car stood still (README, "The continuous start rule").
         """
         action = self.act_on_state(env.unwrapped.privileged_observation(), deterministic)
         if self.continuous:
-            return action
+            if not self.start_rule:
+                return action
+            from agent.rollout import car_speed
+
+            return self._continuous_rule(np.asarray(action, np.float32)[None], np.array([car_speed(env)]))[0]
         action = int(action)
         if self.start_rule and action != GAS:
             from agent.rollout import STANDSTILL_SPEED, car_speed
@@ -390,7 +394,7 @@ class ExpertPolicy:
         Args:
             states: (B, PRIVILEGED_DIM) float32 privileged states (``info["privileged_state"]``).
             speeds: (B,) car speeds in simulator units per second (``info["speed"]``), used by the
-                start rule (:attr:`start_rule`, discrete experts only).
+                start rule (:attr:`start_rule`).
             deterministic: the network's most probable action.
 
         Returns:
@@ -408,7 +412,8 @@ class ExpertPolicy:
                              f"and {speeds.shape}")
         actions = self.act_on_state(states, deterministic)
         if self.continuous:
-            return np.asarray(actions, dtype=np.float32).reshape(len(states), -1)
+            actions = np.asarray(actions, dtype=np.float32).reshape(len(states), -1)
+            return self._continuous_rule(actions, speeds) if self.start_rule else actions
         actions = np.asarray(actions, dtype=np.int64).reshape(-1)
         if self.start_rule:
             from agent.rollout import STANDSTILL_SPEED
@@ -416,6 +421,18 @@ class ExpertPolicy:
             with np.errstate(invalid="ignore"):  # NaN speeds never trigger the rule, as in act
                 rule = (actions != GAS) & ((speeds < STANDSTILL_SPEED) | ((actions == BRAKE) & (speeds < CRAWL_SPEED)))
             actions = np.where(rule, GAS, actions)
+        return actions
+
+    @staticmethod
+    def _continuous_rule(actions: np.ndarray, speeds: np.ndarray) -> np.ndarray:
+        """The start rule on (B, 2) continuous actions (steering, throttle) at (B,) speeds (units/s);
+        NaN speeds never trigger it."""
+        from agent.rollout import STANDSTILL_SPEED
+
+        actions = np.array(actions, dtype=np.float32, copy=True)
+        with np.errstate(invalid="ignore"):
+            rule = (speeds < STANDSTILL_SPEED) | ((actions[:, -1] < 0) & (speeds < CRAWL_SPEED))
+        actions[rule, -1] = np.maximum(actions[rule, -1], START_THROTTLE)
         return actions
 
     def predict(self, obs, state=None, episode_start=None, deterministic=True):
