@@ -369,21 +369,14 @@ class ExpertPolicy:
         and in the DAgger rounds of ``nac-continuous.pt`` it gave a throttle <= 0 on 47-59 % of
         the frames where the student's car stood still (README, "The continuous start rule").
         """
-        action = self.act_on_state(env.unwrapped.privileged_observation(), deterministic)
-        if self.continuous:
-            if not self.start_rule:
-                return action
+        state = env.unwrapped.privileged_observation()
+        if self.start_rule:  # one rule for both paths: act_batch's, on a batch of one
             from agent.rollout import car_speed
 
-            return self._continuous_rule(np.asarray(action, np.float32)[None], np.array([car_speed(env)]))[0]
-        action = int(action)
-        if self.start_rule and action != GAS:
-            from agent.rollout import STANDSTILL_SPEED, car_speed
-
-            speed = car_speed(env)
-            if speed < STANDSTILL_SPEED or (action == BRAKE and speed < CRAWL_SPEED):
-                return GAS
-        return action
+            action = self.act_batch(state[None], [car_speed(env)], deterministic)[0]
+        else:
+            action = self.act_on_state(state, deterministic)
+        return action if self.continuous else int(action)
 
     def act_batch(self, states: np.ndarray, speeds, deterministic: bool = True) -> np.ndarray:
         """The expert's actions for a batch of states, as :meth:`act` gives them one at a time.
@@ -413,27 +406,24 @@ class ExpertPolicy:
         actions = self.act_on_state(states, deterministic)
         if self.continuous:
             actions = np.asarray(actions, dtype=np.float32).reshape(len(states), -1)
-            return self._continuous_rule(actions, speeds) if self.start_rule else actions
-        actions = np.asarray(actions, dtype=np.int64).reshape(-1)
-        if self.start_rule:
-            from agent.rollout import STANDSTILL_SPEED
+        else:
+            actions = np.asarray(actions, dtype=np.int64).reshape(-1)
+        return self._apply_start_rule(actions, speeds) if self.start_rule else actions
 
-            with np.errstate(invalid="ignore"):  # NaN speeds never trigger the rule, as in act
-                rule = (actions != GAS) & ((speeds < STANDSTILL_SPEED) | ((actions == BRAKE) & (speeds < CRAWL_SPEED)))
-            actions = np.where(rule, GAS, actions)
-        return actions
-
-    @staticmethod
-    def _continuous_rule(actions: np.ndarray, speeds: np.ndarray) -> np.ndarray:
-        """The start rule on (B, 2) continuous actions (steering, throttle) at (B,) speeds (units/s);
-        NaN speeds never trigger it."""
+    def _apply_start_rule(self, actions: np.ndarray, speeds: np.ndarray) -> np.ndarray:
+        """The start rule (see :meth:`act`) on (B,) int64 discrete actions or (B, 2) float32
+        continuous ones (steering, throttle) at (B,) speeds in units/s; NaN speeds never trigger it."""
         from agent.rollout import STANDSTILL_SPEED
 
-        actions = np.array(actions, dtype=np.float32, copy=True)
         with np.errstate(invalid="ignore"):
-            rule = (speeds < STANDSTILL_SPEED) | ((actions[:, -1] < 0) & (speeds < CRAWL_SPEED))
-        actions[rule, -1] = np.maximum(actions[rule, -1], START_THROTTLE)
-        return actions
+            still = speeds < STANDSTILL_SPEED
+            if self.continuous:
+                rule = still | ((actions[:, -1] < 0) & (speeds < CRAWL_SPEED))
+                actions = actions.copy()
+                actions[rule, -1] = np.maximum(actions[rule, -1], START_THROTTLE)
+                return actions
+            rule = (actions != GAS) & (still | ((actions == BRAKE) & (speeds < CRAWL_SPEED)))
+        return np.where(rule, GAS, actions)
 
     def predict(self, obs, state=None, episode_start=None, deterministic=True):
         """stable-baselines3 interface, on privileged observations: returns (actions, None)."""
