@@ -7,6 +7,9 @@ Four configurations of the same run, each composing every frame as a window woul
 2. + NAC traces,
 3. + Grad-CAM,
 4. all on (Grad-CAM and traces),
+5. all on with the env stepped in this process (``--env-worker off``), beside 4, where it steps in
+   a worker process while the frame is drawn (:mod:`agent.drive.envworker`; the default whenever
+   frames are drawn, so rows 1-4 have it too),
 
 and with ``record=True`` a fifth: all on while writing the mp4 (``drive --record``).
 
@@ -19,8 +22,8 @@ why no window can be measured.
 For each configuration it reports the loop rate (FPS: act + overlays + drawing + showing +
 env step), the loop step and the observation-to-action latency as p50/p99 in milliseconds, and
 the CPU time of this process per step (ms; all its threads, from ``time.process_time``: steadier
-than wall time on a shared CPU; the X server's and ffmpeg's work is not in it, ffmpeg's is given
-apart). CarRacing runs at 50 FPS, the target with everything on.
+than wall time on a shared CPU; the X server's, the env worker's and ffmpeg's work is not in it,
+ffmpeg's is given apart). CarRacing runs at 50 FPS, the target with everything on.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ CONFIGS = (
     ("+ traces", ["--no-saliency"]),
     ("+ Grad-CAM", ["--no-traces"]),
     ("all on", []),
+    ("all on, env in this process", ["--env-worker", "off"]),
 )
 #: The extra configuration of ``record=True``.
 RECORD_CONFIG = ("all on + --record", ["--record"])

@@ -33,6 +33,7 @@ import numpy as np
 from agent.loading import is_continuous, make_actor
 from agent.rollout import StallMeter, all_wheels_off_road, car_speed
 from agent.drive.args import DEFAULT_SCALE, ENV_FPS, check_drive_args
+from agent.drive.envworker import use_env_worker
 from agent.drive.explain import Overlays
 from agent.drive.hud import STEERING_CLASSES, Renderer, StepView
 from agent.drive.video import VideoWriter
@@ -86,6 +87,7 @@ def run_drive(args: argparse.Namespace) -> int:
                  f"serving {session.env.unwrapped.url}: start the simulator and choose Autonomous mode")
         print(f"policy {path} ({session.driver.label}); env {args.env}; {where}"
               f"{'; headless' if session.window is None else ''}"
+              f"{'; env in a worker process' if session.env_worker else ''}"
               f"{f'; recording {args.record}' if session.writer else ''}", flush=True)
         return session.run()
     except TimeoutError as exc:  # no simulator connected
@@ -106,6 +108,12 @@ def stall_text(meter: StallMeter) -> str:
     return out
 
 
+def _is_expert(policy) -> bool:
+    from agent.train.expert import ExpertPolicy
+
+    return isinstance(policy, ExpertPolicy)
+
+
 def _throttle_of(action) -> float | None:
     """The throttle of a (steering, throttle) action (CarRacing's continuous configuration), else None."""
     a = np.asarray(action).reshape(-1)
@@ -124,8 +132,12 @@ class DriveSession:
     Attributes:
         step_seconds: wall time of each loop step (act + overlays + drawing + env step), seconds.
         step_cpu_seconds: CPU time of this process (all its threads) in each loop step, seconds
-            (``time.process_time``; steadier than wall time on a shared CPU; an X server's or
-            ffmpeg's work is not in it).
+            (``time.process_time``; steadier than wall time on a shared CPU; an X server's,
+            ffmpeg's or the env worker's work is not in it).
+        env_worker: the env steps in a worker process (:mod:`agent.drive.envworker`);
+            ``env_worker_reason`` says why it does or does not.
+        episode_fps: the current (or last) episode's mean loop rate, steps per second of the loop
+            (from the first action; the track's generation at reset is not counted).
         latency_seconds: observation-to-action time of each step (policy + overlays), seconds.
         stalls: the "no stalls" figures of the current (or last) episode (:class:`agent.rollout.StallMeter`):
             the longest standstill and the steps with all four wheels off the road.
@@ -142,7 +154,11 @@ class DriveSession:
             raise ValueError(f"{name} is a {policy_env} policy; drive it with --env {policy_env} "
                              f"(or choose a {args.env} policy)")
         self.driver = make_actor(policy, label=name)
-        self.env = self._make_env(args, policy)
+        overlay = not args.no_overlay
+        draw = force_draw or not headless or args.record is not None
+        self.env_worker, self.env_worker_reason = use_env_worker(
+            getattr(args, "env_worker", "auto"), args.env, _is_expert(policy), draw, os.cpu_count())
+        self.env = self._make_env(args, policy, self.env_worker)
         self.env_fps = int(self.env.metadata.get("render_fps", ENV_FPS))
         obs_shape = self.env.observation_space.shape  # (H, W, C)
         names = tuple(getattr(getattr(policy, "config", None), "action_names", ACTION_NAMES))
@@ -154,8 +170,6 @@ class DriveSession:
         self._threads = torch.get_num_threads()
         torch.set_num_threads(1)
         self.window = self.writer = self.renderer = None
-        overlay = not args.no_overlay
-        draw = force_draw or not headless or args.record is not None
         if draw:
             self.renderer = Renderer((obs_shape[1], obs_shape[0]), scale=scale, action_names=names,
                                      policy_label=self.driver.label, show_probs=self.driver.has_probs,
@@ -188,16 +202,18 @@ class DriveSession:
                 pg.K_LEFTBRACKET: lambda: self.overlays.adjust_opacity(-0.1),
                 pg.K_RIGHTBRACKET: lambda: self.overlays.adjust_opacity(+0.1),
                 pg.K_r: self.request_restart})
+        self.episode_fps = 0.0
         self.step_seconds: list[float] = []
         self.step_cpu_seconds: list[float] = []
         self.latency_seconds: list[float] = []
         self.stalls = StallMeter()
 
     @staticmethod
-    def _make_env(args, policy=None):
+    def _make_env(args, policy=None, worker: bool = False):
         """CarRacing (one episode per track seed; the continuous configuration for a policy with
-        continuous actions, :func:`agent.loading.make_carracing_for`) or the Udacity bridge (started
-        at once, so its address is known; an episode lasts until the simulator disconnects or --max-steps)."""
+        continuous actions, :func:`agent.loading.make_carracing_for`), in a worker process with
+        ``worker`` (:class:`agent.drive.envworker.EnvWorker`), or the Udacity bridge (started at
+        once, so its address is known; an episode lasts until the simulator disconnects or --max-steps)."""
         if args.env == "udacity":
             from gymnasium.wrappers import TimeLimit
 
@@ -210,9 +226,24 @@ class DriveSession:
         from agent.loading import make_carracing_for
         from envs.carracing import EPISODE_STEPS, make_carracing
 
+        if worker:
+            from agent.drive.envworker import EnvWorker
+            from agent.vector import envs_for
+
+            return EnvWorker(envs_for(policy, 1, max_episode_steps=args.max_steps or EPISODE_STEPS))
+
         if policy is None:
             return make_carracing(max_episode_steps=args.max_steps or EPISODE_STEPS)
         return make_carracing_for(policy, max_episode_steps=args.max_steps or EPISODE_STEPS)
+
+    def _speed_of(self, info: dict) -> float:
+        """The speed shown in the HUD: mph from the Udacity bridge, else CarRacing's speed in
+        simulator units per second (from ``info`` when the env runs in the worker)."""
+        if "speed_mph" in info:
+            return float(info["speed_mph"])
+        if self.env_worker:
+            return float(info.get("speed", 0.0))
+        return float(getattr(self.env.unwrapped, "speed", 0.0))
 
     # ------------------------------------------------------------------ keys
     def toggle_pause(self) -> None:
@@ -247,13 +278,16 @@ class DriveSession:
         ep_return, steps = 0.0, 0
         ticks: deque[float] = deque(maxlen=26)
         ticks.append(time.perf_counter())
+        first = len(self.step_seconds)
         while True:
             t0, c0 = time.perf_counter(), time.process_time()
-            speed = float(info["speed_mph"]) if "speed_mph" in info else float(getattr(env.unwrapped, "speed", 0.0))
-            d = driver.act(obs, env, info)
+            speed = self._speed_of(info)
+            d = driver.act(obs, None if self.env_worker else env, info)
             extras: dict = {}
             status = ov.explain(obs, d, extras)
             latency = time.perf_counter() - t0
+            if self.env_worker:
+                env.step_async(d.action)  # the worker steps while frame t is drawn below
             if renderer is not None:
                 fps = (len(ticks) - 1) / (ticks[-1] - ticks[0]) if len(ticks) > 1 and ticks[-1] > ticks[0] else 0.0
                 view = StepView(frame=obs, step=steps + 1, action=d.action if np.isscalar(d.action) else None,
@@ -273,9 +307,13 @@ class DriveSession:
                     window.poll()
                     if self.paused:
                         self._wait_while_paused(view)
-            obs, reward, terminated, truncated, info = env.step(d.action)
+            if self.env_worker:
+                obs, reward, terminated, truncated, info = env.step_wait()
+                speed_after, off_road = float(info["speed"]), bool(info["off_road"])
+            else:
+                obs, reward, terminated, truncated, info = env.step(d.action)
+                speed_after, off_road = car_speed(env), all_wheels_off_road(env)
             steps += 1
-            speed_after, off_road = car_speed(env), all_wheels_off_road(env)
             self.stalls.update(speed_after, off_road)
             ov.record(extras, d, float(reward), episode, steps, float(info.get("time_s", steps / self.env_fps)),
                       speed=speed_after, off_road=off_road)
@@ -285,6 +323,7 @@ class DriveSession:
             self.step_seconds.append(now - t0)
             self.step_cpu_seconds.append(time.process_time() - c0)
             self.latency_seconds.append(latency)
+            self.episode_fps = steps / max(sum(self.step_seconds[first:]), 1e-9)
             if terminated or truncated:
                 return "done", ep_return, steps
             if self._quit:
@@ -302,6 +341,8 @@ class DriveSession:
             window.poll()
             time.sleep(1 / 30)
         self.single_step = False
+        if window.pacer is not None:
+            window.pacer.reset()  # no rush to make up the paused time
 
     def run(self) -> int:
         """All episodes; prints each one's return and stall figures (:func:`stall_text`) and the mean
@@ -313,12 +354,10 @@ class DriveSession:
         try:
             while ep < args.episodes:
                 seed = args.seed + ep
-                t0 = time.perf_counter()
                 how, ep_return, steps = self.play_episode(seed, ep + 1)
-                dt = time.perf_counter() - t0
                 note = {"quit": "  (stopped)", "restart": "  (restarted)"}.get(how, "")
                 print(f"episode {ep + 1}/{args.episodes}  seed {seed}  return {ep_return:8.1f}  steps {steps:4d}  "
-                      f"mean FPS {steps / max(dt, 1e-9):6.1f}{note}{stall_text(self.stalls)}", flush=True)
+                      f"mean FPS {self.episode_fps:6.1f}{note}{stall_text(self.stalls)}", flush=True)
                 if how == "quit":
                     break
                 if how == "restart":
