@@ -22,8 +22,8 @@ why no window can be measured.
 For each configuration it reports the loop rate (FPS: act + overlays + drawing + showing +
 env step), the loop step and the observation-to-action latency as p50/p99 in milliseconds, and
 the CPU time of this process per step (ms; all its threads, from ``time.process_time``: steadier
-than wall time on a shared CPU; the X server's, the env worker's and ffmpeg's work is not in it,
-ffmpeg's is given apart). CarRacing runs at 50 FPS, the target with everything on.
+than wall time on a shared CPU; the X server's, the env worker's and ffmpeg's work is not in it;
+the env worker's and ffmpeg's are given apart). CarRacing runs at 50 FPS, the target with everything on.
 """
 
 from __future__ import annotations
@@ -134,7 +134,8 @@ def bench_drive(policy: str = "nac.pt", steps: int = 600, warmup: int = 25, seed
     Returns:
         one dict per configuration: ``config``, ``fps``, ``step_p50_ms``, ``step_p99_ms``,
         ``latency_p50_ms``, ``latency_p99_ms``, ``cpu_ms`` (this process's CPU per step),
-        ``encoder_cpu_ms`` (ffmpeg's CPU per recorded frame; NaN without recording), ``steps``,
+        ``encoder_cpu_ms`` (ffmpeg's CPU per recorded frame; NaN without recording),
+        ``env_worker_cpu_ms`` (the env worker's CPU per step; NaN with the env in this process), ``steps``,
         ``window`` (the display, or "headless").
 
     Raises:
@@ -158,7 +159,8 @@ def _bench(policy, steps, warmup, seed, rounds, configs, record, fps_limit, disp
     add_drive_arguments(parser)
     seed = DEFAULT_SEED if seed is None else seed
     configs = tuple(configs) + ((RECORD_CONFIG,) if record else ())
-    pooled = {name: {"step": [], "lat": [], "cpu": [], "enc": [], "frames": 0} for name, _ in configs}
+    pooled = {name: {"step": [], "lat": [], "cpu": [], "enc": [], "frames": 0, "worker": [], "worker_steps": 0}
+              for name, _ in configs}
     with tempfile.TemporaryDirectory(prefix="bench-drive-") as tmp:
         for _ in range(rounds):
             for name, flags in configs:
@@ -167,7 +169,6 @@ def _bench(policy, steps, warmup, seed, rounds, configs, record, fps_limit, disp
                 args = parser.parse_args(["--max-steps", str(steps + warmup), "--seed", str(seed),
                                           "--fps-limit", str(fps_limit), *(["--headless"] if display is None else []),
                                           *flags])
-                children = os.times()
                 session = DriveSession(args, pol, path.name, headless=display is None, force_draw=True)
                 try:
                     if display is not None and session.window is None:
@@ -180,10 +181,11 @@ def _bench(policy, steps, warmup, seed, rounds, configs, record, fps_limit, disp
                 p["lat"].extend(session.latency_seconds[warmup:])
                 p["cpu"].extend(session.step_cpu_seconds[warmup:])
                 if session.writer is not None:  # ffmpeg has exited (close waits for it): its CPU is counted now
-                    after = os.times()
-                    p["enc"].append(after.children_user + after.children_system
-                                    - children.children_user - children.children_system)
+                    p["enc"].append(session.encoder_cpu_seconds)
                     p["frames"] += session.writer.frames
+                if session.env_worker:  # all its steps, the untimed ones too
+                    p["worker"].append(session.env_worker_cpu_seconds)
+                    p["worker_steps"] += len(session.step_seconds) + 1  # + the reset
     rows = []
     for name, _ in configs:
         p = pooled[name]
@@ -192,6 +194,8 @@ def _bench(policy, steps, warmup, seed, rounds, configs, record, fps_limit, disp
                      "step_p99_ms": float(np.percentile(st, 99)), "latency_p50_ms": float(np.percentile(lat, 50)),
                      "latency_p99_ms": float(np.percentile(lat, 99)), "cpu_ms": float(cpu.mean()),
                      "encoder_cpu_ms": 1000.0 * sum(p["enc"]) / p["frames"] if p["frames"] else float("nan"),
+                     "env_worker_cpu_ms": (1000.0 * sum(p["worker"]) / p["worker_steps"] if p["worker_steps"]
+                                           else float("nan")),
                      "steps": int(st.size), "window": display or "headless"})
     return rows
 
@@ -202,8 +206,9 @@ def print_drive_table(rows: list[dict], target_fps: float = 50.0) -> None:
     print("| configuration | FPS | step p50 / p99 (ms) | latency p50 / p99 (ms) | CPU ms / step | steps |")
     print("|---|---|---|---|---|---|")
     for r in rows:
-        enc = r.get("encoder_cpu_ms", float("nan"))
-        cpu = f"{r['cpu_ms']:.1f}" + (f" (+ ffmpeg {enc:.1f})" if np.isfinite(enc) else "")
+        enc, wk = r.get("encoder_cpu_ms", float("nan")), r.get("env_worker_cpu_ms", float("nan"))
+        cpu = (f"{r['cpu_ms']:.1f}" + (f" (+ env worker {wk:.1f})" if np.isfinite(wk) else "")
+               + (f" (+ ffmpeg {enc:.1f})" if np.isfinite(enc) else ""))
         print(f"| {r['config']} | {r['fps']:.1f} | {r['step_p50_ms']:.1f} / {r['step_p99_ms']:.1f} | "
               f"{r['latency_p50_ms']:.1f} / {r['latency_p99_ms']:.1f} | {cpu} | {r['steps']} |")
     allon = next((r for r in rows if r["config"] == "all on"), rows[-1])

@@ -29,10 +29,16 @@ class Overlays:
             computed also when nothing is drawn, unless ``saliency`` is False).
         opacity: initial heat-map opacity (0..1).
         class_names: names of the action classes.
+        fuse: act through Grad-CAM's forward (one differentiable forward gives the action and the
+            map: the least CPU per step). False: the driver takes a plain no-grad step and
+            :meth:`explain` computes the map afterwards with a second forward and the backward;
+            the runner does so when the env steps in a worker process, so that Grad-CAM runs
+            while the env steps instead of before the action is sent (:mod:`agent.drive.envworker`).
     """
 
     def __init__(self, policy, driver: Actor, renderer: "Renderer | None", *, saliency: bool, traces: bool,
-                 dump: bool = False, opacity: float = 0.5, class_names: tuple[str, ...] = DEFAULT_ACTION_NAMES):
+                 dump: bool = False, opacity: float = 0.5, class_names: tuple[str, ...] = DEFAULT_ACTION_NAMES,
+                 fuse: bool = True):
         self.reasons: dict[str, str] = {}
         self.saliency = None
         self._fused = False
@@ -59,7 +65,7 @@ class Overlays:
                     self.saliency_drawer = SaliencyDrawer(opacity)
                     renderer.frame_filters.append(self.saliency_drawer)
                 # one forward for the action and Grad-CAM (a policy without saliency_step: two)
-                self._fused = policy_actor and callable(getattr(policy, "saliency_step", None))
+                self._fused = fuse and policy_actor and callable(getattr(policy, "saliency_step", None))
         if (traces and renderer is not None) or dump:
             if not policy_actor or driver.traces_reason:
                 self.reasons["traces"] = driver.traces_reason

@@ -108,6 +108,12 @@ def stall_text(meter: StallMeter) -> str:
     return out
 
 
+def _children_cpu(before) -> float:
+    """CPU seconds (user + system) of the child processes waited for since ``before`` (``os.times()``)."""
+    after = os.times()
+    return after.children_user + after.children_system - before.children_user - before.children_system
+
+
 def _is_expert(policy) -> bool:
     from agent.train.expert import ExpertPolicy
 
@@ -138,7 +144,11 @@ class DriveSession:
             ``env_worker_reason`` says why it does or does not.
         episode_fps: the current (or last) episode's mean loop rate, steps per second of the loop
             (from the first action; the track's generation at reset is not counted).
-        latency_seconds: observation-to-action time of each step (policy + overlays), seconds.
+        encoder_cpu_seconds, env_worker_cpu_seconds: after :meth:`close`, the CPU seconds ffmpeg
+            (``--record``) and the env worker used over the whole run (NaN without them).
+        latency_seconds: observation-to-action time of each step, seconds: until the action is
+            sent to the env worker (the policy's step), or with the env in this process until the
+            env is stepped (the policy and the overlays).
         stalls: the "no stalls" figures of the current (or last) episode (:class:`agent.rollout.StallMeter`):
             the longest standstill and the steps with all four wheels off the road.
     """
@@ -189,7 +199,8 @@ class DriveSession:
             self.writer = VideoWriter(Path(args.record), self.renderer.size, fps=self.env_fps)
         self.overlays = Overlays(policy, self.driver, self.renderer, saliency=overlay and not args.no_saliency,
                                  traces=overlay and not args.no_traces, dump=args.dump_traces is not None,
-                                 opacity=args.cam_opacity, class_names=self.class_names)
+                                 opacity=args.cam_opacity, class_names=self.class_names,
+                                 fuse=not self.env_worker)  # with the worker, Grad-CAM runs while the env steps
         for what, why in self.overlays.reasons.items():
             print(f"drive: note: {what} overlay off: {why}", file=sys.stderr)
         self.paused = self.single_step = self.restart_requested = False
@@ -203,6 +214,7 @@ class DriveSession:
                 pg.K_RIGHTBRACKET: lambda: self.overlays.adjust_opacity(+0.1),
                 pg.K_r: self.request_restart})
         self.episode_fps = 0.0
+        self.encoder_cpu_seconds = self.env_worker_cpu_seconds = float("nan")
         self.step_seconds: list[float] = []
         self.step_cpu_seconds: list[float] = []
         self.latency_seconds: list[float] = []
@@ -283,11 +295,13 @@ class DriveSession:
             t0, c0 = time.perf_counter(), time.process_time()
             speed = self._speed_of(info)
             d = driver.act(obs, None if self.env_worker else env, info)
+            if self.env_worker:  # the worker steps while Grad-CAM and the drawing of frame t run below
+                env.step_async(d.action)
+                latency = time.perf_counter() - t0
             extras: dict = {}
             status = ov.explain(obs, d, extras)
-            latency = time.perf_counter() - t0
-            if self.env_worker:
-                env.step_async(d.action)  # the worker steps while frame t is drawn below
+            if not self.env_worker:
+                latency = time.perf_counter() - t0
             if renderer is not None:
                 fps = (len(ticks) - 1) / (ticks[-1] - ticks[0]) if len(ticks) > 1 and ticks[-1] > ticks[0] else 0.0
                 view = StepView(frame=obs, step=steps + 1, action=d.action if np.isscalar(d.action) else None,
@@ -380,7 +394,9 @@ class DriveSession:
 
         try:
             if self.writer is not None:
-                self.writer.close()  # finalises the mp4, also after Ctrl-C
+                before = os.times()
+                self.writer.close()  # finalises the mp4, also after Ctrl-C; waits for ffmpeg
+                self.encoder_cpu_seconds = _children_cpu(before)
                 print(f"wrote {self.writer.path} ({self.writer.frames} frames, "
                       f"{self.writer.frames / self.env_fps:.1f} s at {self.env_fps} FPS)")
             rec = self.overlays.recorder
@@ -402,7 +418,10 @@ class DriveSession:
             self.overlays.close()
             if self.window is not None:
                 self.window.close()
-            self.env.close()
+            before = os.times()
+            self.env.close()  # waits for the env worker, if any
+            if self.env_worker:
+                self.env_worker_cpu_seconds = _children_cpu(before)
             torch.set_num_threads(self._threads)
 
 
