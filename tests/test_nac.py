@@ -200,6 +200,25 @@ def test_logits_within_theorem1_bounds(mode, kw):
     assert (it.logits > 0).any() and (it.logits < bound).any()
 
 
+@pytest.mark.parametrize("delta_t", [1.0, 0.25])
+def test_exact_logits_are_at_most_phi_tau_so_weights_stay_within_exp_delta_t(delta_t):
+    """Exact mode: a = phi/omega (1 - exp(-omega tau)) <= phi tau <= delta_t (1 - e^-x <= x), whatever
+    omega is; so two kept keys' weights differ by a factor of at most exp(delta_t) (e for the paper's
+    delta_t = 1). README, "Why NAC-Exact and NAC-Steady tie on Udacity"."""
+    m = make(mode="exact", delta_t=delta_t)
+    with torch.no_grad():  # push omega towards its smallest values, where phi/omega alone is large
+        m.head_omega.bias.fill_(-8.0)
+        _, it = m(rand_x(2, 16), return_intermediates=True)
+    tau = delta_t * it.t_gate
+    assert (it.phi / it.omega > 10 * delta_t).any()  # the steady logit would be far larger here
+    assert (it.logits <= it.phi * tau * (1 + 1e-5) + 1e-7).all()
+    assert (it.logits <= delta_t).all()
+    ratio = (torch.where(it.valid, it.weights, -torch.inf).amax(-1, keepdim=True)
+             / torch.where(it.valid, it.weights, torch.inf).amin(-1, keepdim=True))
+    ratio = ratio[it.valid.sum(-1, keepdim=True) >= 2]
+    assert ratio.numel() and (ratio <= math.exp(delta_t) * (1 + 1e-5)).all()
+
+
 # --------------------------------------------------------------------------------------------
 # Causality, masking, dense equivalence
 # --------------------------------------------------------------------------------------------
