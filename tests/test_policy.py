@@ -114,6 +114,41 @@ def test_save_load_same_actions(core, tmp_path):
         assert torch.equal(l1, l2)
 
 
+def test_loading_takes_the_stored_sensory_masks_without_rebuilding_them(tmp_path, monkeypatch):
+    """A policy file's sensory masks are buffers: loading reads them and does not build the ncps
+    wirings again (seconds for CarRacing's 2430 CNN features); a file without them does not load."""
+    import agent.nn.nac as nac
+    from agent.loading import load_policy
+
+    p = DrivingPolicy(default_config("carracing", core="nac-steady", window=3)).eval()
+    path = p.save(tmp_path / "p.pt")
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("the sensory wiring was rebuilt while loading")
+
+    monkeypatch.setattr(nac, "_sensory_mask", no_build)
+    loaded = load_policy(path)
+    for name, buf in p.named_buffers():
+        if name.endswith(".mask"):
+            assert torch.equal(dict(loaded.named_buffers())[name], buf), name
+    assert not loaded.core.nac.sensory["q"].mask.all()  # the stored sparse mask, not the placeholder
+    frames = np.random.default_rng(3).integers(0, 255, (4, 96, 96, 3), dtype=np.uint8)
+    s1 = s2 = None
+    for f in frames:
+        l1, s1 = p.step(f[None], s1)
+        l2, s2 = loaded.step(f[None], s2)
+        assert torch.equal(l1, l2)
+    # outside loading, a new layer builds its wiring as before
+    with pytest.raises(AssertionError, match="rebuilt"):
+        DrivingPolicy(default_config("carracing", core="nac-steady", window=3))
+    # a file whose masks are missing is refused whole
+    payload = torch.load(path, weights_only=True)
+    del payload["state_dict"]["core.nac.sensory.k.mask"]
+    torch.save(payload, tmp_path / "no-mask.pt")
+    with pytest.raises(ValueError, match="do not fit"):
+        load_policy(tmp_path / "no-mask.pt")
+
+
 def test_bad_policy_files_give_clear_errors(policy, tmp_path):
     from agent.loading import load_policy
 

@@ -32,7 +32,7 @@ def policy_file(tmp_path_factory):
 
 @pytest.fixture
 def cached_load(monkeypatch):
-    """Load each policy file once per module: building a NAC policy costs ~2.5 s (the ncps wirings).
+    """Load each policy file once per module (loading no longer rebuilds the ncps wirings, but reusing is still cheaper).
 
     The first run of the module goes through the real loader; the later runs reuse its policy.
     """

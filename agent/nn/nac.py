@@ -35,6 +35,8 @@ d = d_model / H head width, K keys kept per query.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import math
 from dataclasses import dataclass, field
@@ -81,6 +83,29 @@ def _layer_masks(wiring) -> tuple[Tensor, Tensor, Tensor]:
     s = torch.as_tensor(wiring.sensory_adjacency_matrix != 0)
     a = torch.as_tensor(wiring.adjacency_matrix != 0)
     return s[:, inter], a[inter][:, command], a[command][:, motor]
+
+
+_MASKS_FROM_STATE = contextvars.ContextVar("nac_masks_from_state", default=False)
+
+
+@contextlib.contextmanager
+def masks_from_state_dict():
+    """Within this block, new :class:`NACLayer` objects do not build their sensory-gate wirings:
+    their q, k, v masks are placeholders (every connection) that a ``load_state_dict(..., strict=True)``
+    must then overwrite with the stored ones (the masks are buffers of every policy file).
+
+    Building them means three ncps ``AutoNCP`` wirings over D_in sensory neurons, which ncps does
+    neuron by neuron in Python: for CarRacing's D_in = 2430 about 1.3 s each, so about 4 s of every
+    ``drive`` start before this (measured on the 2-core development CPU). Loading a policy file
+    (:meth:`agent.nn.policy.DrivingPolicy.from_payload`) uses it; a newly made layer still builds
+    its wirings. The backbone's wiring (32 neurons) is always built: it is cheap and
+    :attr:`NACLayer.wiring` is drawn by ``agent wiring``.
+    """
+    token = _MASKS_FROM_STATE.set(True)
+    try:
+        yield
+    finally:
+        _MASKS_FROM_STATE.reset(token)
 
 
 @functools.lru_cache(maxsize=32)
@@ -463,8 +488,9 @@ class NAC(DerivedWeights, nn.Module):
 
         # 1. sensory gates: sensory->inter masks of three AutoNCP wirings
         dense = wiring == "fc"  # NAC-FC: every connection of the same layers
+        placeholder = dense or _MASKS_FROM_STATE.get()  # masks_from_state_dict: the stored masks come next
         self.sensory = nn.ModuleDict({
-            name: SparseLinear(torch.ones(input_dim, d_model, dtype=torch.bool) if dense
+            name: SparseLinear(torch.ones(input_dim, d_model, dtype=torch.bool) if placeholder
                                else _sensory_mask(input_dim, d_model, sparsity, seed + i).clone())
             for i, name in enumerate(("q", "k", "v"))
         })

@@ -562,8 +562,11 @@ class DrivingPolicy(nn.Module):
                 version < FORMAT_VERSION else ""
             raise ValueError(f"{path} has policy format version {version}; this version of the project reads "
                              f"version {FORMAT_VERSION}{hint}")
+        from agent.nn.nac import masks_from_state_dict
+
         try:
-            policy = cls(PolicyConfig(**payload["config"]))
+            with masks_from_state_dict():  # the sensory masks are in the state dict: not rebuilt (seconds)
+                policy = cls(PolicyConfig(**payload["config"]))
             policy.load_state_dict(payload["state_dict"], strict=True)
         except (TypeError, KeyError, RuntimeError, ValueError) as exc:
             raise ValueError(f"{path}: the stored weights do not fit the stored config: {exc}") from exc
