@@ -204,7 +204,7 @@ def test_drive_shows_the_two_controls(continuous_student, executed_actions):
 
     parser = argparse.ArgumentParser(prog="drive")
     add_drive_arguments(parser)
-    args = parser.parse_args(["--headless", "--max-steps", "5"])
+    args = parser.parse_args(["--headless", "--max-steps", "5", "--env-worker", "off"])  # the spy sees this process
     s = DriveSession(args, load_policy(continuous_student[0]), "student.pt", headless=True, force_draw=True)
     views = []
     compose = s.renderer.compose
