@@ -50,7 +50,8 @@ def add_drive_arguments(parser: argparse.ArgumentParser) -> None:
                         help="step CarRacing in a worker process, so that drawing frame t overlaps the env's "
                              "step to t+1 (the env's own rendering is about half of a step's CPU). auto: when "
                              "frames are drawn (window or --record) on a machine with 2+ CPUs and the policy is "
-                             "not the expert. Same episodes either way (default: %(default)s)")
+                             "not the expert. Same episodes either way; when the machine's other core is busy, off is "
+                             "faster (default: %(default)s)")
     ud = parser.add_argument_group("udacity", "the bridge the Udacity simulator connects to (socket.io)")
     ud.add_argument("--host", default="127.0.0.1",
                     help="interface to listen on; the loopback default means nobody on the network can steer "
