@@ -151,7 +151,7 @@ def bench_drive(policy: str = "nac.pt", steps: int = 600, warmup: int = 25, seed
 def _bench(policy, steps, warmup, seed, rounds, configs, record, fps_limit, display) -> list[dict]:
     from agent.loading import load_policy, resolve_policy_path
     from agent.drive.args import DEFAULT_SEED, add_drive_arguments
-    from agent.drive.session import DriveSession
+    from agent.drive.session import DriveSession, quiet_gc
 
     path = resolve_policy_path(policy)
     pol = load_policy(path)
@@ -173,6 +173,7 @@ def _bench(policy, steps, warmup, seed, rounds, configs, record, fps_limit, disp
                 try:
                     if display is not None and session.window is None:
                         raise DisplayUnavailable(f"no window could be opened on {display} (see the note above)")
+                    quiet_gc()  # as DriveSession.run does
                     session.play_episode(seed, 1)
                 finally:
                     session.close()

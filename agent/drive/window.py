@@ -67,6 +67,11 @@ class FramePacer:
         """Forget the schedule: the next :meth:`wait` starts a new one from the current time."""
         self.deadline = None
 
+    def start(self) -> None:
+        """Start the schedule now: the first frame is due one period from now, so a slow first frame
+        (the first Grad-CAM and drawing, about 35 ms longer) is made up like any late one."""
+        self.deadline = self.clock()
+
     def wait(self) -> None:
         """Sleep until the next frame is due (at once if it is due already)."""
         now = self.clock()
