@@ -58,8 +58,9 @@ class Decision:
         state_before, state: the policy state given to and returned by ``step``.
         t: (1,) the timestamp given to the policy in seconds, or None.
         intermediates: the core's intermediates of this step (NAC cores), or None.
-        saliency: this step's Grad-CAM map (:class:`agent.drive.saliency.SaliencyMap`) when the
-            actor computed it with the action (:attr:`PolicyActor.saliency`), else None.
+        saliency: when the actor acted through Grad-CAM's forward (:attr:`PolicyActor.saliency`),
+            this step's :class:`agent.drive.saliency.PendingSaliency`: the map once
+            ``SaliencyOverlay.finish`` has run its backward (after the action is sent); else None.
     """
 
     action: Any
@@ -101,9 +102,9 @@ class PolicyActor:
         want_intermediates: set True to keep the core's intermediates in each decision (the
             trace panel); cores without them set :attr:`traces_reason` instead.
         saliency: a :class:`agent.drive.saliency.SaliencyOverlay` to act through, or None (the
-            default). When set, each step is its ``step``: one differentiable forward gives the
-            action and the Grad-CAM map (``Decision.saliency``) instead of a no-grad step and a
-            second forward (the runner sets it while the overlay is on).
+            default). When set, each step is its ``begin``: one differentiable forward gives the
+            action, and Grad-CAM's backward on it is left pending (``Decision.saliency``) instead
+            of a no-grad step and a second forward (the runner sets it while the overlay is on).
     """
 
     def __init__(self, policy, deterministic: bool = True, label: str | None = None):
@@ -134,7 +135,7 @@ class PolicyActor:
         want = self.want_intermediates and self.traces_reason is None
         sal = None
         if self.saliency is not None:
-            out, self.state, sal = self.saliency.step(x[0], before, t, return_intermediates=want)
+            out, self.state, sal = self.saliency.begin(x[0], before, t, return_intermediates=want)
         else:
             out, self.state = self.policy.step(x, before, return_intermediates=want, t=t)
         inter = self.state.last.get("intermediates") if want else None

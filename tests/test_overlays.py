@@ -132,6 +132,30 @@ def test_fused_step_is_step_plus_compute(policy):
             assert not ov.cam.activations_and_grads.activations
 
 
+def test_begin_then_finish_is_step_plus_compute(policy):
+    """The split fused step: begin's outputs are final before any backward (the runner sends the action
+    then), finish's map is compute's, and the pending forward holds the graph until finished."""
+    from agent.drive.saliency import PendingSaliency, SaliencyOverlay
+
+    frames = _frames(5, seed=4)
+    ref = _play(policy, frames)
+    state = None
+    with SaliencyOverlay(policy, policy.config.action_names) as ov:
+        for f, before, y, after in ref:
+            want = ov.compute(f, before, y)
+            out, state, pending = ov.begin(f, state, return_intermediates=True)
+            assert isinstance(pending, PendingSaliency)
+            torch.testing.assert_close(out, y, rtol=1e-5, atol=1e-5)
+            assert not out.requires_grad and pending.outputs.requires_grad  # the backward is still to come
+            assert ov.grad_leaf.grad is None or not ov.cam.activations_and_grads.gradients
+            sal = ov.finish(pending)
+            np.testing.assert_allclose(sal.cam, want.cam, atol=1e-5)
+            assert sal.target == want.target and sal.seconds >= pending.seconds > 0
+            assert pending.outputs is None and not ov.cam.activations_and_grads.activations
+    with pytest.raises(RuntimeError, match="closed"):
+        ov.finish(pending)
+
+
 def test_fused_step_on_a_steering_output(policy):
     """The steering target is read off the output's sign; a policy without saliency_step is refused."""
     from agent.drive.saliency import ChosenOutputTarget, SaliencyOverlay
@@ -173,6 +197,9 @@ def test_runner_acts_through_grad_cam_while_it_is_on(policy):
             assert d.action == want[i].action
             np.testing.assert_allclose(d.probs, want[i].probs, atol=1e-5)
             assert (d.saliency is not None) == (i < 3) and ("saliency" in extras) == (i < 3)
+            if i < 3:  # the driver left Grad-CAM's backward to explain(), which ran it
+                want_map = ov.saliency.compute(f, d.state_before, d.output, d.t)
+                np.testing.assert_allclose(extras["saliency"].cam, want_map.cam, atol=1e-5)
             assert ("Grad-CAM off" in status) == (i >= 3) and "traces" in extras
         ov.toggle_saliency()
         assert driver.saliency is ov.saliency

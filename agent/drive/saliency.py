@@ -14,10 +14,15 @@ window's earlier frames enter through the NAC cache of the state the policy was 
 frame, held fixed, so the CAM is the newest frame's. The paper (arXiv 2512.10282, Figures 6)
 shows such maps offline; here they are computed live, once per control step.
 
-While the overlay is on, the runner acts through :meth:`SaliencyOverlay.step`: the forward that
+While the overlay is on, the runner acts through :meth:`SaliencyOverlay.begin`: the forward that
 Grad-CAM differentiates is the policy's own step for the frame (``saliency_step``), so a control
 step costs one forward and Grad-CAM's backward, not a no-grad step plus a second forward. The
-target is then read off that output (:class:`ChosenOutputTarget`).
+target is then read off that output (:class:`ChosenOutputTarget`). The backward waits in a
+:class:`PendingSaliency` until :meth:`SaliencyOverlay.finish`: the runner sends the action first,
+so the env steps (in its worker process) while the map is computed. On the 2-core development
+machine that is 6.0 ms of CPU per step instead of 8.8 ms for a plain no-grad step (2.1 ms) plus
+:meth:`SaliencyOverlay.compute` (6.7 ms), while the action still goes out after the forward
+alone (4.0 ms). :meth:`SaliencyOverlay.step` does both halves at once.
 
 The ``GradCAM`` object is built once per run (:class:`SaliencyOverlay`) and its hooks are
 released by :meth:`SaliencyOverlay.close` (also a context manager).
@@ -129,6 +134,28 @@ class SaliencyMap:
     seconds: float
 
 
+@dataclass
+class PendingSaliency:
+    """A Grad-CAM whose forward has run (the policy acted on its output) and whose backward has not:
+    what :meth:`SaliencyOverlay.begin` returns, to be turned into a :class:`SaliencyMap` by
+    :meth:`SaliencyOverlay.finish` once the action is on its way. It holds the forward's graph, so
+    finish it (or drop it) before the next step.
+
+    Attributes:
+        x: (1, C', H', W') the preprocessed frame the forward saw.
+        outputs: (1, A) the forward's outputs, still in the graph.
+        target: the :class:`ChosenOutputTarget` to attribute (its ``chosen`` is set).
+        frame: (H, W, C) the raw frame.
+        seconds: time the forward took, in seconds.
+    """
+
+    x: Tensor
+    outputs: Tensor
+    target: "ChosenOutputTarget"
+    frame: np.ndarray
+    seconds: float
+
+
 class SaliencyOverlay:
     """Grad-CAM on a policy's last convolution, built once per run.
 
@@ -235,6 +262,25 @@ class SaliencyOverlay:
             RuntimeError: the overlay is closed.
             ValueError: the policy has no ``saliency_step`` (use ``policy.step`` and :meth:`compute`).
         """
+        outputs, new, pending = self.begin(frame, state_before, t, return_intermediates)
+        return outputs, new, self.finish(pending)
+
+    def begin(self, frame: np.ndarray, state_before, t: Tensor | None = None, return_intermediates: bool = False):
+        """The first half of :meth:`step`: the policy's step on ``frame`` as Grad-CAM's forward.
+
+        The outputs are final (act on them at once); the map follows from :meth:`finish`, which
+        runs the backward. Between the two, nothing else may run through the policy's CNN.
+
+        Args:
+            as :meth:`step`.
+
+        Returns:
+            (outputs (1, A), new state, :class:`PendingSaliency`): outputs and state cut from the graph.
+
+        Raises:
+            RuntimeError: the overlay is closed.
+            ValueError: the policy has no ``saliency_step`` (use ``policy.step`` and :meth:`compute`).
+        """
         if self.closed:
             raise RuntimeError("this SaliencyOverlay is closed")
         if not callable(getattr(self.policy, "saliency_step", None)):
@@ -245,14 +291,44 @@ class SaliencyOverlay:
         m.state_before, m.t, m.stepping = state_before, t, (return_intermediates, frame)
         target = ChosenOutputTarget(self.kind)
         try:
-            cam = self.cam(input_tensor=x, targets=[target])[0]
+            graph_outputs = self.cam.activations_and_grads(x)  # the model's forward, with the library's hooks
             outputs, new = m.last_step
+            target(graph_outputs[0])  # picks the chosen action (or steering side) off the output
+        except BaseException:
+            self.discard()
+            raise
+        finally:
+            m.state_before = m.t = m.stepping = m.last_step = None
+        pending = PendingSaliency(x, graph_outputs, target, frame, time.perf_counter() - t0)
+        return outputs.detach(), new.detached(), pending
+
+    def finish(self, pending: PendingSaliency) -> SaliencyMap:
+        """The second half of :meth:`step`: Grad-CAM's backward and map for a :meth:`begin`.
+
+        What the library's ``GradCAM.__call__`` computes after its forward (the target's backward,
+        then ``compute_cam_per_layer`` and ``aggregate_multi_layers``), on the forward of
+        :meth:`begin`.
+
+        Returns:
+            the :class:`SaliencyMap`; its ``seconds`` are the forward's and the backward's together.
+
+        Raises:
+            RuntimeError: the overlay is closed.
+        """
+        if self.closed:
+            raise RuntimeError("this SaliencyOverlay is closed")
+        t0 = time.perf_counter()
+        target = pending.target
+        try:
+            self.grad_leaf.grad = None  # the one parameter with a gradient (model.zero_grad() walks them all)
+            target(pending.outputs[0]).backward()
+            layers = self.cam.compute_cam_per_layer(pending.x, [target], False)
+            cam = self.cam.aggregate_multi_layers(layers)[0]
         finally:
             self.discard()
-            m.state_before = m.t = m.stepping = m.last_step = None
-        full = self._full_map(frame, cam)
-        return outputs.detach(), new.detached(), SaliencyMap(full, self._target_label(target.chosen),
-                                                             time.perf_counter() - t0)
+            pending.outputs = None  # frees the graph
+        full = self._full_map(pending.frame, cam)
+        return SaliencyMap(full, self._target_label(target.chosen), pending.seconds + time.perf_counter() - t0)
 
     def _target_label(self, chosen) -> str:
         """What was attributed: the chosen action index (discrete) or whether it steers right (steering)."""

@@ -216,8 +216,7 @@ class DriveSession:
             self.writer = VideoWriter(Path(args.record), self.renderer.size, fps=self.env_fps)
         self.overlays = Overlays(policy, self.driver, self.renderer, saliency=overlay and not args.no_saliency,
                                  traces=overlay and not args.no_traces, dump=args.dump_traces is not None,
-                                 opacity=args.cam_opacity, class_names=self.class_names,
-                                 fuse=not self.env_worker)  # with the worker, Grad-CAM runs while the env steps
+                                 opacity=args.cam_opacity, class_names=self.class_names)
         for what, why in self.overlays.reasons.items():
             print(f"drive: note: {what} overlay off: {why}", file=sys.stderr)
         self.paused = self.single_step = self.restart_requested = False

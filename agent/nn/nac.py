@@ -148,8 +148,9 @@ def fast_tanh(x: Tensor) -> Tensor:
 class DerivedWeights:
     """Mixin for modules whose forward uses tensors derived from their parameters (masked, fused).
 
-    :meth:`derived` builds such a tensor every call while autograd may need it (grad enabled) or
-    while the module trains; in eval mode without grad it builds it once and keeps it. The kept
+    :meth:`derived` builds such a tensor every call while autograd may need it (grad enabled and
+    one of its parameters requires a gradient) or while the module trains; in eval mode otherwise
+    it builds it once and keeps it (also under grad with frozen weights, as Grad-CAM runs). The kept
     tensors are dropped by :meth:`train` / :meth:`eval`, by ``load_state_dict``, and rebuilt when
     a parameter moves to another device, dtype or storage. Weights changed in place while in eval
     mode need :meth:`clear_derived` (optimisers step in train mode, so training never does).
@@ -167,8 +168,8 @@ class DerivedWeights:
         return super().train(mode)
 
     def derived(self, name: str, params: tuple[Tensor, ...], build):
-        """``build()``, kept between calls at inference (eval mode, grad disabled)."""
-        if self.training or torch.is_grad_enabled():
+        """``build()``, kept between calls at inference (eval mode; grad disabled or ``params`` frozen)."""
+        if self.training or (torch.is_grad_enabled() and any(p.requires_grad for p in params)):
             return build()
         key = tuple((p.data_ptr(), p.device, p.dtype) for p in params)
         cache = self.__dict__.setdefault("_derived_cache", {})

@@ -507,13 +507,14 @@ class DrivingPolicy(nn.Module):
 
     def _differentiable_step(self, x: Tensor, state_before, t, return_intermediates: bool):
         """(N, C', H', W') preprocessed frames -> (outputs as step returns them, new state without frame)."""
-        was_training = self.training
-        self.eval()
-        try:
-            feats = self.features.from_preprocessed(x.to(self.device))  # (N, F)
-            outputs, new = self._core_step(feats, state_before, t, return_intermediates)
-        finally:
-            self.train(was_training)
+        if self.training:  # (train()/eval() walk every submodule and drop the NAC's kept weights: not per step)
+            self.eval()
+            try:
+                return self._differentiable_step(x, state_before, t, return_intermediates)
+            finally:
+                self.train(True)
+        feats = self.features.from_preprocessed(x.to(self.device))  # (N, F)
+        outputs, new = self._core_step(feats, state_before, t, return_intermediates)
         return self._acted(outputs, new)
 
     def saliency_region(self, frame_hw: tuple[int, int]) -> tuple[int, int, int, int]:
