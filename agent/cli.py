@@ -82,13 +82,19 @@ def _add_expert(sub) -> None:
                    help="steps with all wheels off the road before a training episode is cut")
     t.add_argument("--init", default=None, help="fine-tune: start from this expert .zip's weights")
     t.add_argument("--lr", type=float, default=3e-4, help="PPO learning rate (lower it when fine-tuning with --init)")
-    r = esub.add_parser("check-recovery", formatter_class=FMT, help="does the expert recover from off-road and standstill?",
+    r = esub.add_parser("check-recovery", formatter_class=FMT,
+                        help="does the expert (or a student, --policy) recover from off-road and standstill?",
                         description="Before the expert labels recoveries in DAgger, check that it recovers itself. "
                                     "On each track the expert drives; at --start one disturbance steers it off the "
                                     "road (40 steps of hard steering) or brakes it to a standstill (100 steps); then "
                                     "it drives on its own. Recovered = back on the road and moving within --limit "
-                                    "steps. Also runs each track undisturbed for the return it loses.")
+                                    "steps. Also runs each track undisturbed for the return it loses. With --policy "
+                                    "the same check runs on a student policy (.pt): does it start again after a "
+                                    "stop on a track it never saw?")
     r.add_argument("--expert", default="carracing-expert.zip", help="the PPO expert .zip (a bare name is looked up in policies/)")
+    r.add_argument("--policy", default=None,
+                   help="check this CarRacing policy instead of the expert: a student .pt (its own action "
+                        "configuration, discrete or continuous, and its own view) or another expert .zip")
     r.add_argument("--episodes", type=int, default=20, help="tracks")
     r.add_argument("--seed", type=int, default=600_000, help="first track (default: outside training and evaluation)")
     r.add_argument("--start", type=int, default=250, help="step at which the disturbance begins")
@@ -104,13 +110,20 @@ def _cmd_expert_recovery(args) -> int:
 
     if args.episodes < 1:
         raise CLIError("--episodes must be >= 1")
+    from agent.loading import make_carracing_for
     from agent.train.expert import ExpertPolicy
 
-    expert = load_policy(args.expert)
-    if not isinstance(expert, ExpertPolicy):
-        raise CLIError(f"{args.expert} is not a PPO expert .zip")
-    env = make_carracing(privileged=True, continuous=expert.continuous)
-    results = recovery_check(env, make_actor(expert), range(args.seed, args.seed + args.episodes), start=args.start,
+    driver = load_policy(args.policy or args.expert)
+    if isinstance(driver, ExpertPolicy):
+        env = make_carracing(privileged=True, continuous=driver.continuous)
+    elif args.policy is None:
+        raise CLIError(f"{args.expert} is not a PPO expert .zip (to check a student policy, pass it as --policy)")
+    else:
+        policy_env = getattr(getattr(driver, "config", None), "env", "carracing")
+        if policy_env != "carracing":
+            raise CLIError(f"{args.policy} is a {policy_env} policy; the recovery check drives CarRacing")
+        env = make_carracing_for(driver)
+    results = recovery_check(env, make_actor(driver), range(args.seed, args.seed + args.episodes), start=args.start,
                              limit=args.limit, max_steps=args.max_steps)
     out = summarize(results)
     for kind, s in out["summary"].items():
@@ -118,7 +131,8 @@ def _cmd_expert_recovery(args) -> int:
         print(f"{kind:9s} recovered {s['recovered']}/{s['episodes']}  median steps to recover {med}  "
               f"return {s['mean_disturbed_return']:.1f} disturbed vs {s['mean_undisturbed_return']:.1f} undisturbed")
     if args.json:
-        _write_json(args.json, {"expert": str(args.expert), "seed": args.seed, **out})
+        _write_json(args.json, {"expert" if args.policy is None else "policy": str(args.policy or args.expert),
+                                "seed": args.seed, **out})
     return 0
 
 

@@ -161,6 +161,32 @@ def test_check_recovery_cli(tiny_expert, tmp_path, capsys):
         assert ep["recovered"] == (ep["steps_to_recover"] is not None)
 
 
+def test_check_recovery_of_a_student_policy(tmp_path, capsys):
+    """--policy runs the same check on a student .pt in its own env; a student given as --expert, or a
+    Udacity policy, is refused with the fix."""
+    import torch
+
+    from agent.nn.policy import DrivingPolicy, default_config
+
+    torch.manual_seed(0)
+    student = DrivingPolicy(default_config("carracing", window=2)).save(tmp_path / "student.pt")
+    out = tmp_path / "rec.json"
+    rc = main(["expert", "check-recovery", "--policy", str(student), "--episodes", "1", "--start", "5",
+               "--limit", "10", "--max-steps", "30", "--json", str(out)])
+    assert rc == 0
+    res = json.loads(out.read_text())
+    assert res["policy"] == str(student) and "expert" not in res
+    assert {ep["kind"] for ep in res["episodes"]} == {"off-road", "stop"}
+    for ep in res["episodes"]:
+        assert ep["recovered"] == (ep["steps_to_recover"] is not None)
+    capsys.readouterr()
+    assert main(["expert", "check-recovery", "--expert", str(student), "--episodes", "1"]) == 2
+    assert "pass it as --policy" in capsys.readouterr().err
+    udacity = DrivingPolicy(default_config("udacity", window=2)).save(tmp_path / "udacity.pt")
+    assert main(["expert", "check-recovery", "--policy", str(udacity), "--episodes", "1"]) == 2
+    assert "udacity policy" in capsys.readouterr().err
+
+
 def test_dagger_with_disturbances_writes_each_round(tiny_expert, tmp_path, capsys):
     from agent.data.recordings import load_demonstrations
 
