@@ -45,6 +45,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from agent.nn import nac_kernels
+
 MODES = ("steady", "exact", "euler")
 SELECTORS = ("exact", "blocks")
 #: the backbone and sensory-gate wirings: the paper's NCP, or fully connected (its NAC-FC ablation)
@@ -342,6 +344,8 @@ def select_topk_exact(q: Tensor, k: Tensor, topk: int, qpos: Tensor, key_mask: T
 def _topk_rows(q: Tensor, k: Tensor, K: int, qpos: Tensor, key_mask: Tensor | None, causal: bool):
     """Score every key for every query, mask, rank: indices and valid, (B, H, Tq, K)."""
     scores = q @ k.transpose(-1, -2)  # (B, H, Tq, Tk)
+    if nac_kernels.applies(scores):  # the fused ranking: no masked copy, no -inf fill
+        return nac_kernels.masked_topk(scores, K, qpos, key_mask, causal)
     blocked = _blocked(qpos, k.shape[2], key_mask, causal)
     if blocked is not None:
         scores.masked_fill_(blocked, float("-inf"))
@@ -575,6 +579,8 @@ class NAC(DerivedWeights, nn.Module):
         memory instead of (B, H, Tq, K, ...); the output is the same.
         """
         wq, bq, wk = self._pair_weights()
+        if not return_intermediates and nac_kernels.applies(q, k, v, wq):
+            return self._attend_kernels(q, k, v, wq, bq, wk, qpos, key_mask, q_times, k_times), None
         kv = torch.cat([k @ wk, v], -1)  # (B, H, Tk, F + d): the key half of the first layer, and v
         Tq = q.shape[2]
         if return_intermediates or Tq <= ATTEND_QUERY_CHUNK:
@@ -584,6 +590,20 @@ class NAC(DerivedWeights, nn.Module):
                                      k_times, False)[0]
                 for s in range(0, Tq, ATTEND_QUERY_CHUNK)]
         return torch.cat(outs, 1), None
+
+    def _attend_kernels(self, q, k, v, wq, bq, wk, qpos, key_mask, q_times, k_times) -> Tensor:
+        """:meth:`attend` through the fused CPU kernels of :mod:`agent.nn.nac_kernels` (the same
+        function; no per-pair tensor is built, so no query chunking is needed): o (B, Tq, d_model)."""
+        B, H, Tq, d = q.shape
+        idx, valid = self._select(q, k, qpos, key_mask)  # (B, H, Tq, K)
+        q_half = torch.matmul(q, wq).add_(bq) if not torch.is_grad_enabled() else q @ wq + bq  # (B, H, Tq, F)
+        k_half = k @ wk  # (B, H, Tk, F)
+        wh, bh = self._gate_heads()
+        backbone = (self.to_command.masked_weight(), self.to_command.bias, self.to_motor.masked_weight(),
+                    self.to_motor.bias, wh, bh)
+        o = nac_kernels.pair_attention(q_half, k_half, v, idx, valid, backbone, q_times, k_times, self.mode,
+                                       self.delta_t, self.eps, self.euler_steps)  # (B, Tq, H, d)
+        return self.out(o.reshape(B, Tq, H * d))
 
     def _attend_queries(self, q, k, kv, wq, bq, qpos, key_mask, q_times, k_times, return_intermediates):
         """:meth:`attend` for one block of queries; kv (B, H, Tk, F + d) is the key side and
