@@ -323,6 +323,8 @@ def select_topk_exact(q: Tensor, k: Tensor, topk: int, qpos: Tensor, key_mask: T
     Tq = q.shape[2]
     K = min(topk, Tk)
     with torch.no_grad():  # only the ranking is used: no gradient flows through the selection
+        if nac_kernels.applies(q, k):  # scores and ranking in one kernel, a query at a time
+            return nac_kernels.topk_exact(q, k, K, qpos, key_mask, causal)
         if not causal or Tq <= query_chunk:
             return _topk_rows(q, k, K, qpos, key_mask, causal)
         # causal: a chunk of queries needs only the keys up to its last query's position, so the
@@ -344,8 +346,6 @@ def select_topk_exact(q: Tensor, k: Tensor, topk: int, qpos: Tensor, key_mask: T
 def _topk_rows(q: Tensor, k: Tensor, K: int, qpos: Tensor, key_mask: Tensor | None, causal: bool):
     """Score every key for every query, mask, rank: indices and valid, (B, H, Tq, K)."""
     scores = q @ k.transpose(-1, -2)  # (B, H, Tq, Tk)
-    if nac_kernels.applies(scores):  # the fused ranking: no masked copy, no -inf fill
-        return nac_kernels.masked_topk(scores, K, qpos, key_mask, causal)
     blocked = _blocked(qpos, k.shape[2], key_mask, causal)
     if blocked is not None:
         scores.masked_fill_(blocked, float("-inf"))
@@ -522,7 +522,9 @@ class NAC(DerivedWeights, nn.Module):
                          lambda: torch.cat([g.masked_weight() for g in gates], 1))  # (D_in, 3 d_model)
         b = self.derived("qkv_bias", tuple(g.bias for g in gates), lambda: torch.cat([g.bias for g in gates]))
         qkv = torch.addmm(b, x.reshape(B * T, -1), w).view(B, T, 3, self.num_heads, self.head_dim)
-        return tuple(qkv[:, :, i].transpose(1, 2) for i in range(3))  # (B, H, T, d) each
+        # unbind, not slicing: its backward stacks the three gradients instead of zero-filling a
+        # (B, T, 3, H, d) tensor per slice
+        return tuple(g.transpose(1, 2) for g in qkv.unbind(2))  # (B, H, T, d) each
 
     def _pair_weights(self) -> tuple[Tensor, Tensor, Tensor]:
         """The first backbone layer and the time affine, split into their query and key halves.
@@ -575,29 +577,37 @@ class NAC(DerivedWeights, nn.Module):
         timestamps in seconds (or None). Returns o (B, Tq, d_model) and optional intermediates.
 
         Without intermediates, more than ``ATTEND_QUERY_CHUNK`` queries are processed that many
-        at a time (the key side once), so the per-pair tensors, (B, H, chunk, K, ...), bound the
-        memory instead of (B, H, Tq, K, ...); the output is the same.
+        at a time (the key side once), so the per-pair tensors, (B, H, chunk, K, ...), and the
+        selectors' working memory bound the memory instead of (B, H, Tq, K, ...); the output is
+        the same. Without intermediates, on CPU float32/float64 tensors, steps 4-8 run in the fused
+        kernels of :mod:`agent.nn.nac_kernels` (the same function, no per-pair tensor at all).
         """
         wq, bq, wk = self._pair_weights()
         if not return_intermediates and nac_kernels.applies(q, k, v, wq):
-            return self._attend_kernels(q, k, v, wq, bq, wk, qpos, key_mask, q_times, k_times), None
-        kv = torch.cat([k @ wk, v], -1)  # (B, H, Tk, F + d): the key half of the first layer, and v
+            k_half = k @ wk  # (B, H, Tk, F): the key half of the first layer
+
+            def one(qc, pc, tc, _intermediates=False):
+                return self._attend_kernels(qc, k, v, k_half, wq, bq, pc, key_mask, tc, k_times), None
+        else:
+            kv = torch.cat([k @ wk, v], -1)  # (B, H, Tk, F + d): the key half of the first layer, and v
+
+            def one(qc, pc, tc, intermediates=False):
+                return self._attend_queries(qc, k, kv, wq, bq, pc, key_mask, tc, k_times, intermediates)
         Tq = q.shape[2]
         if return_intermediates or Tq <= ATTEND_QUERY_CHUNK:
-            return self._attend_queries(q, k, kv, wq, bq, qpos, key_mask, q_times, k_times, return_intermediates)
-        outs = [self._attend_queries(q[:, :, s:s + ATTEND_QUERY_CHUNK], k, kv, wq, bq, qpos[s:s + ATTEND_QUERY_CHUNK],
-                                     key_mask, None if q_times is None else q_times[:, s:s + ATTEND_QUERY_CHUNK],
-                                     k_times, False)[0]
-                for s in range(0, Tq, ATTEND_QUERY_CHUNK)]
+            return one(q, qpos, q_times, return_intermediates)
+        C = ATTEND_QUERY_CHUNK
+        outs = [one(q[:, :, s:s + C], qpos[s:s + C], None if q_times is None else q_times[:, s:s + C])[0]
+                for s in range(0, Tq, C)]
         return torch.cat(outs, 1), None
 
-    def _attend_kernels(self, q, k, v, wq, bq, wk, qpos, key_mask, q_times, k_times) -> Tensor:
-        """:meth:`attend` through the fused CPU kernels of :mod:`agent.nn.nac_kernels` (the same
-        function; no per-pair tensor is built, so no query chunking is needed): o (B, Tq, d_model)."""
+    def _attend_kernels(self, q, k, v, k_half, wq, bq, qpos, key_mask, q_times, k_times) -> Tensor:
+        """:meth:`attend` for one block of queries through the fused CPU kernels of
+        :mod:`agent.nn.nac_kernels`; k_half (B, H, Tk, F) is the key half of the first layer.
+        Returns o (B, Tq, d_model)."""
         B, H, Tq, d = q.shape
         idx, valid = self._select(q, k, qpos, key_mask)  # (B, H, Tq, K)
-        q_half = torch.matmul(q, wq).add_(bq) if not torch.is_grad_enabled() else q @ wq + bq  # (B, H, Tq, F)
-        k_half = k @ wk  # (B, H, Tk, F)
+        q_half = q @ wq + bq  # (B, H, Tq, F)
         wh, bh = self._gate_heads()
         backbone = (self.to_command.masked_weight(), self.to_command.bias, self.to_motor.masked_weight(),
                     self.to_motor.bias, wh, bh)

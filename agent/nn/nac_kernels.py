@@ -105,395 +105,573 @@ def _jit(fn):
 
 
 @_jit
-def _masked_topk_kernel(scores, qpos, key_mask, has_mask, causal, K, idx, valid):  # pragma: no cover - compiled
-    """scores (B, H, Tq, Tk); qpos (Tq,) int64; key_mask (B, Tk) bool (read when has_mask);
-    writes idx (B, H, Tq, K) int64 and valid (B, H, Tq, K) bool: the K highest allowed scores of
-    each row, highest first (the earlier key wins a tie); slots beyond the allowed keys get key 0
-    and valid False."""
-    B, H, Tq, Tk = scores.shape
-    vals = np.empty(K, dtype=np.float64)
-    for b in range(B):
-        for h in range(H):
-            for i in range(Tq):
-                end = Tk
-                if causal:
-                    end = min(Tk, qpos[i] + 1)
-                n = 0
-                for j in range(end):
-                    if has_mask and not key_mask[b, j]:
-                        continue
-                    s = scores[b, h, i, j]
-                    if s != s:  # NaN never ranks
-                        continue
-                    if n == K and s <= vals[K - 1]:
-                        continue
-                    # insert s keeping vals sorted in decreasing order
-                    pos = n if n < K else K - 1
-                    while pos > 0 and vals[pos - 1] < s:
-                        if pos < K:
-                            vals[pos] = vals[pos - 1]
-                            idx[b, h, i, pos] = idx[b, h, i, pos - 1]
-                        pos -= 1
-                    vals[pos] = s
-                    idx[b, h, i, pos] = j
-                    if n < K:
-                        n += 1
-                for s_ in range(K):
-                    valid[b, h, i, s_] = s_ < n
-                    if s_ >= n:
-                        idx[b, h, i, s_] = 0
-
-
-def _tanh(x):
-    """tanh of a scalar inside the kernels: Eigen's rational approximation for float32 (maximum
-    error 2.2e-7, measured against ``math.tanh`` over [-12, 12]; pure arithmetic, so the compiler
-    vectorises the loops over pairs), ``math.tanh`` for float64 (exact to the last bit or so)."""
-    return math.tanh(x)
-
-
-#: Eigen's fast float tanh (Eigen/src/Core/MathFunctionsImpl.h, generic_fast_tanh_float): inputs
-#: clamped to +-TANH_CLAMP, then an odd degree-13 over even degree-6 rational function
-TANH_CLAMP = 7.99881172180175781
-TANH_NUM = (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08,
-            1.48572235717979e-05, 6.37261928875436e-04, 4.89352455891786e-03)  # x^13 ... x^1
-TANH_DEN = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03)  # x^6 ... x^0
-
-
-def tanh_float32_approx(x):
-    """The float32 tanh of the kernels (see :func:`_tanh`); also usable on NumPy arrays (tests)."""
-    c = TANH_CLAMP
-    x = min(max(x, -c), c) if np.isscalar(x) else np.clip(x, -c, c)
-    x2 = x * x
-    p = TANH_NUM[0]
-    for a in TANH_NUM[1:]:
-        p = p * x2 + a
-    q = TANH_DEN[0]
-    for a in TANH_DEN[1:]:
-        q = q * x2 + a
-    return x * p / q
-
-
-if numba is not None:
-    from numba import types as _types
-    from numba.extending import overload as _overload
-
-    _n0, _n1, _n2, _n3, _n4, _n5, _n6 = TANH_NUM
-    _d0, _d1, _d2, _d3 = TANH_DEN
-
-    @_overload(_tanh, jit_options=dict(cache=True, error_model="numpy", fastmath=_FASTMATH))
-    def _tanh_overload(x):  # pragma: no cover - compiled
-        if isinstance(x, _types.Float) and x.bitwidth == 32:
-            def fast(x):
-                y = min(max(x, -TANH_CLAMP), TANH_CLAMP)
-                y2 = y * y
-                p = (((((_n0 * y2 + _n1) * y2 + _n2) * y2 + _n3) * y2 + _n4) * y2 + _n5) * y2 + _n6
-                q = ((_d0 * y2 + _d1) * y2 + _d2) * y2 + _d3
-                return y * p / q
-            return fast
-        return lambda x: math.tanh(x)
+def _row_topk(buf, L, K, bound, keys, vals):  # pragma: no cover - compiled
+    """The K highest of buf[:L], whose finite entries lie in [-bound, bound] (NaN and -inf entries
+    never count), by bisection on a threshold: each step counts the entries at or above it (a loop
+    the compiler vectorises), so there is no per-entry branch; ties at the threshold go to the
+    earlier entries. Writes keys (K,) / vals (K,) highest first (the earlier entry first among
+    equals) and returns how many were found (<= K)."""
+    finite = 0
+    for j in range(L):
+        finite += buf[j] > -np.inf
+    thr = -np.inf
+    if finite > K:
+        # invariant: at least K entries are >= lo, fewer than K are >= hi
+        lo = -bound - 1.0
+        hi = bound + 1.0
+        cast = vals[:1]  # compare in buf's own dtype (float32 work: twice the lanes of float64)
+        for _ in range(200):
+            cast[0] = lo + 0.5 * (hi - lo)
+            mid = cast[0]
+            if not (lo < mid < hi):  # ties: the interval cannot be split any further
+                break
+            c = 0
+            for j in range(L):
+                c += buf[j] >= mid
+            if c >= K:
+                lo = mid
+                if c == K:
+                    break
+            else:
+                hi = mid
+        thr = lo
+    n = 0
+    for j in range(L):  # in index order, so ties at thr go to the earlier entries
+        x = buf[j]
+        if x >= thr and x > -np.inf:
+            if n < K:
+                # insertion into vals/keys, highest first, the earlier index first among equals
+                u = n
+                n += 1
+            elif x > thr:  # above the threshold after K were taken at it (ties): drop the last
+                u = K - 1
+            else:
+                continue
+            while u > 0 and vals[u - 1] < x:
+                vals[u] = vals[u - 1]
+                keys[u] = keys[u - 1]
+                u -= 1
+            vals[u] = x
+            keys[u] = j
+    return n
 
 
 @_jit
-def _sigmoid(x):  # pragma: no cover - compiled
+def _topk_exact_kernel(q, kT, qpos, key_mask, has_mask, causal, K, idx, valid):  # pragma: no cover - compiled
+    """q (B, H, Tq, d), kT (B, H, d, Tk) (keys transposed); qpos (Tq,) int64; key_mask (B, Tk) bool
+    (read when has_mask). For every query, its scores q . k over the allowed keys (one row at a
+    time, so memory is O(Tk)) and their K highest: writes idx (B, H, Tq, K) int64 (highest first,
+    0 in empty slots) and valid (B, H, Tq, K) bool. NaN and -inf scores are never kept."""
+    B, H, Tq, d = q.shape
+    Tk = kT.shape[3]
+    buf = np.empty(Tk, dtype=q.dtype)
+    vals = np.empty(K, dtype=q.dtype)
+    keys = np.empty(K, dtype=np.int64)
+    for b in range(B):
+        for h in range(H):
+            kb = kT[b, h]
+            # |q . k| <= |q| max |k| (Cauchy-Schwarz) bounds every score of this head
+            k2max = 0.0
+            for j in range(Tk):
+                s2 = 0.0
+                for e in range(d):
+                    s2 += kb[e, j] * kb[e, j]
+                k2max = max(k2max, s2)
+            for i in range(Tq):
+                L = min(Tk, qpos[i] + 1) if causal else Tk
+                qi = q[b, h, i]
+                q2 = 0.0
+                buf[:L] = 0.0
+                for e in range(d):  # the scores, vectorised over the keys
+                    qe = qi[e]
+                    q2 += qe * qe
+                    ke = kb[e]
+                    for j in range(L):
+                        buf[j] += qe * ke[j]
+                if has_mask:
+                    for j in range(L):
+                        if not key_mask[b, j]:
+                            buf[j] = -np.inf
+                bound = math.sqrt(q2 * k2max) * (1.0 + 1e-4)
+                n = _row_topk(buf, L, K, bound, keys, vals)
+                out_i = idx[b, h, i]
+                out_v = valid[b, h, i]
+                for t in range(K):
+                    out_v[t] = t < n
+                    out_i[t] = keys[t] if t < n else 0
+
+
+# Scalar math of the kernels. Each function takes ``like``, an array of the compute dtype: for
+# float32 work it is a fast approximation written in plain arithmetic (so the loops over pairs
+# vectorise; libm's scalar exp and tanh calls would not), accurate well inside float32's
+# precision; for float64 work it is the exact libm function, so the float64 kernels agree with
+# the torch path to rounding. :func:`float32_math` evaluates the float32 versions for tests.
+
+#: Eigen's fast float tanh (Eigen/src/Core/MathFunctionsImpl.h, generic_fast_tanh_float): inputs
+#: clamped to +-TANH_CLAMP, then an odd degree-13 over even degree-6 rational function. Maximum
+#: error 2.2e-7 against ``math.tanh`` over [-12, 12] (measured; float32's spacing near 1 is 6e-8).
+TANH_CLAMP = 7.99881172180175781
+_n0, _n1, _n2, _n3, _n4, _n5, _n6 = (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
+                                     5.12229709037114e-08, 1.48572235717979e-05, 6.37261928875436e-04,
+                                     4.89352455891786e-03)  # x^13 ... x^1
+_d0, _d1, _d2, _d3 = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
+                      4.89352518554385e-03)  # x^6 ... x^0
+
+
+@_jit
+def _tanh_f32(x):  # pragma: no cover - compiled
+    y = min(max(x, -TANH_CLAMP), TANH_CLAMP)
+    y2 = y * y
+    p = (((((_n0 * y2 + _n1) * y2 + _n2) * y2 + _n3) * y2 + _n4) * y2 + _n5) * y2 + _n6
+    q = ((_d0 * y2 + _d1) * y2 + _d2) * y2 + _d3
+    return y * p / q
+
+
+@_jit
+def _exp_f32(x):  # pragma: no cover - compiled
+    """exp(x) = (exp(x / 1024)) ** 1024: a degree-7 Taylor polynomial on |x / 1024| <= 0.1, then ten
+    squarings, in float64 arithmetic (relative error about 1e-10 over [-100, 88])."""
+    y = min(max(x, -100.0), 88.0) * (1.0 / 1024.0)
+    p = 1.0 + y * (1.0 + y * (0.5 + y * (1.0 / 6.0 + y * (1.0 / 24.0 + y * (1.0 / 120.0 + y * (
+        1.0 / 720.0 + y * (1.0 / 5040.0)))))))
+    for _ in range(10):
+        p = p * p
+    return p
+
+
+@_jit
+def _expm1_f32(x):  # pragma: no cover - compiled
+    """exp(x) - 1 without cancellation near 0: a degree-9 Taylor polynomial for |x| < 0.5."""
+    if abs(x) < 0.5:
+        return x * (1.0 + x * (0.5 + x * (1.0 / 6.0 + x * (1.0 / 24.0 + x * (1.0 / 120.0 + x * (
+            1.0 / 720.0 + x * (1.0 / 5040.0 + x * (1.0 / 40320.0 + x * (1.0 / 362880.0)))))))))
+    return _exp_f32(x) - 1.0
+
+
+@_jit
+def _log1p_unit(u):  # pragma: no cover - compiled
+    """log(1 + u) for u in [0, 1]: 2 atanh(z) with z = u / (2 + u) <= 1/3, ten terms of its series."""
+    z = u / (2.0 + u)
+    z2 = z * z
+    s = 1.0 / 21.0
+    for k in range(9, -1, -1):
+        s = s * z2 + 1.0 / (2 * k + 1)
+    return 2.0 * z * s
+
+
+def _tanh(x, like):
+    """tanh (float32: :func:`_tanh_f32`)."""
+    return math.tanh(x)
+
+
+def _exp(x, like):
+    """exp (float32: :func:`_exp_f32`)."""
+    return math.exp(x)
+
+
+def _expm1(x, like):
+    """exp(x) - 1 (float32: :func:`_expm1_f32`)."""
+    return math.expm1(x)
+
+
+def _sigmoid(x, like):
+    """1 / (1 + exp(-x)), without overflow."""
     if x >= 0:
         return 1.0 / (1.0 + math.exp(-x))
     e = math.exp(x)
     return e / (1.0 + e)
 
 
-@_jit
-def _softplus(x):  # pragma: no cover - compiled
-    # torch.nn.functional.softplus with beta 1, threshold 20
+def _softplus(x, like):
+    """torch.nn.functional.softplus with beta 1 and threshold 20: x above 20, else log(1 + exp(x))."""
     if x > 20.0:
         return x
     return math.log1p(math.exp(x))
 
 
+if numba is not None:
+    from numba import types as _types
+    from numba.extending import overload as _overload
+
+    def _is_f32(like):
+        return isinstance(like, _types.Array) and like.dtype == _types.float32
+
+    def _register(stub, fast):
+        exact = _jit(stub)
+
+        @_overload(stub, jit_options=dict(cache=True, error_model="numpy", fastmath=_FASTMATH))
+        def _choose(x, like):  # pragma: no cover - compiled
+            return fast if _is_f32(like) else (lambda x, like: exact(x, like))
+
+    @_jit
+    def _sigmoid_f32(x, like):  # pragma: no cover - compiled
+        return 1.0 / (1.0 + _exp_f32(-x))
+
+    @_jit
+    def _softplus_f32(x, like):  # pragma: no cover - compiled
+        if x > 20.0:
+            return x
+        return max(x, 0.0) + _log1p_unit(_exp_f32(-abs(x)))
+
+    _register(_tanh, lambda x, like: _tanh_f32(x))
+    _register(_exp, lambda x, like: _exp_f32(x))
+    _register(_expm1, lambda x, like: _expm1_f32(x))
+    _register(_sigmoid, lambda x, like: _sigmoid_f32(x, like))
+    _register(_softplus, lambda x, like: _softplus_f32(x, like))
+
+
 @_jit
-def _dense_tanh(x, W, bias, y):  # pragma: no cover - compiled
-    """y (N_out, K) = tanh(bias + W^T x) for x (N_in, K): one sparse layer for the K pairs of a
-    query at once (pairs innermost, so the loops vectorise; masked-out weights are skipped)."""
+def _float32_math_kernel(x, out):  # pragma: no cover - compiled
+    like = np.empty(1, np.float32)
+    for i in range(x.shape[0]):
+        out[0, i] = _tanh(x[i], like)
+        out[1, i] = _exp(x[i], like)
+        out[2, i] = _expm1(x[i], like)
+        out[3, i] = _sigmoid(x[i], like)
+        out[4, i] = _softplus(x[i], like)
+
+
+def float32_math(x: np.ndarray) -> dict[str, np.ndarray]:
+    """The kernels' float32 scalar functions on x (N,) float32: tanh, exp, expm1, sigmoid and
+    softplus, each (N,) float64 (for tests against the exact functions)."""
+    out = np.empty((5, len(x)))
+    _float32_math_kernel(np.ascontiguousarray(x, dtype=np.float32), out)
+    return dict(zip(("tanh", "exp", "expm1", "sigmoid", "softplus"), out))
+
+
+#: queries per tile: a tile holds their TILE_QUERIES * K pairs, over which the loops vectorise
+TILE_QUERIES = 16
+
+
+@_jit
+def _dense_tanh(x, W, bias, y, n):  # pragma: no cover - compiled
+    """y[:, :n] = tanh(bias + W^T x[:, :n]) for x (N_in, P): one sparse layer for n pairs at once
+    (pairs innermost, so the loops vectorise; masked-out weights, exact zeros, are skipped)."""
     n_in, n_out = W.shape
-    K = x.shape[1]
     for c in range(n_out):
         bc = bias[c]
-        for s in range(K):
-            y[c, s] = bc
-        for n in range(n_in):
-            w = W[n, c]
+        for p in range(n):
+            y[c, p] = bc
+        for k in range(n_in):
+            w = W[k, c]
             if w != 0:
-                for s in range(K):
-                    y[c, s] += w * x[n, s]
-        for s in range(K):
-            y[c, s] = _tanh(y[c, s])
+                for p in range(n):
+                    y[c, p] += w * x[k, p]
+        for p in range(n):
+            y[c, p] = _tanh(y[c, p], y)
 
 
 @_jit
-def _dense_backward(x, W, g, dW, db, dx):  # pragma: no cover - compiled
-    """Backward of y = tanh(bias + W^T x) for the K pairs of a query, where x (N_in, K) is itself a
-    tanh output: given g (N_out, K), the gradient at y's pre-activation, accumulate
-    dW += x g^T and db += sum over pairs of g, and write dx (N_in, K), the gradient at x's
-    pre-activation: (W g) * (1 - x^2)."""
+def _dense_backward(x, W, g, dW, db, dx, n):  # pragma: no cover - compiled
+    """Backward of y = tanh(bias + W^T x) over n pairs, where x (N_in, P) is itself a tanh output:
+    given g (N_out, P), the gradient at y's pre-activation, accumulate dW += x g^T and db += the
+    sum of g over the pairs, and write dx (N_in, P), the gradient at x's pre-activation,
+    (W g) * (1 - x^2)."""
     n_in, n_out = W.shape
-    K = x.shape[1]
     for c in range(n_out):
         acc = 0.0
-        for s in range(K):
-            acc += g[c, s]
+        for p in range(n):
+            acc += g[c, p]
         db[c] += acc
-    for n in range(n_in):
-        for s in range(K):
-            dx[n, s] = 0.0
+    for k in range(n_in):
+        for p in range(n):
+            dx[k, p] = 0.0
         for c in range(n_out):
             acc = 0.0
-            for s in range(K):
-                acc += x[n, s] * g[c, s]
-            dW[n, c] += acc
-            w = W[n, c]
+            for p in range(n):
+                acc += x[k, p] * g[c, p]
+            dW[k, c] += acc
+            w = W[k, c]
             if w != 0:
-                for s in range(K):
-                    dx[n, s] += w * g[c, s]
-        for s in range(K):
-            xs = x[n, s]
-            dx[n, s] *= 1.0 - xs * xs
+                for p in range(n):
+                    dx[k, p] += w * g[c, p]
+        for p in range(n):
+            xs = x[k, p]
+            dx[k, p] *= 1.0 - xs * xs
 
 
 @_jit
-def _pairs(b, h, i, q_half, k_half, idx, valid, Wc, bc, Wm, bm, Wh, bh, q_times, k_times, has_t,
-           mode, delta_t, eps, n_euler, cast, kh, inter, command, motor, phi, omega, aom, tg, age, logit):  # pragma: no cover
-    """One query's K kept pairs, forward: fills inter (N_i, K), command (N_c, K), motor (N_m, K) and
-    phi, omega, a_omega, t_gate, age, logit (K,). Invalid slots are computed too (on key 0) and
-    left to the caller to ignore."""
-    K = idx.shape[3]
+def _tile_forward(r0, nq, q2, k2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_times, has_t,
+                  mode, delta_t, eps, n_euler, krow, pre, inter, command, motor, gates, cast,
+                  phi, omega, tg, age, logit):  # pragma: no cover - compiled
+    """Forward of the pairs of query rows r0 .. r0 + nq - 1 (rows of q2, (B H Tq, F)); pair p is
+    slot p % K of row r0 + p // K. Fills krow (P,) (the key's row of k2), pre (F, P) = the first
+    layer's pre-activations [inter ; alpha ; beta], inter (N_i, P), command (N_c, P), motor
+    (N_m, P), gates (2, P) = [a_phi ; a_omega], and phi, omega, t_gate, age, logit (P,). Invalid
+    slots are computed too (on whatever key their index names) and left to the caller to ignore."""
+    K = idx2.shape[1]
+    F = q2.shape[1]
     Ni = Wc.shape[0]
     Nm = Wm.shape[1]
-    F = kh.shape[0]
-    for s in range(K):  # gather the key halves, pairs innermost
-        j = idx[b, h, i, s]
-        for n in range(F):
-            kh[n, s] = k_half[b, h, j, n]
-    for n in range(Ni):  # inter = tanh(q half + k half)
-        qn = q_half[b, h, i, n]
-        for s in range(K):
-            inter[n, s] = _tanh(qn + kh[n, s])
-    _dense_tanh(inter, Wc, bc, command)
-    _dense_tanh(command, Wm, bm, motor)
-    for s in range(K):
-        a_phi = bh[0]
-        a_om = bh[1]
+    n = nq * K
+    for p in range(n):
+        r = r0 + p // K
+        krow[p] = (r // Tq) * Tk + idx2[r, p % K]
+    for f in range(F):  # gather: query half + key half of every pair
+        for p in range(n):
+            pre[f, p] = q2[r0 + p // K, f] + k2[krow[p], f]
+    for f in range(Ni):
+        for p in range(n):
+            inter[f, p] = _tanh(pre[f, p], pre)
+    _dense_tanh(inter, Wc, bc, command, n)
+    _dense_tanh(command, Wm, bm, motor, n)
+    for g in range(2):
+        bg = bh[g]
+        for p in range(n):
+            gates[g, p] = bg
         for m in range(Nm):
-            a_phi += motor[m, s] * Wh[m, 0]
-            a_om += motor[m, s] * Wh[m, 1]
-        p = _sigmoid(a_phi)
-        w = _softplus(a_om) + eps
-        if has_t:
+            w = Wh[m, g]
+            for p in range(n):
+                gates[g, p] += w * motor[m, p]
+    # phi, omega, the key's age, the time gate and the ODE logit: one loop each, so they vectorise
+    for p in range(n):
+        phi[p] = _sigmoid(gates[0, p], pre)
+        omega[p] = _softplus(gates[1, p], pre) + eps
+    if has_t:
+        for p in range(n):
+            r = r0 + p // K
+            bh_ = r // Tq
             # the key's age in the timestamps' own dtype, then cast to the compute dtype (as torch)
-            cast[0] = q_times[b, i] - k_times[b, idx[b, h, i, s]]
-            a = cast[0]
-        else:
-            a = 1.0
-        alpha = q_half[b, h, i, Ni] + kh[Ni, s]
-        beta = q_half[b, h, i, Ni + 1] + kh[Ni + 1, s]
-        t = _sigmoid(alpha * a + beta)
-        tau = delta_t * t
-        if mode == 0:
-            lg = p / w
-        elif mode == 1:
-            lg = p / w * -math.expm1(-w * tau)
-        else:
-            hstep = tau / n_euler
+            cast[0] = q_times[bh_ // H, r - bh_ * Tq] - k_times[bh_ // H, krow[p] - bh_ * Tk]
+            age[p] = cast[0]
+    else:
+        age[:n] = 1.0
+    for p in range(n):
+        tg[p] = _sigmoid(pre[Ni, p] * age[p] + pre[Ni + 1, p], pre)
+    if mode == 0:
+        for p in range(n):
+            logit[p] = phi[p] / omega[p]
+    elif mode == 1:
+        for p in range(n):
+            logit[p] = phi[p] / omega[p] * -_expm1(-omega[p] * (delta_t * tg[p]), pre)
+    else:
+        for p in range(n):
+            hstep = delta_t * tg[p] / n_euler
             lg = 0.0
             for _ in range(n_euler):
-                lg = lg + hstep * (p - w * lg)
-        phi[s] = p
-        omega[s] = w
-        aom[s] = a_om
-        tg[s] = t
-        age[s] = a
-        logit[s] = lg
+                lg = lg + hstep * (phi[p] - omega[p] * lg)
+            logit[p] = lg
 
 
 @_jit
-def _softmax_valid(b, h, i, valid, logit, weight):  # pragma: no cover - compiled
-    """Softmax of logit over the valid slots into weight (0 elsewhere, all 0 when none is valid);
-    returns how many slots are valid."""
-    K = valid.shape[3]
-    mx = -np.inf
-    n = 0
-    for s in range(K):
-        if valid[b, h, i, s]:
-            n += 1
-            if logit[s] > mx:
-                mx = logit[s]
-    tot = 0.0
-    for s in range(K):
-        if valid[b, h, i, s]:
-            e = math.exp(logit[s] - mx)
-            weight[s] = e
-            tot += e
-        else:
-            weight[s] = 0.0
-    for s in range(K):
-        weight[s] = weight[s] / tot if tot > 0 else 0.0
-    return n
+def _tile_softmax(r0, nq, valid2, logit, shift, keep, weight, like):  # pragma: no cover - compiled
+    """Softmax of each query's logits over its valid slots, for the tile's nq queries: weight (P,)
+    (0 on invalid slots; all 0 for a query without any). shift and keep (P,) are work arrays.
+    ``like``: an array of the compute dtype (see :func:`_exp`). The exponentials run in one loop
+    over the tile's pairs, which vectorises (a loop per query would run them one after another)."""
+    K = valid2.shape[1]
+    n = nq * K
+    for qi in range(nq):
+        r = r0 + qi
+        p0 = qi * K
+        mx = -np.inf
+        for s in range(K):
+            if valid2[r, s] and logit[p0 + s] > mx:
+                mx = logit[p0 + s]
+        for s in range(K):
+            ok = valid2[r, s]
+            keep[p0 + s] = 1.0 if ok else 0.0
+            shift[p0 + s] = mx if ok else logit[p0 + s]  # invalid: exp(0) * 0, never inf * 0
+    for p in range(n):
+        weight[p] = _exp(logit[p] - shift[p], like) * keep[p]
+    for qi in range(nq):
+        p0 = qi * K
+        tot = 0.0
+        for p in range(p0, p0 + K):
+            tot += weight[p]
+        inv = 1.0 / tot if tot > 0 else 0.0
+        for p in range(p0, p0 + K):
+            weight[p] *= inv
 
 
 @_jit
-def _scratch(dtype_like, K, F, Ni, Nc, Nm):  # pragma: no cover - compiled
-    dt = dtype_like.dtype
-    return (np.empty((F, K), dt), np.empty((Ni, K), dt), np.empty((Nc, K), dt), np.empty((Nm, K), dt))
+def _scratch(like, P, F, Ni, Nc, Nm):  # pragma: no cover - compiled
+    """Per-tile work arrays for the backward: six (N, P) arrays in the compute dtype, then six (P,)
+    float64 arrays."""
+    dt = like.dtype
+    return (np.empty((F, P), dt), np.empty((Ni, P), dt), np.empty((Nc, P), dt), np.empty((Nm, P), dt),
+            np.empty((2, P), dt), np.empty((1, P), dt), np.empty(P), np.empty(P), np.empty(P), np.empty(P),
+            np.empty(P), np.empty(P))
 
 
 @_jit
-def _forward_kernel(q_half, k_half, v, idx, valid, Wc, bc, Wm, bm, Wh, bh, q_times, k_times, has_t,
-                    mode, delta_t, eps, n_euler, out):  # pragma: no cover - compiled
-    """out (B, Tq, H, d) = sum over kept keys of softmax(logit) * t_gate * v_j, per head."""
-    B, H, Tq, F = q_half.shape
-    K = idx.shape[3]
-    d = v.shape[3]
-    Ni, Nc = Wc.shape
-    Nm = Wm.shape[1]
-    kh, inter, command, motor = _scratch(q_half, K, F, Ni, Nc, Nm)
-    phi, omega, aom = np.empty(K), np.empty(K), np.empty(K)
-    tg, age, logit, weight = np.empty(K), np.empty(K), np.empty(K), np.empty(K)
-    cast = np.empty(1, dtype=q_half.dtype)
+def _activations(like, n_tiles, P, F, Ni, Nc, Nm):  # pragma: no cover - compiled
+    """The forward's per-pair activations, tile by tile: krow (n_tiles, P) int64; pre (n_tiles, F, P),
+    inter, command, motor, gates (n_tiles, N, P) in the compute dtype; phi, omega, t_gate, age,
+    logit (n_tiles, P) float64. With n_tiles = 1, one tile's work arrays (reused tile after tile)."""
+    dt = like.dtype
+    return (np.empty((n_tiles, P), np.int64), np.empty((n_tiles, F, P), dt), np.empty((n_tiles, Ni, P), dt),
+            np.empty((n_tiles, Nc, P), dt), np.empty((n_tiles, Nm, P), dt), np.empty((n_tiles, 2, P), dt),
+            np.empty((n_tiles, P)), np.empty((n_tiles, P)), np.empty((n_tiles, P)), np.empty((n_tiles, P)),
+            np.empty((n_tiles, P)))
+
+
+@_jit
+def _forward_kernel(q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_times, has_t,
+                    mode, delta_t, eps, n_euler, store, krow_a, pre_a, inter_a, command_a, motor_a, gates_a,
+                    phi_a, omega_a, tg_a, age_a, logit_a, out):  # pragma: no cover - compiled
+    """out (B, Tq, H, d) = per head, the sum over kept keys of softmax(logit) * t_gate * v_j.
+    q2 (B H Tq, F), k2 (B H Tk, F), v2 (B H Tk, d), idx2 and valid2 (B H Tq, K). The *_a arrays
+    come from :func:`_activations`: with ``store``, one tile each (kept for the backward), else
+    one tile's work arrays."""
+    R, F = q2.shape
+    K = idx2.shape[1]
+    d = v2.shape[1]
+    weight, shift, keep = np.empty(TILE_QUERIES * K), np.empty(TILE_QUERIES * K), np.empty(TILE_QUERIES * K)
+    cast = np.empty(1, dtype=q2.dtype)
     acc = np.empty(d)
-    for b in range(B):
-        for h in range(H):
-            for i in range(Tq):
-                _pairs(b, h, i, q_half, k_half, idx, valid, Wc, bc, Wm, bm, Wh, bh, q_times, k_times, has_t,
-                       mode, delta_t, eps, n_euler, cast, kh, inter, command, motor, phi, omega, aom, tg, age, logit)
-                _softmax_valid(b, h, i, valid, logit, weight)
-                acc[:] = 0.0
-                for s in range(K):
-                    if weight[s] != 0.0:
-                        g = weight[s] * tg[s]
-                        j = idx[b, h, i, s]
-                        for e in range(d):
-                            acc[e] += g * v[b, h, j, e]
-                for e in range(d):
-                    out[b, i, h, e] = acc[e]
+    for r0 in range(0, R, TILE_QUERIES):
+        nq = min(TILE_QUERIES, R - r0)
+        t = r0 // TILE_QUERIES if store else 0
+        krow, pre, inter, command, motor, gates = krow_a[t], pre_a[t], inter_a[t], command_a[t], motor_a[t], \
+            gates_a[t]
+        phi, omega, tg, age, logit = phi_a[t], omega_a[t], tg_a[t], age_a[t], logit_a[t]
+        _tile_forward(r0, nq, q2, k2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_times, has_t,
+                      mode, delta_t, eps, n_euler, krow, pre, inter, command, motor, gates, cast,
+                      phi, omega, tg, age, logit)
+        _tile_softmax(r0, nq, valid2, logit, shift, keep, weight, q2)
+        for qi in range(nq):
+            r = r0 + qi
+            p0 = qi * K
+            acc[:] = 0.0
+            for p in range(p0, p0 + K):
+                if weight[p] != 0.0:
+                    g = weight[p] * tg[p]
+                    for e in range(d):
+                        acc[e] += g * v2[krow[p], e]
+            bh_ = r // Tq
+            for e in range(d):
+                out[bh_ // H, r - bh_ * Tq, bh_ % H, e] = acc[e]
 
 
 @_jit
-def _backward_kernel(grad_out, q_half, k_half, v, idx, valid, Wc, bc, Wm, bm, Wh, bh, q_times, k_times, has_t,
-                     mode, delta_t, eps, n_euler,
-                     d_q_half, d_k_half, d_v, dWc, dbc, dWm, dbm, dWh, dbh):  # pragma: no cover - compiled
-    """Gradients of sum(grad_out * out) with respect to q_half, k_half, v and the backbone's weights
-    (accumulated into the zeroed d_* arrays; float64 accumulators for the weights). Each query's
-    pairs are recomputed (nothing per pair is kept from the forward)."""
-    B, H, Tq, F = q_half.shape
-    K = idx.shape[3]
-    d = v.shape[3]
+def _backward_kernel(grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_times,
+                     has_t, mode, delta_t, eps, n_euler, stored, krow_a, pre_a, inter_a, command_a, motor_a,
+                     gates_a, phi_a, omega_a, tg_a, age_a, logit_a,
+                     d_q2, d_k2, d_v2, dWc, dbc, dWm, dbm, dWh, dbh):  # pragma: no cover - compiled
+    """Gradients of sum(grad_out * out) with respect to q2, k2, v2 and the backbone's weights
+    (accumulated into the zeroed d_* arrays; float64 accumulators for the weights). With
+    ``stored``, the *_a arrays hold the forward's activations of every tile; else they are one
+    tile's work arrays and each tile's pairs are recomputed."""
+    R, F = q2.shape
+    K = idx2.shape[1]
+    d = v2.shape[1]
     Ni, Nc = Wc.shape
     Nm = Wm.shape[1]
-    kh, inter, command, motor = _scratch(q_half, K, F, Ni, Nc, Nm)
-    d_pre, d_pc, d_pm, _ = _scratch(q_half, K, Ni, Nc, Nm, 1)
-    phi, omega, aom = np.empty(K), np.empty(K), np.empty(K)
-    tg, age, logit, weight = np.empty(K), np.empty(K), np.empty(K), np.empty(K)
-    d_w, d_tg = np.empty(K), np.empty(K)
-    d_aphi, d_aom, d_alpha, d_beta = np.empty(K), np.empty(K), np.empty(K), np.empty(K)
-    cast = np.empty(1, dtype=q_half.dtype)
+    P = TILE_QUERIES * K
+    d_pre, d_pc, d_pm, _, _, _, d_w, d_tg, d_alpha, d_beta, d_aphi, d_aom = _scratch(q2, P, Ni, Nc, Nm, 1)
+    weight, shift, keep = np.empty(P), np.empty(P), np.empty(P)
+    wdw_all = np.empty(P)
+    cast = np.empty(1, dtype=q2.dtype)
     euler_a = np.empty(max(n_euler, 1))
-    for b in range(B):
-        for h in range(H):
-            for i in range(Tq):
-                _pairs(b, h, i, q_half, k_half, idx, valid, Wc, bc, Wm, bm, Wh, bh, q_times, k_times,
-                       has_t, mode, delta_t, eps, n_euler, cast, kh, inter, command, motor, phi, omega, aom,
-                       tg, age, logit)
-                if _softmax_valid(b, h, i, valid, logit, weight) == 0:
+    for r0 in range(0, R, TILE_QUERIES):
+        nq = min(TILE_QUERIES, R - r0)
+        n = nq * K
+        t = r0 // TILE_QUERIES if stored else 0
+        krow, pre, inter, command, motor, gates = krow_a[t], pre_a[t], inter_a[t], command_a[t], motor_a[t], \
+            gates_a[t]
+        phi, omega, tg, age, logit = phi_a[t], omega_a[t], tg_a[t], age_a[t], logit_a[t]
+        if not stored:
+            _tile_forward(r0, nq, q2, k2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_times, has_t,
+                          mode, delta_t, eps, n_euler, krow, pre, inter, command, motor, gates, cast,
+                          phi, omega, tg, age, logit)
+        _tile_softmax(r0, nq, valid2, logit, shift, keep, weight, q2)
+        for qi in range(nq):
+            r = r0 + qi
+            p0 = qi * K
+            for p in range(p0, p0 + K):
+                d_w[p] = 0.0
+                d_tg[p] = 0.0
+                wdw_all[p] = 0.0
+            if weight[p0:p0 + K].sum() == 0.0:  # no valid key
+                continue
+            bh_ = r // Tq
+            b, i, h = bh_ // H, r - bh_ * Tq, bh_ % H
+            # o_r = sum_p w_p tg_p v_j: gradients of w_p, tg_p and v_j
+            wdw = 0.0
+            for p in range(p0, p0 + K):
+                if not valid2[r, p - p0]:
                     continue
-                # o_i = sum_s w_s tg_s v_j: gradients of w_s, tg_s and v_j
-                wdw = 0.0
-                for s in range(K):
-                    d_w[s] = 0.0
-                    d_tg[s] = 0.0
-                    if not valid[b, h, i, s]:
-                        continue
-                    j = idx[b, h, i, s]
-                    dg = 0.0
-                    g = weight[s] * tg[s]
-                    for e in range(d):
-                        go = grad_out[b, i, h, e]
-                        dg += go * v[b, h, j, e]
-                        d_v[b, h, j, e] += g * go
-                    d_w[s] = dg * tg[s]
-                    d_tg[s] = dg * weight[s]
-                    wdw += weight[s] * d_w[s]
-                for s in range(K):
-                    if not valid[b, h, i, s]:
-                        d_aphi[s] = 0.0
-                        d_aom[s] = 0.0
-                        d_alpha[s] = 0.0
-                        d_beta[s] = 0.0
-                        continue
-                    dl = weight[s] * (d_w[s] - wdw)  # softmax backward
-                    p, w, t = phi[s], omega[s], tg[s]
-                    tau = delta_t * t
-                    # the ODE logit's backward: d phi, d omega, d tau
-                    if mode == 0:
-                        dp = dl / w
-                        dom = -dl * p / (w * w)
-                        dtau = 0.0
-                    elif mode == 1:
-                        ex = math.exp(-w * tau)
-                        one_m = -math.expm1(-w * tau)
-                        dp = dl * one_m / w
-                        dom = dl * (-p / (w * w) * one_m + p / w * tau * ex)
-                        dtau = dl * p * ex
-                    else:
-                        hstep = tau / n_euler
-                        a = 0.0
-                        for n in range(n_euler):
-                            euler_a[n] = a
-                            a = a + hstep * (p - w * a)
-                        da = dl
-                        dp = 0.0
-                        dom = 0.0
-                        dhs = 0.0
-                        for n in range(n_euler - 1, -1, -1):
-                            a = euler_a[n]
-                            dp += da * hstep
-                            dom -= da * hstep * a
-                            dhs += da * (p - w * a)
-                            da = da * (1.0 - hstep * w)
-                        dtau = dhs / n_euler
-                    d_pre_t = (d_tg[s] + dtau * delta_t) * t * (1.0 - t)  # the time gate's sigmoid
-                    d_alpha[s] = d_pre_t * age[s]
-                    d_beta[s] = d_pre_t
-                    d_aphi[s] = dp * p * (1.0 - p)
-                    d_aom[s] = dom * _sigmoid(aom[s])  # softplus' derivative
-                    dbh[0] += d_aphi[s]
-                    dbh[1] += d_aom[s]
-                # motor <- the phi and omega heads
-                for m in range(Nm):
-                    wh0 = Wh[m, 0]
-                    wh1 = Wh[m, 1]
-                    a0 = 0.0
-                    a1 = 0.0
-                    for s in range(K):
-                        mo = motor[m, s]
-                        a0 += mo * d_aphi[s]
-                        a1 += mo * d_aom[s]
-                        d_pm[m, s] = (d_aphi[s] * wh0 + d_aom[s] * wh1) * (1.0 - mo * mo)
-                    dWh[m, 0] += a0
-                    dWh[m, 1] += a1
-                _dense_backward(command, Wm, d_pm, dWm, dbm, d_pc)
-                _dense_backward(inter, Wc, d_pc, dWc, dbc, d_pre)
-                for n in range(Ni):
-                    acc = 0.0
-                    for s in range(K):
-                        acc += d_pre[n, s]
-                    d_q_half[b, h, i, n] += acc
-                for s in range(K):
-                    if valid[b, h, i, s]:
-                        j = idx[b, h, i, s]
-                        for n in range(Ni):
-                            d_k_half[b, h, j, n] += d_pre[n, s]
-                        d_k_half[b, h, j, Ni] += d_alpha[s]
-                        d_k_half[b, h, j, Ni + 1] += d_beta[s]
-                        d_q_half[b, h, i, Ni] += d_alpha[s]
-                        d_q_half[b, h, i, Ni + 1] += d_beta[s]
+                dg = 0.0
+                g = weight[p] * tg[p]
+                kr = krow[p]
+                for e in range(d):
+                    go = grad_out[b, i, h, e]
+                    dg += go * v2[kr, e]
+                    d_v2[kr, e] += g * go
+                d_w[p] = dg * tg[p]
+                d_tg[p] = dg * weight[p]
+                wdw += weight[p] * d_w[p]
+            wdw_all[p0:p0 + K] = wdw
+        # the ODE logit's backward, per pair (invalid pairs have weight 0, so every gradient below is 0)
+        for p in range(n):
+            dl = weight[p] * (d_w[p] - wdw_all[p])  # softmax backward
+            pp, w, t = phi[p], omega[p], tg[p]
+            tau = delta_t * t
+            if mode == 0:
+                dp = dl / w
+                dom = -dl * pp / (w * w)
+                dtau = 0.0
+            elif mode == 1:
+                em1 = _expm1(-w * tau, pre)
+                dp = dl * -em1 / w
+                dom = dl * (pp / (w * w) * em1 + pp / w * tau * (em1 + 1.0))
+                dtau = dl * pp * (em1 + 1.0)
+            else:
+                hstep = tau / n_euler
+                a = 0.0
+                for k in range(n_euler):
+                    euler_a[k] = a
+                    a = a + hstep * (pp - w * a)
+                da = dl
+                dp = 0.0
+                dom = 0.0
+                dhs = 0.0
+                for k in range(n_euler - 1, -1, -1):
+                    a = euler_a[k]
+                    dp += da * hstep
+                    dom -= da * hstep * a
+                    dhs += da * (pp - w * a)
+                    da = da * (1.0 - hstep * w)
+                dtau = dhs / n_euler
+            d_pre_t = (d_tg[p] + dtau * delta_t) * t * (1.0 - t)  # the time gate's sigmoid
+            d_alpha[p] = d_pre_t * age[p]
+            d_beta[p] = d_pre_t
+            d_aphi[p] = dp * pp * (1.0 - pp)
+            d_aom[p] = dom * _sigmoid(gates[1, p], pre)  # softplus' derivative
+        # the heads, then the backbone, vectorised over the tile's pairs
+        a0 = 0.0
+        a1 = 0.0
+        for p in range(n):
+            a0 += d_aphi[p]
+            a1 += d_aom[p]
+        dbh[0] += a0
+        dbh[1] += a1
+        for m in range(Nm):
+            wh0 = Wh[m, 0]
+            wh1 = Wh[m, 1]
+            a0 = 0.0
+            a1 = 0.0
+            for p in range(n):
+                mo = motor[m, p]
+                a0 += mo * d_aphi[p]
+                a1 += mo * d_aom[p]
+                d_pm[m, p] = (d_aphi[p] * wh0 + d_aom[p] * wh1) * (1.0 - mo * mo)
+            dWh[m, 0] += a0
+            dWh[m, 1] += a1
+        _dense_backward(command, Wm, d_pm, dWm, dbm, d_pc, n)
+        _dense_backward(inter, Wc, d_pc, dWc, dbc, d_pre, n)
+        # the first layer's halves: one query row and one key row per pair
+        for p in range(n):
+            r = r0 + p // K
+            kr = krow[p]
+            for f in range(Ni):
+                d_q2[r, f] += d_pre[f, p]
+                d_k2[kr, f] += d_pre[f, p]
+            d_q2[r, Ni] += d_alpha[p]
+            d_k2[kr, Ni] += d_alpha[p]
+            d_q2[r, Ni + 1] += d_beta[p]
+            d_k2[kr, Ni + 1] += d_beta[p]
 
 
 # --------------------------------------------------------------------------------------------
@@ -501,11 +679,15 @@ def _backward_kernel(grad_out, q_half, k_half, v, idx, valid, Wc, bc, Wm, bm, Wh
 # --------------------------------------------------------------------------------------------
 
 
-def masked_topk(scores: Tensor, K: int, qpos: Tensor, key_mask: Tensor | None, causal: bool) -> tuple[Tensor, Tensor]:
-    """The K highest allowed scores' key positions per query (the exact selector's ranking).
+def topk_exact(q: Tensor, k: Tensor, K: int, qpos: Tensor, key_mask: Tensor | None,
+               causal: bool) -> tuple[Tensor, Tensor]:
+    """The exact selector's ranking in one kernel: scores q . k and the K highest allowed per query.
+
+    The scores are computed a query at a time (no (B, H, Tq, Tk) matrix; memory O(Tk)) and ranked
+    without the 1/sqrt(d) factor, which does not change their order.
 
     Args:
-        scores: (B, H, Tq, Tk) float32/float64 on the CPU (any ranking-preserving scale).
+        q: (B, H, Tq, d), k: (B, H, Tk, d), float32/float64 on the CPU.
         K: keys kept per query, at most Tk.
         qpos: (Tq,) int64, each query's key position (keys after it are not allowed when causal).
         key_mask: (B, Tk) bool, True = a key that may be attended, or None (all may).
@@ -513,15 +695,15 @@ def masked_topk(scores: Tensor, K: int, qpos: Tensor, key_mask: Tensor | None, c
 
     Returns:
         indices (B, H, Tq, K) int64 (highest score first; invalid slots hold 0) and valid
-        (B, H, Tq, K) bool (False where fewer than K keys are allowed). The same set of keys as
-        ``torch.topk`` on the masked scores, with ties broken towards the earlier key.
+        (B, H, Tq, K) bool (False where fewer than K keys are allowed). The same keys as
+        ``torch.topk`` on the masked score matrix, ties going to the earlier key.
     """
-    B, H, Tq, _ = scores.shape
+    B, H, Tq, _ = q.shape
     idx = np.empty((B, H, Tq, K), dtype=np.int64)
     valid = np.empty((B, H, Tq, K), dtype=np.bool_)
     mask = _np(key_mask.to(torch.bool)) if key_mask is not None else np.ones((1, 1), dtype=np.bool_)
-    _masked_topk_kernel(_np(scores), _np(qpos.to(torch.int64)), mask, key_mask is not None, bool(causal), int(K),
-                        idx, valid)
+    _topk_exact_kernel(_np(q), _np(k.transpose(-1, -2)), _np(qpos.to(torch.int64)), mask, key_mask is not None,
+                       bool(causal), int(K), idx, valid)
     return torch.from_numpy(idx), torch.from_numpy(valid)
 
 
@@ -564,31 +746,49 @@ class PairAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q_half, k_half, v, idx, valid, Wc, bc, Wm, bm, Wh, bh, q_times, k_times, mode, delta_t, eps,
                 euler_steps):
-        B, H, Tq, _ = q_half.shape
-        d = v.shape[-1]
+        B, H, Tq, F = q_half.shape
+        Tk, d = v.shape[2], v.shape[3]
         dtype = q_half.dtype
         qt, kt, has_t = _times(q_times, k_times)
-        ins = [_np(a.to(dtype)) for a in (q_half, k_half, v, Wc, bc, Wm, bm, Wh, bh)]
-        ix, ok = _np(idx), _np(valid)
-        out = np.empty((B, Tq, H, d), dtype=ins[0].dtype)
+        q2, k2, v2 = _np(q_half).reshape(B * H * Tq, F), _np(k_half.to(dtype)).reshape(B * H * Tk, F), \
+            _np(v.to(dtype)).reshape(B * H * Tk, d)
+        ix, ok = _np(idx).reshape(B * H * Tq, -1), _np(valid).reshape(B * H * Tq, -1)
+        weights = [_np(a.to(dtype)) for a in (Wc, bc, Wm, bm, Wh, bh)]
+        out = np.empty((B, Tq, H, d), dtype=q2.dtype)
         args = (MODE_IDS[mode], float(delta_t), float(eps), int(euler_steps))
-        _forward_kernel(*ins[:3], ix, ok, *ins[3:], qt, kt, has_t, *args, out)
+        # under autograd the per-pair activations are kept for the backward (B H Tq K (F + N_i + N_c
+        # + N_m + 2) values of the compute dtype and 5 float64 values per pair); else one tile's
+        store = any(ctx.needs_input_grad)
+        n_tiles = -(-(B * H * Tq) // TILE_QUERIES) if store else 1
+        acts = _activations(q2, n_tiles, TILE_QUERIES * ix.shape[1], F, Wc.shape[0], Wc.shape[1], Wm.shape[1])
+        _forward_kernel(q2, k2, v2, ix, ok, Tq, Tk, H, *weights, qt, kt, has_t, *args, store, *acts, out)
         ctx.save_for_backward(q_half, k_half, v, idx, valid, Wc, bc, Wm, bm, Wh, bh)
-        ctx.kernel = (qt, kt, has_t, args)
+        ctx.kernel = (qt, kt, has_t, args, acts if store else None)
         return torch.from_numpy(out)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
         q_half, k_half, v, idx, valid, Wc, bc, Wm, bm, Wh, bh = ctx.saved_tensors
-        qt, kt, has_t, args = ctx.kernel
+        qt, kt, has_t, args, acts = ctx.kernel
+        ctx.kernel = None  # the activations are freed once used (no double backward)
+        B, H, Tq, F = q_half.shape
+        Tk, d = v.shape[2], v.shape[3]
         dtype = q_half.dtype
-        ins = [_np(a) for a in (q_half, k_half, v, Wc, bc, Wm, bm, Wh, bh)]
-        d_in = [np.zeros(a.shape, dtype=a.dtype) for a in ins[:3]]  # q_half, k_half, v
-        d_w = [np.zeros(a.shape, dtype=np.float64) for a in ins[3:]]  # the weights, float64 sums
-        _backward_kernel(_np(grad_out.to(dtype)), *ins[:3], _np(idx), _np(valid), *ins[3:], qt, kt, has_t, *args,
+        q2, k2, v2 = _np(q_half).reshape(B * H * Tq, F), _np(k_half.to(dtype)).reshape(B * H * Tk, F), \
+            _np(v.to(dtype)).reshape(B * H * Tk, d)
+        weights = [_np(a.to(dtype)) for a in (Wc, bc, Wm, bm, Wh, bh)]
+        d_in = [np.zeros(a.shape, dtype=a.dtype) for a in (q2, k2, v2)]
+        d_w = [np.zeros(a.shape, dtype=np.float64) for a in weights]  # float64 sums
+        stored = acts is not None
+        if not stored:
+            acts = _activations(q2, 1, TILE_QUERIES * idx.shape[-1], F, Wc.shape[0], Wc.shape[1], Wm.shape[1])
+        _backward_kernel(_np(grad_out.to(dtype)), q2, k2, v2, _np(idx).reshape(B * H * Tq, -1),
+                         _np(valid).reshape(B * H * Tq, -1), Tq, Tk, H, *weights, qt, kt, has_t, *args, stored, *acts,
                          *d_in, *d_w)
-        grads = [torch.from_numpy(g) for g in d_in] + [None, None] + [torch.from_numpy(g).to(dtype) for g in d_w]
+        shapes = (q_half.shape, k_half.shape, v.shape)
+        grads = [torch.from_numpy(g).view(shape) for g, shape in zip(d_in, shapes)] + [None, None]
+        grads += [torch.from_numpy(g).to(dtype) for g in d_w]
         return (*grads, None, None, None, None, None, None)
 
 
@@ -600,4 +800,5 @@ def pair_attention(q_half: Tensor, k_half: Tensor, v: Tensor, idx: Tensor, valid
                                euler_steps)
 
 
-__all__ = ["MODE_IDS", "PairAttention", "applies", "available", "masked_topk", "pair_attention", "use_kernels"]
+__all__ = ["MODE_IDS", "PairAttention", "applies", "available", "float32_math", "pair_attention", "topk_exact",
+           "use_kernels"]
