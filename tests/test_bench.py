@@ -13,9 +13,9 @@ def test_bench_nac_tiny_rows_and_table():
     rows = bench_nac(sizes=(8,), block_sizes=(24,), repeats=2, peer=False, threads=1, verbose=False,
                      train_T=6, step_window=5, step_count=20)
     assert [(r["model"], r["task"], r["T"]) for r in rows] == [
-        ("ours-exact", "forward", 8), ("ours-blocks", "forward", 8), ("mha", "forward", 8), ("lstm", "forward", 8),
-        ("ours-blocks", "forward", 24),
-        ("ours-exact", "train", 6), ("mha", "train", 6), ("lstm", "train", 6),
+        ("ours-exact", "forward", 8), ("ours-torch", "forward", 8), ("ours-blocks", "forward", 8), ("mha", "forward", 8),
+        ("lstm", "forward", 8), ("ours-blocks", "forward", 24),
+        ("ours-exact", "train", 6), ("ours-torch", "train", 6), ("mha", "train", 6), ("lstm", "train", 6),
         ("ours-exact", "step", 5), ("mha", "step", 5), ("lstm", "step", 5)]
     for r in rows:
         assert set(r) == set(ROW_KEYS), r
@@ -32,7 +32,8 @@ def test_bench_nac_tiny_rows_and_table():
     buf = io.StringIO()
     print_table(rows, file=buf)
     out = buf.getvalue()
-    assert "ours exact ms" in out and "MHA ms" in out and "torch-nac ms" in out and "peak RSS" in out
+    assert "ours exact ms" in out and "ours torch ms" in out and "MHA ms" in out and "torch-nac ms" in out
+    assert "peak RSS" in out and "torch path" in out
     assert any(line.strip().startswith("24 |") for line in out.splitlines())
     assert "forward + backward, B=8, T=6" in out and "streaming step, ours-exact, window 5" in out
     assert "forward at most 1.5x MHA (T=8):" in out and "streaming step under 1 ms at p99" in out

@@ -4,7 +4,11 @@ Configuration: B=1, input_dim = d_model = 64, 4 heads, top-k 8, "exact" ODE mode
 ``torch.no_grad()`` on the CPU. The peers, measured in the same run:
 
 - ``mha``: ``torch.nn.MultiheadAttention(64, 4, batch_first=True)`` with a causal mask (the same
-  width and heads; torch's fused inference path);
+  width and heads), given in its fastest form: the float additive mask of
+  ``torch.nn.Transformer.generate_square_subsequent_mask`` with ``is_causal=True`` (torch's fused
+  scaled-dot-product kernel). A boolean mask sends it down a slower path: 1.4 ms against 0.5 ms at
+  T=256 and 39 ms against 4.4 ms at T=1024 (measured on the 2-core development CPU); this
+  benchmark used that boolean mask before, which flattered our ratios at long T;
 - ``lstm``: ``torch.nn.LSTM(64, 64, batch_first=True)``;
 - ``torch-nac``: the authors' PyTorch port (below).
 
@@ -24,7 +28,7 @@ Every (model, T) runs in a fresh Python subprocess, so one run's allocations, ca
 cannot leak into another's numbers. In the subprocess: imports, model construction, the input
 tensor and one forward on its first 4 steps (it absorbs torch's one-time allocations, about 7 MB,
 which would otherwise dominate short T) come first; then the resident-set high-water mark is reset (Linux ``/proc/self/clear_refs``
-``5``) and the resident set size (RSS) is read; then one warm-up forward and ``repeats`` timed
+``5``) and the resident set size (RSS) is read; then ``WARMUP`` warm-up forwards and ``repeats`` timed
 forwards run. Time is the median of the timed forwards (``time.perf_counter``). Peak memory is the
 kernel's peak RSS during the forwards (``getrusage(RUSAGE_SELF).ru_maxrss``, which the reset
 lowers too) minus the RSS before them, so it counts what the forward itself allocates.
@@ -76,7 +80,13 @@ PEER_VERSION = "0.0.2"
 DEFAULT_PEER_DIR = Path("~/.cache/nac-drive/peers/torch-nac-0.0.2").expanduser()
 PEER_KWARGS = dict(d_model=64, num_heads=4, topk=8, mode="exact", input_dim=64, return_sequences=True)
 OURS_KWARGS = dict(input_dim=64, d_model=64, num_heads=4, topk=8, mode="exact")
-MODELS = ("ours-exact", "ours-blocks", "mha", "lstm", "torch-nac")
+#: "ours-torch" is our exact layer with its fused CPU kernels switched off (agent.nn.nac_kernels):
+#: the torch path, for the kernels' speed-up measured in the same run
+MODELS = ("ours-exact", "ours-torch", "ours-blocks", "mha", "lstm", "torch-nac")
+#: untimed runs before the timed ones: torch's first calls at a new shape are slow (oneDNN and
+#: the allocator warm up: MHA's first five forwards at T=256 took 3.6, 2.4, 2.2, 1.7, 1.8 ms, then
+#: 1.3 ms), and our layer's first call loads its compiled kernels
+WARMUP = 3
 #: what a row measures: "forward" (B=1, no grad), "train" (forward + backward, B=8) or "step"
 TASKS = ("forward", "train", "step")
 TRAIN_BATCH = 8
@@ -171,17 +181,20 @@ def _build(model_name: str, causal_T: int):
         return model, model
     if model_name == "mha":
         model = torch.nn.MultiheadAttention(64, 4, batch_first=True)
-        mask = torch.triu(torch.ones(causal_T, causal_T, dtype=torch.bool), 1)
+        mask = torch.nn.Transformer.generate_square_subsequent_mask(causal_T)  # 0 / -inf, float
 
         def call(x):
-            return model(x, x, x, attn_mask=mask, need_weights=False)[0]
+            return model(x, x, x, attn_mask=mask, need_weights=False, is_causal=True)[0]
         return model, call
     if model_name == "lstm":
         model = torch.nn.LSTM(64, 64, batch_first=True)
         return model, lambda x: model(x)[0]
+    from agent.nn import nac_kernels
     from agent.nn.nac import NAC
 
-    model = NAC(**OURS_KWARGS, selector=model_name.split("-", 1)[1])
+    if model_name == "ours-torch":
+        nac_kernels.set_enabled(False)  # this subprocess measures the torch path
+    model = NAC(**OURS_KWARGS, selector="exact" if model_name == "ours-torch" else model_name.split("-", 1)[1])
     return model, model
 
 
@@ -256,7 +269,7 @@ def _worker(spec: dict) -> None:
         rss0 = _rss_kb()
         max0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
         with torch.set_grad_enabled(task == "train"):
-            for i in range(spec["repeats"] + 1):  # the first is a warm-up
+            for i in range(spec["repeats"] + WARMUP):
                 t0 = clock()
                 y = call(x)
                 if task == "train":
@@ -265,7 +278,7 @@ def _worker(spec: dict) -> None:
                 if tuple(y.shape) != (B, T, 64):
                     raise RuntimeError(f"unexpected output shape {tuple(y.shape)}")
                 del y
-                if i:
+                if i >= WARMUP:
                     row["times_ms"].append(dt)
         max1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         if reset and rss0 is not None:
@@ -382,7 +395,7 @@ def bench_nac(sizes=(16, 256, 1024), block_sizes=(4096, 16384), repeats: int = 3
         load1 = None
     plan = []  # (model, task, T, repeats)
     for T in all_T:
-        models = (["ours-exact"] if T in sizes else []) + ["ours-blocks"]
+        models = (["ours-exact", "ours-torch"] if T in sizes else []) + ["ours-blocks"]
         models += [m for m in ("mha", "lstm") if m in baselines and T in sizes]
         for model in models:
             plan.append((model, "forward", T, repeats))
@@ -390,7 +403,8 @@ def bench_nac(sizes=(16, 256, 1024), block_sizes=(4096, 16384), repeats: int = 3
             plan.append(("torch-nac", "forward", T, peer_repeats if peer_repeats is not None
                          else (repeats if T < 256 else 1)))
     if train_T is not None:
-        plan += [(m, "train", train_T, repeats) for m in ["ours-exact", *[b for b in ("mha", "lstm") if b in baselines]]]
+        plan += [(m, "train", train_T, repeats)
+                 for m in ["ours-exact", "ours-torch", *[b for b in ("mha", "lstm") if b in baselines]]]
     if step_window is not None:
         plan += [(m, "step", step_window, step_count) for m in ["ours-exact", *[b for b in ("mha", "lstm")
                                                                                 if b in baselines]]]
@@ -442,7 +456,7 @@ def print_table(rows: list[dict], file=None) -> None:
     p(f"NAC layer benchmark: input_dim=d_model=64, 4 heads, top-k 8, exact mode, CPU, threads "
       f"{','.join(map(str, threads)) or '?'}, clock {'/'.join(clocks)} "
       f"({'CPU time of the measuring thread' if clocks == ['cpu'] else 'wall time'})")
-    p(f"forward: B=1, torch.no_grad, median ms of {'/'.join(map(str, our_reps)) or '?'} forwards after 1 warm-up "
+    p(f"forward: B=1, torch.no_grad, median ms of {'/'.join(map(str, our_reps)) or '?'} forwards after {WARMUP} warm-ups "
       f"(torch-nac: {'/'.join(map(str, peer_reps)) or '-'}); each (model, task, T) in a fresh subprocess")
     p(f"memory: MB, {'; '.join(methods) or 'peak RSS delta'}")
     loads = [r["load1"] for r in rows if r.get("load1") is not None]
@@ -462,24 +476,28 @@ def print_table(rows: list[dict], file=None) -> None:
     def ratio(a, b):
         return f"{a / b:.2f}x" if a is not None and b else "-"
 
-    cols = [("T", 6), ("ours exact ms", 13), ("ours blocks ms", 14), ("MHA ms", 8), ("LSTM ms", 8),
-            ("torch-nac ms", 12), ("exact/MHA", 9), ("blocks/MHA", 10), ("blocks/exact", 12), ("peer/exact", 10),
-            ("exact MB", 8), ("blocks MB", 9), ("MHA MB", 7), ("torch-nac MB", 12)]
+    cols = [("T", 6), ("ours exact ms", 13), ("ours torch ms", 13), ("ours blocks ms", 14), ("MHA ms", 8),
+            ("LSTM ms", 8), ("torch-nac ms", 12), ("exact/MHA", 9), ("torch/exact", 11), ("blocks/MHA", 10),
+            ("blocks/exact", 12), ("peer/exact", 10), ("exact MB", 8), ("blocks MB", 9), ("MHA MB", 7),
+            ("torch-nac MB", 12)]
     p(" | ".join(name.rjust(w) for name, w in cols))
     p("-+-".join("-" * w for _, w in cols))
     for T in Ts:
-        te, tb, tm, tl, tp = (t(m, T) for m in ("ours-exact", "ours-blocks", "mha", "lstm", "torch-nac"))
-        vals = [str(T), _fmt(te, ".2f"), _fmt(tb, ".2f"), _fmt(tm, ".2f"), _fmt(tl, ".2f"), _fmt(tp, ".1f"),
-                ratio(te, tm), ratio(tb, tm), ratio(tb, te), ratio(tp, te),
+        te, tt, tb, tm, tl, tp = (t(m, T) for m in ("ours-exact", "ours-torch", "ours-blocks", "mha", "lstm",
+                                                    "torch-nac"))
+        vals = [str(T), _fmt(te, ".2f"), _fmt(tt, ".2f"), _fmt(tb, ".2f"), _fmt(tm, ".2f"), _fmt(tl, ".2f"),
+                _fmt(tp, ".1f"), ratio(te, tm), ratio(tt, te), ratio(tb, tm), ratio(tb, te), ratio(tp, te),
                 _fmt(mb("ours-exact", T), ".1f"), _fmt(mb("ours-blocks", T), ".1f"), _fmt(mb("mha", T), ".1f"),
                 _fmt(mb("torch-nac", T), ".1f")]
         p(" | ".join(v.rjust(w) for v, (_, w) in zip(vals, cols)))
     train = [r for r in rows if r.get("task") == "train"]
     for T in sorted({r["T"] for r in train}):
-        te, tm, tl = (t(m, T, "train") for m in ("ours-exact", "mha", "lstm"))
-        p(f"forward + backward, B={TRAIN_BATCH}, T={T}: ours exact {_fmt(te, '.1f')} ms, MHA {_fmt(tm, '.1f')} ms, "
-          f"LSTM {_fmt(tl, '.1f')} ms; ours/MHA {ratio(te, tm)}, ours/LSTM {ratio(te, tl)}; peak MB ours "
-          f"{_fmt(mb('ours-exact', T, 'train'), '.1f')}, MHA {_fmt(mb('mha', T, 'train'), '.1f')}")
+        te, tt, tm, tl = (t(m, T, "train") for m in ("ours-exact", "ours-torch", "mha", "lstm"))
+        p(f"forward + backward, B={TRAIN_BATCH}, T={T}: ours exact {_fmt(te, '.1f')} ms (torch path "
+          f"{_fmt(tt, '.1f')} ms), MHA {_fmt(tm, '.1f')} ms, LSTM {_fmt(tl, '.1f')} ms; ours/MHA {ratio(te, tm)}, "
+          f"ours/LSTM {ratio(te, tl)}, torch path/ours {ratio(tt, te)}; peak MB ours "
+          f"{_fmt(mb('ours-exact', T, 'train'), '.1f')} (torch path {_fmt(mb('ours-torch', T, 'train'), '.1f')}), "
+          f"MHA {_fmt(mb('mha', T, 'train'), '.1f')}")
     for r in [r for r in rows if r.get("task") == "step" and r.get("time_ms") is not None]:
         p(f"streaming step, {r['model']}, window {r['T']}: p50 {r['time_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms "
           f"over {len(r['times_ms'])} steps")

@@ -7,9 +7,10 @@ and pays the dispatcher's per-op cost. Issue 12 measured the layer at 5.5x torch
 whole pair computation of one query in registers, so each pair's inter, command and motor
 activity never becomes a tensor:
 
-- :func:`masked_topk`: the exact selector's ranking step. Given the scores q . k (computed by
-  torch's matrix product, which is faster than any loop here), keep the K best allowed keys of
-  every query (causal and key-mask rules as :func:`agent.nn.nac.select_topk_exact`).
+- :func:`topk_exact`: the exact selector's ranking. For each query, its scores q . k over the
+  allowed keys (a row at a time, no (Tq, Tk) matrix), and their K highest found by bisection on a
+  threshold (vectorised counts, no per-key branch; causal and key-mask rules as
+  :func:`agent.nn.nac.select_topk_exact`).
 - :class:`PairAttention`: given the selected keys, the first backbone layer's query and key halves
   (see :meth:`agent.nn.nac.NAC._pair_weights`) and the values, compute for every kept pair
   inter -> command -> motor -> (phi, omega), the time gate, the ODE logit (steady / exact /
@@ -60,18 +61,23 @@ def available() -> bool:
     return numba is not None and _ENABLED
 
 
+def set_enabled(enabled: bool) -> bool:
+    """Switch the kernels on (where they apply) or off for this process; returns the previous
+    setting. Not thread-safe: a module-wide switch (benchmarks and tests compare the two paths)."""
+    global _ENABLED
+    before, _ENABLED = _ENABLED, bool(enabled)
+    return before
+
+
 @contextlib.contextmanager
 def use_kernels(enabled: bool):
     """Within this block, the NAC layer uses the kernels (``True``, where they apply) or its torch
-    path (``False``). The previous setting is restored afterwards. Not thread-safe: it sets a
-    module-wide switch (benchmarks and tests use it to compare the two paths)."""
-    global _ENABLED
-    before = _ENABLED
-    _ENABLED = bool(enabled)
+    path (``False``); the previous setting is restored afterwards (see :func:`set_enabled`)."""
+    before = set_enabled(enabled)
     try:
         yield
     finally:
-        _ENABLED = before
+        set_enabled(before)
 
 
 def applies(*tensors: Tensor) -> bool:
@@ -340,7 +346,7 @@ def float32_math(x: np.ndarray) -> dict[str, np.ndarray]:
 
 
 #: queries per tile: a tile holds their TILE_QUERIES * K pairs, over which the loops vectorise
-TILE_QUERIES = 16
+TILE_QUERIES = 32
 
 
 @_jit
@@ -546,13 +552,12 @@ def _forward_kernel(q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh,
 
 @_jit
 def _backward_kernel(grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_times,
-                     has_t, mode, delta_t, eps, n_euler, stored, krow_a, pre_a, inter_a, command_a, motor_a,
+                     has_t, mode, delta_t, eps, n_euler, krow_a, pre_a, inter_a, command_a, motor_a,
                      gates_a, phi_a, omega_a, tg_a, age_a, logit_a,
                      d_q2, d_k2, d_v2, dWc, dbc, dWm, dbm, dWh, dbh):  # pragma: no cover - compiled
     """Gradients of sum(grad_out * out) with respect to q2, k2, v2 and the backbone's weights
-    (accumulated into the zeroed d_* arrays; float64 accumulators for the weights). With
-    ``stored``, the *_a arrays hold the forward's activations of every tile; else they are one
-    tile's work arrays and each tile's pairs are recomputed."""
+    (accumulated into the zeroed d_* arrays; float64 accumulators for the weights), from the
+    forward's activations of every tile (the *_a arrays, kept by :func:`_forward_kernel`)."""
     R, F = q2.shape
     K = idx2.shape[1]
     d = v2.shape[1]
@@ -562,19 +567,13 @@ def _backward_kernel(grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, 
     d_pre, d_pc, d_pm, _, _, _, d_w, d_tg, d_alpha, d_beta, d_aphi, d_aom = _scratch(q2, P, Ni, Nc, Nm, 1)
     weight, shift, keep = np.empty(P), np.empty(P), np.empty(P)
     wdw_all = np.empty(P)
-    cast = np.empty(1, dtype=q2.dtype)
     euler_a = np.empty(max(n_euler, 1))
     for r0 in range(0, R, TILE_QUERIES):
         nq = min(TILE_QUERIES, R - r0)
         n = nq * K
-        t = r0 // TILE_QUERIES if stored else 0
-        krow, pre, inter, command, motor, gates = krow_a[t], pre_a[t], inter_a[t], command_a[t], motor_a[t], \
-            gates_a[t]
+        t = r0 // TILE_QUERIES
+        krow, inter, command, motor, gates = krow_a[t], inter_a[t], command_a[t], motor_a[t], gates_a[t]
         phi, omega, tg, age, logit = phi_a[t], omega_a[t], tg_a[t], age_a[t], logit_a[t]
-        if not stored:
-            _tile_forward(r0, nq, q2, k2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_times, has_t,
-                          mode, delta_t, eps, n_euler, krow, pre, inter, command, motor, gates, cast,
-                          phi, omega, tg, age, logit)
         _tile_softmax(r0, nq, valid2, logit, shift, keep, weight, q2)
         for qi in range(nq):
             r = r0 + qi
@@ -613,7 +612,7 @@ def _backward_kernel(grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, 
                 dom = -dl * pp / (w * w)
                 dtau = 0.0
             elif mode == 1:
-                em1 = _expm1(-w * tau, pre)
+                em1 = _expm1(-w * tau, q2)
                 dp = dl * -em1 / w
                 dom = dl * (pp / (w * w) * em1 + pp / w * tau * (em1 + 1.0))
                 dtau = dl * pp * (em1 + 1.0)
@@ -638,7 +637,7 @@ def _backward_kernel(grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, 
             d_alpha[p] = d_pre_t * age[p]
             d_beta[p] = d_pre_t
             d_aphi[p] = dp * pp * (1.0 - pp)
-            d_aom[p] = dom * _sigmoid(gates[1, p], pre)  # softplus' derivative
+            d_aom[p] = dom * _sigmoid(gates[1, p], q2)  # softplus' derivative
         # the heads, then the backbone, vectorised over the tile's pairs
         a0 = 0.0
         a1 = 0.0
@@ -771,7 +770,9 @@ class PairAttention(torch.autograd.Function):
     def backward(ctx, grad_out):
         q_half, k_half, v, idx, valid, Wc, bc, Wm, bm, Wh, bh = ctx.saved_tensors
         qt, kt, has_t, args, acts = ctx.kernel
-        ctx.kernel = None  # the activations are freed once used (no double backward)
+        if acts is None:
+            raise RuntimeError("PairAttention's forward ran without autograd (no input needed a gradient), so it "
+                               "kept no activations for a backward")
         B, H, Tq, F = q_half.shape
         Tk, d = v.shape[2], v.shape[3]
         dtype = q_half.dtype
@@ -780,11 +781,8 @@ class PairAttention(torch.autograd.Function):
         weights = [_np(a.to(dtype)) for a in (Wc, bc, Wm, bm, Wh, bh)]
         d_in = [np.zeros(a.shape, dtype=a.dtype) for a in (q2, k2, v2)]
         d_w = [np.zeros(a.shape, dtype=np.float64) for a in weights]  # float64 sums
-        stored = acts is not None
-        if not stored:
-            acts = _activations(q2, 1, TILE_QUERIES * idx.shape[-1], F, Wc.shape[0], Wc.shape[1], Wm.shape[1])
         _backward_kernel(_np(grad_out.to(dtype)), q2, k2, v2, _np(idx).reshape(B * H * Tq, -1),
-                         _np(valid).reshape(B * H * Tq, -1), Tq, Tk, H, *weights, qt, kt, has_t, *args, stored, *acts,
+                         _np(valid).reshape(B * H * Tq, -1), Tq, Tk, H, *weights, qt, kt, has_t, *args, *acts,
                          *d_in, *d_w)
         shapes = (q_half.shape, k_half.shape, v.shape)
         grads = [torch.from_numpy(g).view(shape) for g, shape in zip(d_in, shapes)] + [None, None]
@@ -800,5 +798,5 @@ def pair_attention(q_half: Tensor, k_half: Tensor, v: Tensor, idx: Tensor, valid
                                euler_steps)
 
 
-__all__ = ["MODE_IDS", "PairAttention", "applies", "available", "float32_math", "pair_attention", "topk_exact",
-           "use_kernels"]
+__all__ = ["MODE_IDS", "PairAttention", "applies", "available", "float32_math", "pair_attention", "set_enabled",
+           "topk_exact", "use_kernels"]

@@ -1,0 +1,218 @@
+"""The NAC layer's fused CPU kernels (agent/nn/nac_kernels.py) against its torch path.
+
+Both paths compute the same function: outputs and every gradient are compared in float64 (to
+rounding) and float32 (to float32's precision), for each ODE mode and selector, with and without
+timestamps and key masks, through the full layer, its streaming step and the policy cores. The
+exact selector's ranking, the backward (against finite differences) and the float32 scalar
+approximations are tested on their own."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from agent.nn import nac_kernels
+from agent.nn.nac import NAC, select_topk_blocks, select_topk_exact
+
+pytestmark = pytest.mark.skipif(not nac_kernels.available(), reason="numba is not installed")
+
+MODES = ("steady", "exact", "euler")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _layer(dtype, seed=0, **kw) -> NAC:
+    torch.manual_seed(seed)
+    cfg = dict(input_dim=12, d_model=16, num_heads=4, topk=4, mode="exact", seed=3)
+    cfg.update(kw)
+    return NAC(**cfg).to(dtype)
+
+
+def _inputs(dtype, B=2, T=19, seed=1, with_t=True, with_mask=True):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(B, T, 12, generator=g, dtype=torch.float64).to(dtype)
+    t = torch.cumsum(0.02 + 0.1 * torch.rand(B, T, generator=g, dtype=torch.float64), 1) if with_t else None
+    mask = None
+    if with_mask:
+        mask = torch.rand(B, T, generator=g) > 0.25
+        mask[:, 0] = True
+    return x, t, mask
+
+
+def _run(m: NAC, x, t, mask, kernels: bool):
+    """Output and the gradients of a fixed scalar of it w.r.t. x and every parameter."""
+    m.zero_grad()
+    x = x.clone().requires_grad_()
+    with nac_kernels.use_kernels(kernels):
+        y = m(x, t, mask)
+    w = torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y)
+    (y * w).sum().backward()
+    return y.detach(), x.grad, {n: p.grad.clone() for n, p in m.named_parameters()}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("selector", ("exact", "blocks"))
+@pytest.mark.parametrize("with_t,with_mask", [(False, False), (True, False), (False, True), (True, True)])
+def test_kernels_equal_the_torch_path_in_float64(mode, selector, with_t, with_mask):
+    m = _layer(torch.float64, mode=mode, selector=selector)
+    x, t, mask = _inputs(torch.float64, with_t=with_t, with_mask=with_mask)
+    y_k, gx_k, gp_k = _run(m, x, t, mask, kernels=True)
+    y_t, gx_t, gp_t = _run(m, x, t, mask, kernels=False)
+    torch.testing.assert_close(y_k, y_t, atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(gx_k, gx_t, atol=1e-12, rtol=1e-10)
+    assert gp_k.keys() == gp_t.keys()
+    for name in gp_t:
+        torch.testing.assert_close(gp_k[name], gp_t[name], atol=1e-11, rtol=1e-9, msg=name)
+    assert any(g.abs().max() > 0 for g in gp_k.values())  # the gradients are not trivially zero
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_kernels_equal_the_torch_path_in_float32(mode):
+    m = _layer(torch.float32, mode=mode)
+    x, t, mask = _inputs(torch.float32)
+    y_k, gx_k, gp_k = _run(m, x, t, mask, kernels=True)
+    y_t, gx_t, gp_t = _run(m, x, t, mask, kernels=False)
+    torch.testing.assert_close(y_k, y_t, atol=2e-6, rtol=1e-4)
+    torch.testing.assert_close(gx_k, gx_t, atol=2e-6, rtol=1e-4)
+    for name in gp_t:
+        scale = gp_t[name].abs().max().clamp(min=1e-3)
+        assert (gp_k[name] - gp_t[name]).abs().max() <= 1e-4 * scale, name
+
+
+def test_kernels_run_where_they_apply_and_the_switch_turns_them_off():
+    q = torch.zeros(1, 1, 2, 4)
+    assert nac_kernels.applies(q, q)
+    assert not nac_kernels.applies(q.half(), q.half())  # half precision: torch path
+    assert not nac_kernels.applies(q, q.double())  # mixed dtypes: torch path
+    with nac_kernels.use_kernels(False):
+        assert not nac_kernels.applies(q, q)
+    assert nac_kernels.applies(q, q)
+    # the layer still works where the kernels do not apply (its torch path)
+    m = _layer(torch.float32)
+    x, t, mask = _inputs(torch.float32)
+    with torch.no_grad():
+        y = m(x, t, mask)
+        y_bf16 = m.to(torch.bfloat16)(x.to(torch.bfloat16), t, mask)
+    torch.testing.assert_close(y_bf16.float(), y, atol=0.1, rtol=0.1)
+
+
+@pytest.mark.parametrize("with_t", [False, True])
+def test_streaming_step_through_the_kernels_equals_the_forward(with_t):
+    m = _layer(torch.float64, mode="euler").eval()
+    x, t, _ = _inputs(torch.float64, B=3, T=11, with_t=with_t, with_mask=False)
+    with torch.no_grad():
+        y = m(x, t)
+        cache, steps = None, []
+        for i in range(x.shape[1]):
+            yi, cache = m.step(x[:, i], cache, None if t is None else t[:, i])
+            steps.append(yi)
+    torch.testing.assert_close(torch.stack(steps, 1), y, atol=1e-12, rtol=1e-10)
+
+
+def test_long_sequences_in_query_chunks_equal_one_pass(monkeypatch):
+    import agent.nn.nac as nac_module
+
+    m = _layer(torch.float64).eval()
+    x, t, mask = _inputs(torch.float64, T=40)
+    with torch.no_grad():
+        y_whole = m(x, t, mask)
+        monkeypatch.setattr(nac_module, "ATTEND_QUERY_CHUNK", 7)
+        y_chunks = m(x, t, mask)
+    torch.testing.assert_close(y_chunks, y_whole, atol=1e-13, rtol=0)
+
+
+def test_pair_attention_backward_matches_finite_differences():
+    """gradcheck of the fused backward on its own (float64, every differentiable input)."""
+    g = torch.Generator().manual_seed(0)
+    B, H, Tq, Tk, d, K, Ni, Nc, Nm = 1, 2, 5, 5, 3, 3, 4, 3, 2
+    F = Ni + 2
+    r = lambda *s: (0.7 * torch.randn(*s, generator=g, dtype=torch.float64)).requires_grad_()  # noqa: E731
+    q_half, k_half, v = r(B, H, Tq, F), r(B, H, Tk, F), r(B, H, Tk, d)
+    Wc, bc, Wm, bm, Wh, bh = r(Ni, Nc), r(Nc), r(Nc, Nm), r(Nm), r(Nm, 2), r(2)
+    qpos = torch.arange(Tq)
+    scores = torch.randn(B, H, Tq, Tk, generator=g)
+    idx, valid = select_topk_exact(scores[..., :1].expand(B, H, Tq, 1).contiguous().double(),
+                                   torch.randn(B, H, Tk, 1, generator=g, dtype=torch.float64), K, qpos)
+    times = torch.cumsum(torch.rand(B, Tk, generator=g, dtype=torch.float64), 1)
+    for mode in MODES:
+        for qt, kt in ((None, None), (times, times)):
+            def f(*a):
+                return nac_kernels.pair_attention(*a[:3], idx, valid, a[3:], qt, kt, mode, 0.8, 0.01, 4)
+            assert torch.autograd.gradcheck(f, (q_half, k_half, v, Wc, bc, Wm, bm, Wh, bh), eps=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("T,K", [(1, 4), (3, 4), (30, 4), (257, 8)])
+def test_topk_exact_kernel_selects_what_torch_topk_selects(causal, T, K):
+    g = torch.Generator().manual_seed(T)
+    for dtype in (torch.float32, torch.float64):
+        q = torch.randn(2, 3, T, 5, generator=g).to(dtype)
+        k = torch.randn(2, 3, T, 5, generator=g).to(dtype)
+        mask = torch.rand(2, T, generator=g) > 0.3
+        for key_mask in (None, mask):
+            qpos = torch.arange(T)
+            idx, valid = select_topk_exact(q, k, K, qpos, key_mask, causal)
+            with nac_kernels.use_kernels(False):
+                idx_t, valid_t = select_topk_exact(q, k, K, qpos, key_mask, causal)
+            assert idx.shape == idx_t.shape == (2, 3, T, min(K, T)) and idx.dtype == torch.int64
+            assert torch.equal(valid, valid_t)
+            # the same keys, highest score first
+            assert torch.equal(idx[valid], idx_t[valid])
+
+
+def test_topk_exact_ties_go_to_the_earlier_key_and_blocked_keys_never_count():
+    # identical keys: every score ties, so the K earliest allowed keys are kept, in index order
+    q = torch.ones(1, 1, 6, 2)
+    k = torch.ones(1, 1, 6, 2)
+    key_mask = torch.tensor([[True, False, True, True, True, True]])
+    idx, valid = nac_kernels.topk_exact(q, k, 3, torch.arange(6), key_mask, causal=True)
+    assert idx[0, 0, 5].tolist() == [0, 2, 3] and valid[0, 0, 5].all()
+    assert idx[0, 0, 1, :1].tolist() == [0] and valid[0, 0, 1].tolist() == [True, False, False]
+    # a NaN score is never kept; -inf scores count as missing keys
+    k2 = k.clone()
+    k2[0, 0, 2] = float("nan")
+    idx, valid = nac_kernels.topk_exact(q, k2, 3, torch.arange(6), None, causal=True)
+    assert 2 not in idx[0, 0, 5][valid[0, 0, 5]].tolist()
+    assert valid[0, 0, 2].tolist() == [True, True, False]
+
+
+def test_float32_scalar_approximations_are_accurate():
+    x = np.linspace(-30, 30, 20001).astype(np.float32)
+    got = nac_kernels.float32_math(x)
+    x64 = x.astype(np.float64)
+    tanh = np.tanh(x64)
+    assert np.abs(got["tanh"] - tanh).max() < 3e-7
+    small = np.abs(x64) < 80
+    assert np.max(np.abs(got["exp"] / np.exp(x64) - 1)[small]) < 1e-8
+    assert np.max(np.abs(got["expm1"] - np.expm1(x64)) / np.maximum(np.abs(np.expm1(x64)), 1e-30)) < 1e-8
+    assert np.abs(got["sigmoid"] - 1 / (1 + np.exp(-x64))).max() < 1e-8
+    softplus = torch.nn.functional.softplus(torch.from_numpy(x64)).numpy()
+    assert np.abs(got["softplus"] - softplus).max() < 1e-8
+    # near 0, expm1 keeps its relative precision (no cancellation)
+    tiny = np.array([1e-6, -3e-5, 2e-3], np.float32)
+    assert np.allclose(nac_kernels.float32_math(tiny)["expm1"], np.expm1(tiny.astype(np.float64)), rtol=1e-6,
+                       atol=0)
+
+
+def test_blocks_selector_feeds_the_kernels_the_same_pairs():
+    """The blocks selector stays in torch; its selection goes through the same pair kernel."""
+    m = _layer(torch.float64, selector="blocks", topk=3).eval()
+    x, t, mask = _inputs(torch.float64, T=37)
+    q, k, _ = m.project(x)
+    idx, valid = select_topk_blocks(q, k, 3, torch.arange(37), mask)
+    assert valid.any()
+    with torch.no_grad():
+        y_k = m(x, t, mask)
+        with nac_kernels.use_kernels(False):
+            y_t = m(x, t, mask)
+    torch.testing.assert_close(y_k, y_t, atol=1e-12, rtol=1e-10)
+    assert math.isfinite(float(y_k.abs().sum()))
