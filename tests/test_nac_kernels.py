@@ -169,6 +169,24 @@ def test_topk_exact_kernel_selects_what_torch_topk_selects(causal, T, K):
             assert torch.equal(idx[valid], idx_t[valid])
 
 
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("T,K,block_size,n_blocks", [(1, 4, None, None), (10, 4, None, None), (100, 8, None, None),
+                                                     (300, 8, None, None), (64, 8, 8, 3), (50, 3, 64, 1)])
+def test_topk_blocks_kernel_selects_what_the_torch_blocks_selector_selects(causal, T, K, block_size, n_blocks):
+    g = torch.Generator().manual_seed(T + K)
+    q = torch.randn(2, 3, T, 6, generator=g)
+    k = torch.randn(2, 3, T, 6, generator=g)
+    mask = torch.rand(2, T, generator=g) > 0.3
+    for key_mask in (None, mask):
+        qpos = torch.arange(T)
+        kw = dict(causal=causal, block_size=block_size, n_blocks=n_blocks)
+        idx, valid = select_topk_blocks(q, k, K, qpos, key_mask, **kw)
+        with nac_kernels.use_kernels(False):
+            idx_t, valid_t = select_topk_blocks(q, k, K, qpos, key_mask, **kw)
+        assert idx.shape == idx_t.shape and torch.equal(valid, valid_t)
+        assert torch.equal(idx[valid], idx_t[valid])
+
+
 def test_topk_exact_ties_go_to_the_earlier_key_and_blocked_keys_never_count():
     # identical keys: every score ties, so the K earliest allowed keys are kept, in index order
     q = torch.ones(1, 1, 6, 2)

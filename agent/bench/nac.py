@@ -26,8 +26,9 @@ How it is measured
 ------------------
 Every (model, T) runs in a fresh Python subprocess, so one run's allocations, caches and imports
 cannot leak into another's numbers. In the subprocess: imports, model construction, the input
-tensor and one forward on its first 4 steps (it absorbs torch's one-time allocations, about 7 MB,
-which would otherwise dominate short T) come first; then the resident-set high-water mark is reset (Linux ``/proc/self/clear_refs``
+tensor and one run (forward, or forward + backward for the train rows) on one sequence's first 4
+steps (it absorbs the one-time allocations: torch's, about 7 MB, and the tens of MB of Numba's JIT
+loading our layer's compiled kernels, which would otherwise dominate short T) come first; then the resident-set high-water mark is reset (Linux ``/proc/self/clear_refs``
 ``5``) and the resident set size (RSS) is read; then ``WARMUP`` warm-up forwards and ``repeats`` timed
 forwards run. Time is the median of the timed forwards (``time.perf_counter``). Peak memory is the
 kernel's peak RSS during the forwards (``getrusage(RUSAGE_SELF).ru_maxrss``, which the reset
@@ -260,10 +261,14 @@ def _worker(spec: dict) -> None:
             row["p99_ms"] = float(torch.tensor(row["times_ms"]).quantile(0.99))
             print(_RESULT_TAG + json.dumps(row), flush=True)
             return
-        if task == "forward":
-            prime = _build(spec["model"], min(4, T))[1] if spec["model"] == "mha" else call
-            with torch.no_grad():
-                prime(x[:, :4])  # primes torch's one-time allocations (thread pools, kernels): ~7 MB
+        # a tiny run first primes the one-time allocations (torch's thread pools and kernels, about
+        # 7 MB; our layer's compiled kernels, loaded by Numba's LLVM JIT, tens of MB), which would
+        # otherwise count as the memory of the measured runs
+        prime = _build(spec["model"], min(4, T))[1] if spec["model"] == "mha" else call
+        with torch.set_grad_enabled(task == "train"):
+            y = prime(x[:1, :4])
+            if task == "train":
+                y.sum().backward()
         gc.collect()
         reset = _reset_peak_rss()
         rss0 = _rss_kb()

@@ -374,6 +374,8 @@ def select_topk_blocks(q: Tensor, k: Tensor, topk: int, qpos: Tensor, key_mask: 
     nb = math.ceil(Tk / bs)
     m = min(nb, n_blocks or (math.ceil(topk / bs) + 1))
     K = min(topk, Tk)
+    if nac_kernels.applies(q, k):  # the same selection in one kernel, a query at a time
+        return nac_kernels.topk_blocks(q, k, K, qpos, key_mask, causal, bs, m)
     pad = nb * bs - Tk
     kmask = key_mask if key_mask is not None else torch.ones(B, Tk, dtype=torch.bool, device=device)
     kb = F.pad(k, (0, 0, 0, pad)).view(B, H, nb, bs, d)  # (B, H, nb, bs, d)

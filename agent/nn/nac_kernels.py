@@ -207,6 +207,95 @@ def _topk_exact_kernel(q, kT, qpos, key_mask, has_mask, causal, K, idx, valid): 
                     out_i[t] = keys[t] if t < n else 0
 
 
+@_jit
+def _topk_blocks_kernel(q, kT, qpos, key_mask, has_mask, causal, K, bs, m, idx, valid):  # pragma: no cover
+    """The blocks selector (see :func:`topk_blocks`) for q (B, H, Tq, d) and kT (B, H, d, Tk):
+    writes idx / valid (B, H, Tq, K)."""
+    B, H, Tq, d = q.shape
+    Tk = kT.shape[3]
+    nb = (Tk + bs - 1) // bs
+    cent = np.empty((nb, d), dtype=q.dtype)
+    count = np.empty(nb, dtype=np.int64)
+    bbuf = np.empty(nb, dtype=q.dtype)
+    bvals = np.empty(max(m, 1), dtype=q.dtype)
+    bkeys = np.empty(max(m, 1), dtype=np.int64)
+    cbuf = np.empty(m * bs, dtype=q.dtype)
+    cpos = np.empty(m * bs, dtype=np.int64)
+    vals = np.empty(K, dtype=q.dtype)
+    keys = np.empty(K, dtype=np.int64)
+    for b in range(B):
+        for h in range(H):
+            kb = kT[b, h]
+            # block centroids: the mean of each block's valid keys; |q . c| <= |q| max |c|
+            c2max = 0.0
+            k2max = 0.0
+            for blk in range(nb):
+                n = 0
+                for e in range(d):
+                    cent[blk, e] = 0.0
+                for j in range(blk * bs, min(Tk, blk * bs + bs)):
+                    if has_mask and not key_mask[b, j]:
+                        continue
+                    n += 1
+                    s2 = 0.0
+                    for e in range(d):
+                        cent[blk, e] += kb[e, j]
+                        s2 += kb[e, j] * kb[e, j]
+                    k2max = max(k2max, s2)
+                count[blk] = n
+                s2 = 0.0
+                for e in range(d):
+                    cent[blk, e] /= max(n, 1)
+                    s2 += cent[blk, e] * cent[blk, e]
+                c2max = max(c2max, s2)
+            for i in range(Tq):
+                qi = q[b, h, i]
+                q2 = 0.0
+                for e in range(d):
+                    q2 += qi[e] * qi[e]
+                pos = qpos[i]
+                own = pos // bs
+                # the blocks: a query's own block when causal, plus the best n_other by centroid score
+                for blk in range(nb):
+                    ok = count[blk] > 0 and (not causal or blk < own)
+                    if ok:
+                        acc = 0.0
+                        for e in range(d):
+                            acc += qi[e] * cent[blk, e]
+                        bbuf[blk] = acc
+                    else:
+                        bbuf[blk] = -np.inf
+                nsel = 0
+                if causal:
+                    bkeys[0] = own
+                    nsel = 1
+                n_other = m - 1 if causal else m
+                if n_other > 0:
+                    nfound = _row_topk(bbuf, nb, n_other, math.sqrt(q2 * c2max) * (1.0 + 1e-4) + 1e-30,
+                                       bkeys[nsel:], bvals[nsel:])
+                    nsel += nfound
+                # the candidate keys of the chosen blocks, scored; then the K best of them
+                nc = 0
+                for t in range(nsel):
+                    blk = bkeys[t]
+                    for j in range(blk * bs, min(Tk, blk * bs + bs)):
+                        cpos[nc] = j
+                        if (has_mask and not key_mask[b, j]) or (causal and j > pos):
+                            cbuf[nc] = -np.inf
+                        else:
+                            acc = 0.0
+                            for e in range(d):
+                                acc += qi[e] * kb[e, j]
+                            cbuf[nc] = acc if acc == acc else -np.inf
+                        nc += 1
+                n = _row_topk(cbuf, nc, K, math.sqrt(q2 * k2max) * (1.0 + 1e-4) + 1e-30, keys, vals)
+                out_i = idx[b, h, i]
+                out_v = valid[b, h, i]
+                for t in range(K):
+                    out_v[t] = t < n
+                    out_i[t] = cpos[keys[t]] if t < n else 0
+
+
 # Scalar math of the kernels. Each function takes ``like``, an array of the compute dtype: for
 # float32 work it is a fast approximation written in plain arithmetic (so the loops over pairs
 # vectorise; libm's scalar exp and tanh calls would not), accurate well inside float32's
@@ -706,6 +795,36 @@ def topk_exact(q: Tensor, k: Tensor, K: int, qpos: Tensor, key_mask: Tensor | No
     return torch.from_numpy(idx), torch.from_numpy(valid)
 
 
+def topk_blocks(q: Tensor, k: Tensor, K: int, qpos: Tensor, key_mask: Tensor | None, causal: bool,
+                block_size: int, n_blocks: int) -> tuple[Tensor, Tensor]:
+    """The blocks selector (paper Section 2.3, Algorithm 2) in one kernel, a query at a time.
+
+    The same selection as :func:`agent.nn.nac.select_topk_blocks`: keys in blocks of
+    ``block_size``; each query scores the block centroids (means of the valid keys), keeps
+    ``n_blocks`` blocks (when causal: its own block, plus the best ``n_blocks - 1`` among the
+    blocks that end before it) and takes the exact top-K keys inside them. Working memory is
+    O(Tk d) for the centroids plus O(n_blocks block_size) per query.
+
+    Args:
+        q: (B, H, Tq, d), k: (B, H, Tk, d), float32/float64 on the CPU.
+        K: keys kept per query, at most Tk.
+        qpos, key_mask, causal: as :func:`topk_exact`.
+        block_size: keys per block (>= 1); n_blocks: blocks kept per query (>= 1, <= the number
+            of blocks).
+
+    Returns:
+        indices (B, H, Tq, K) int64 (highest score first; invalid slots hold 0) and valid
+        (B, H, Tq, K) bool; ties go to the earlier block and key.
+    """
+    B, H, Tq, _ = q.shape
+    idx = np.empty((B, H, Tq, K), dtype=np.int64)
+    valid = np.empty((B, H, Tq, K), dtype=np.bool_)
+    mask = _np(key_mask.to(torch.bool)) if key_mask is not None else np.ones((1, 1), dtype=np.bool_)
+    _topk_blocks_kernel(_np(q), _np(k.transpose(-1, -2)), _np(qpos.to(torch.int64)), mask, key_mask is not None,
+                        bool(causal), int(K), int(block_size), int(n_blocks), idx, valid)
+    return torch.from_numpy(idx), torch.from_numpy(valid)
+
+
 def _times(q_times: Tensor | None, k_times: Tensor | None) -> tuple[np.ndarray, np.ndarray, bool]:
     if q_times is None or k_times is None:
         dummy = np.zeros((1, 1), dtype=np.float64)
@@ -799,4 +918,4 @@ def pair_attention(q_half: Tensor, k_half: Tensor, v: Tensor, idx: Tensor, valid
 
 
 __all__ = ["MODE_IDS", "PairAttention", "applies", "available", "float32_math", "pair_attention", "set_enabled",
-           "topk_exact", "use_kernels"]
+           "topk_blocks", "topk_exact", "use_kernels"]
