@@ -313,12 +313,19 @@ _d0, _d1, _d2, _d3 = (1.19825839466702e-06, 1.18534705686654e-04, 2.268434632439
                       4.89352518554385e-03)  # x^6 ... x^0
 
 
+_f32 = np.float32
+_c32, _m0, _m1, _m2, _m3, _m4, _m5, _m6, _e0, _e1, _e2, _e3 = (
+    _f32(c) for c in (TANH_CLAMP, _n0, _n1, _n2, _n3, _n4, _n5, _n6, _d0, _d1, _d2, _d3))
+
+
 @_jit
 def _tanh_f32(x):  # pragma: no cover - compiled
-    y = min(max(x, -TANH_CLAMP), TANH_CLAMP)
+    """In float32 arithmetic, as Eigen computes it (twice the vector lanes of float64)."""
+    y = _f32(x)
+    y = min(max(y, -_c32), _c32)
     y2 = y * y
-    p = (((((_n0 * y2 + _n1) * y2 + _n2) * y2 + _n3) * y2 + _n4) * y2 + _n5) * y2 + _n6
-    q = ((_d0 * y2 + _d1) * y2 + _d2) * y2 + _d3
+    p = (((((_m0 * y2 + _m1) * y2 + _m2) * y2 + _m3) * y2 + _m4) * y2 + _m5) * y2 + _m6
+    q = ((_e0 * y2 + _e1) * y2 + _e2) * y2 + _e3
     return y * p / q
 
 
@@ -499,12 +506,14 @@ def _tile_forward(r0, nq, q2, k2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, b
     Ni = Wc.shape[0]
     Nm = Wm.shape[1]
     n = nq * K
-    for p in range(n):
+    for p in range(n):  # gather: query half + key half of every pair (rows read whole)
         r = r0 + p // K
-        krow[p] = (r // Tq) * Tk + idx2[r, p % K]
-    for f in range(F):  # gather: query half + key half of every pair
-        for p in range(n):
-            pre[f, p] = q2[r0 + p // K, f] + k2[krow[p], f]
+        kr = (r // Tq) * Tk + idx2[r, p % K]
+        krow[p] = kr
+        qr = q2[r]
+        kk = k2[kr]
+        for f in range(F):
+            pre[f, p] = qr[f] + kk[f]
     for f in range(Ni):
         for p in range(n):
             inter[f, p] = _tanh(pre[f, p], pre)
@@ -674,7 +683,7 @@ def _backward_kernel(grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, 
             if weight[p0:p0 + K].sum() == 0.0:  # no valid key
                 continue
             bh_ = r // Tq
-            b, i, h = bh_ // H, r - bh_ * Tq, bh_ % H
+            go_row = grad_out[bh_ // H, r - bh_ * Tq, bh_ % H]  # (d,)
             # o_r = sum_p w_p tg_p v_j: gradients of w_p, tg_p and v_j
             wdw = 0.0
             for p in range(p0, p0 + K):
@@ -682,30 +691,39 @@ def _backward_kernel(grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, 
                     continue
                 dg = 0.0
                 g = weight[p] * tg[p]
-                kr = krow[p]
+                v_row = v2[krow[p]]
+                dv_row = d_v2[krow[p]]
                 for e in range(d):
-                    go = grad_out[b, i, h, e]
-                    dg += go * v2[kr, e]
-                    d_v2[kr, e] += g * go
+                    go = go_row[e]
+                    dg += go * v_row[e]
+                    dv_row[e] += g * go
                 d_w[p] = dg * tg[p]
                 d_tg[p] = dg * weight[p]
                 wdw += weight[p] * d_w[p]
             wdw_all[p0:p0 + K] = wdw
-        # the ODE logit's backward, per pair (invalid pairs have weight 0, so every gradient below is 0)
-        for p in range(n):
-            dl = weight[p] * (d_w[p] - wdw_all[p])  # softmax backward
-            pp, w, t = phi[p], omega[p], tg[p]
-            tau = delta_t * t
-            if mode == 0:
-                dp = dl / w
-                dom = -dl * pp / (w * w)
-                dtau = 0.0
-            elif mode == 1:
+        # the ODE logit's backward, per pair (invalid pairs have weight 0, so every gradient below is
+        # 0); one loop per mode, so the steady and exact ones vectorise
+        if mode == 0:
+            for p in range(n):
+                dl = weight[p] * (d_w[p] - wdw_all[p])  # softmax backward
+                w = omega[p]
+                d_aphi[p] = dl / w
+                d_aom[p] = -dl * phi[p] / (w * w)
+                d_alpha[p] = 0.0  # d tau
+        elif mode == 1:
+            for p in range(n):
+                dl = weight[p] * (d_w[p] - wdw_all[p])
+                pp, w = phi[p], omega[p]
+                tau = delta_t * tg[p]
                 em1 = _expm1(-w * tau, q2)
-                dp = dl * -em1 / w
-                dom = dl * (pp / (w * w) * em1 + pp / w * tau * (em1 + 1.0))
-                dtau = dl * pp * (em1 + 1.0)
-            else:
+                d_aphi[p] = dl * -em1 / w
+                d_aom[p] = dl * (pp / (w * w) * em1 + pp / w * tau * (em1 + 1.0))
+                d_alpha[p] = dl * pp * (em1 + 1.0)
+        else:
+            for p in range(n):
+                dl = weight[p] * (d_w[p] - wdw_all[p])
+                pp, w = phi[p], omega[p]
+                tau = delta_t * tg[p]
                 hstep = tau / n_euler
                 a = 0.0
                 for k in range(n_euler):
@@ -721,12 +739,17 @@ def _backward_kernel(grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, 
                     dom -= da * hstep * a
                     dhs += da * (pp - w * a)
                     da = da * (1.0 - hstep * w)
-                dtau = dhs / n_euler
-            d_pre_t = (d_tg[p] + dtau * delta_t) * t * (1.0 - t)  # the time gate's sigmoid
+                d_aphi[p] = dp
+                d_aom[p] = dom
+                d_alpha[p] = dhs / n_euler
+        # d_aphi, d_aom, d_alpha hold d phi, d omega, d tau: on to the pre-activations
+        for p in range(n):
+            pp, t = phi[p], tg[p]
+            d_pre_t = (d_tg[p] + d_alpha[p] * delta_t) * t * (1.0 - t)  # the time gate's sigmoid
             d_alpha[p] = d_pre_t * age[p]
             d_beta[p] = d_pre_t
-            d_aphi[p] = dp * pp * (1.0 - pp)
-            d_aom[p] = dom * _sigmoid(gates[1, p], q2)  # softplus' derivative
+            d_aphi[p] = d_aphi[p] * pp * (1.0 - pp)
+            d_aom[p] = d_aom[p] * _sigmoid(gates[1, p], q2)  # softplus' derivative
         # the heads, then the backbone, vectorised over the tile's pairs
         a0 = 0.0
         a1 = 0.0
