@@ -586,6 +586,10 @@ class NAC(DerivedWeights, nn.Module):
         """
         wq, bq, wk = self._pair_weights()
         if not return_intermediates and nac_kernels.applies(q, k, v, wq):
+            # the key side laid out once for every chunk of queries: v contiguous, and k as a view
+            # of its contiguous transpose (B, H, d, Tk), which the ranking kernels read
+            k = k.transpose(-1, -2).contiguous().transpose(-1, -2)
+            v = v.contiguous()
             k_half = k @ wk  # (B, H, Tk, F): the key half of the first layer
 
             def one(qc, pc, tc, _intermediates=False):
