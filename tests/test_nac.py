@@ -1,5 +1,6 @@
 """Tests of the NAC layer (agent/nn/nac.py): shapes, the ODE logits, selectors, causality, masking,
-streaming and input validation. All sizes are tiny so the whole file runs in a few seconds."""
+streaming and input validation, each through the fused CPU kernels and through the torch path.
+All sizes are tiny so the whole file runs in a few seconds."""
 
 from __future__ import annotations
 
@@ -14,6 +15,18 @@ from agent.nn.nac import (NAC, NACCache, NACIntermediates, select_topk_blocks, s
 MODES = ("steady", "exact", "euler")
 SELECTORS = ("exact", "blocks")
 D_IN, D_MODEL, HEADS, TOPK = 8, 16, 4, 4
+
+
+@pytest.fixture(autouse=True, params=["kernels", "torch"])
+def _path(request):
+    """Every test runs twice: through the fused CPU kernels (agent/nn/nac_kernels.py, the default
+    where they apply) and through the layer's torch path."""
+    from agent.nn import nac_kernels
+
+    if request.param == "kernels" and not nac_kernels.available():
+        pytest.skip("numba is not installed")
+    with nac_kernels.use_kernels(request.param == "kernels"):
+        yield request.param
 
 
 @pytest.fixture(autouse=True, scope="module")

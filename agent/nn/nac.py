@@ -309,7 +309,10 @@ def select_topk_exact(q: Tensor, k: Tensor, topk: int, qpos: Tensor, key_mask: T
     (B, H, Tq, Tk) scores cost more than ``topk`` itself on the CPU.) When causal, queries are
     ranked ``query_chunk`` at a time against only the keys up to the chunk's last position, so
     the future half of the score matrix is never computed and working memory is
-    O(query_chunk Tk), not O(Tq Tk). The result does not depend on ``query_chunk``.
+    O(query_chunk Tk), not O(Tq Tk). The result does not depend on ``query_chunk``. On CPU
+    float32/float64 tensors the ranking runs in one fused kernel instead
+    (:func:`agent.nn.nac_kernels.topk_exact`: a query at a time, O(Tk) memory; the same keys,
+    ties going to the earlier key).
 
     Args:
         q: (B, H, Tq, d); k: (B, H, Tk, d).
@@ -364,6 +367,8 @@ def select_topk_blocks(q: Tensor, k: Tensor, topk: int, qpos: Tensor, key_mask: 
     query's own block (its most recent keys) is always kept, and the other blocks are chosen only
     among blocks that end before it, so no future key is ever looked at. Queries are processed in
     chunks of ``query_chunk`` (default block_size), so working memory is O(Tk d), not O(Tq Tk).
+    On CPU float32/float64 tensors the same selection runs in one fused kernel, a query at a time
+    (:func:`agent.nn.nac_kernels.topk_blocks`).
 
     Args and returns: as :func:`select_topk_exact`.
     """
