@@ -2,38 +2,44 @@
 
 Why: on the CPU, the layer's per-pair work is small (at T=1024, B=1 about 25 M multiply-adds) but
 spread over about 60 torch operations, each of which reads and writes a (B, H, T, K, N) tensor
-and pays the dispatcher's per-op cost. Issue 12 measured the layer at 5.5x torch's fused
-``MultiheadAttention`` at T=16 and 4.2x in forward + backward (B=8, T=256). These kernels do the
-whole pair computation of one query in registers, so each pair's inter, command and motor
-activity never becomes a tensor:
+and pays the dispatcher's per-op cost; the exact selector's ``topk`` over the (T, T) scores cost
+more than the rest. Issue 12 asks for the layer at the cost of torch's fused attention. These
+kernels do the selection a query at a time and the pair computation a tile of pairs at a time,
+so no per-pair tensor is ever built:
 
 - :func:`topk_exact`: the exact selector's ranking. For each query, its scores q . k over the
   allowed keys (a row at a time, no (Tq, Tk) matrix), and their K highest found by bisection on a
   threshold (vectorised counts, no per-key branch; causal and key-mask rules as
   :func:`agent.nn.nac.select_topk_exact`).
+- :func:`topk_blocks`: the blocks selector (paper Section 2.3, Algorithm 2) a query at a time:
+  centroids, the chosen blocks, the top K inside them (as :func:`agent.nn.nac.select_topk_blocks`).
 - :class:`PairAttention`: given the selected keys, the first backbone layer's query and key halves
   (see :meth:`agent.nn.nac.NAC._pair_weights`) and the values, compute for every kept pair
   inter -> command -> motor -> (phi, omega), the time gate, the ODE logit (steady / exact /
-  Euler, paper Eqs. 1-3), the softmax over the kept keys and the weighted sum of values. Its
-  backward recomputes each query's pairs (nothing per pair is stored between forward and
-  backward) and returns the gradients of every input that has one. The selection itself has no
-  gradient, as in the torch path.
+  Euler, paper Eqs. 1-3), the softmax over the kept keys and the weighted sum of values, for
+  ``TILE_QUERIES`` queries' pairs at a time with the pairs innermost (so the loops vectorise).
+  Under autograd the forward keeps each tile's activations and the backward reads them; it
+  returns the gradients of every input that has one. The selection itself has no gradient, as
+  in the torch path.
 
-Both compute the same function as the torch path in :mod:`agent.nn.nac` (the tests compare
-outputs and gradients in float32 and float64, for every mode, selector, mask and timestamp case);
-float32 results differ by rounding only (the kernels accumulate in float64 where the torch path
-stays in float32).
+Both compute the same function as the torch path in :mod:`agent.nn.nac` (tests/test_nac_kernels.py
+compares outputs and gradients in float32 and float64, for every mode, selector, mask and
+timestamp case, and runs ``gradcheck`` on the backward; tests/test_nac.py runs every layer test
+through both paths). float64 work is exact to rounding; float32 work uses fast approximations of
+tanh and exp (see ``_tanh``), well inside float32's precision.
 
 When they run: on CPU tensors of float32 or float64, when Numba is importable, and unless the
-environment variable ``NAC_DRIVE_KERNELS=torch`` (or :func:`use_kernels`) turns them off.
-Elsewhere (CUDA, half precision, intermediates for the runner's traces) the layer uses its torch
-path. The kernels run on the calling thread (no thread pool of their own; ``nogil``). The first
-call compiles them (a few seconds); Numba caches the machine code on disk (``cache=True``: in
-``__pycache__`` beside this file, or Numba's user cache folder when that is read-only).
+environment variable ``NAC_DRIVE_KERNELS=torch`` (or :func:`use_kernels` / :func:`set_enabled`)
+turns them off. Elsewhere (CUDA, half precision, intermediates for the runner's traces) the layer
+uses its torch path. The kernels run on the calling thread (no thread pool of their own;
+``nogil``). The first use on a machine compiles them (about 16 s for float32 and float64 on the
+2-core development CPU); Numba caches the machine code on disk (``cache=True``: in ``__pycache__``
+beside this file, or Numba's user cache folder when that is read-only), and later processes load
+it in about 0.3 s.
 
 Notation as in :mod:`agent.nn.nac`: B batch, H heads, Tq queries, Tk keys, K kept keys per query,
 d head width, F = N_inter + 2 (inter pre-activations, then the time gate's alpha and beta),
-N_c command and N_m motor neurons.
+N_i inter, N_c command and N_m motor neurons, P = TILE_QUERIES * K pairs per tile.
 """
 
 from __future__ import annotations
@@ -303,8 +309,9 @@ def _topk_blocks_kernel(q, kT, qpos, key_mask, has_mask, causal, K, bs, m, idx, 
 # the torch path to rounding. :func:`float32_math` evaluates the float32 versions for tests.
 
 #: Eigen's fast float tanh (Eigen/src/Core/MathFunctionsImpl.h, generic_fast_tanh_float): inputs
-#: clamped to +-TANH_CLAMP, then an odd degree-13 over even degree-6 rational function. Maximum
-#: error 2.2e-7 against ``math.tanh`` over [-12, 12] (measured; float32's spacing near 1 is 6e-8).
+#: clamped to +-TANH_CLAMP, then an odd degree-13 over even degree-6 rational function, in float32
+#: arithmetic. Maximum error 2.6e-7 against ``math.tanh`` over [-12, 12] (measured; float32's
+#: spacing near 1 is 6e-8).
 TANH_CLAMP = 7.99881172180175781
 _n0, _n1, _n2, _n3, _n4, _n5, _n6 = (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
                                      5.12229709037114e-08, 1.48572235717979e-05, 6.37261928875436e-04,
