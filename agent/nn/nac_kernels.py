@@ -193,13 +193,22 @@ def _topk_exact_kernel(q, kT, qpos, key_mask, has_mask, causal, K, idx, valid): 
                 L = min(Tk, qpos[i] + 1) if causal else Tk
                 qi = q[b, h, i]
                 q2 = 0.0
+                for e in range(d):
+                    q2 += qi[e] * qi[e]
                 buf[:L] = 0.0
-                for e in range(d):  # the scores, vectorised over the keys
+                e = 0
+                while e + 4 <= d:  # the scores, vectorised over the keys, four features a pass
+                    qa, qb, qc, qd = qi[e], qi[e + 1], qi[e + 2], qi[e + 3]
+                    ka, kb_, kc, kd = kb[e], kb[e + 1], kb[e + 2], kb[e + 3]
+                    for j in range(L):
+                        buf[j] += qa * ka[j] + qb * kb_[j] + qc * kc[j] + qd * kd[j]
+                    e += 4
+                while e < d:
                     qe = qi[e]
-                    q2 += qe * qe
                     ke = kb[e]
                     for j in range(L):
                         buf[j] += qe * ke[j]
+                    e += 1
                 if has_mask:
                     for j in range(L):
                         if not key_mask[b, j]:
