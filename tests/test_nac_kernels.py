@@ -234,3 +234,17 @@ def test_blocks_selector_feeds_the_kernels_the_same_pairs():
             y_t = m(x, t, mask)
     torch.testing.assert_close(y_k, y_t, atol=1e-12, rtol=1e-10)
     assert math.isfinite(float(y_k.abs().sum()))
+
+
+def test_environment_variable_switches_the_kernels_off():
+    import os
+    import subprocess
+    import sys
+
+    code = "from agent.nn import nac_kernels as k; print(k.available())"
+    env = {**os.environ, "NAC_DRIVE_KERNELS": "torch"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    env["NAC_DRIVE_KERNELS"] = "numba"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
