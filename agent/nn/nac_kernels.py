@@ -616,11 +616,12 @@ def _scratch(like, P, F, Ni, Nc, Nm):  # pragma: no cover - compiled
 
 @_jit
 def _activations(like, n_tiles, P, F, Ni, Nc, Nm):  # pragma: no cover - compiled
-    """The forward's per-pair activations, tile by tile: krow (n_tiles, P) int64; pre (n_tiles, F, P),
-    inter, command, motor, gates (n_tiles, N, P) in the compute dtype; phi, omega, t_gate, age,
-    logit (n_tiles, P) float64. With n_tiles = 1, one tile's work arrays (reused tile after tile)."""
+    """The forward's per-pair activations, tile by tile: krow (n_tiles, P) int64; inter, command,
+    motor, gates (n_tiles, N, P) in the compute dtype; phi, omega, t_gate, age, logit (n_tiles, P)
+    float64. With n_tiles = 1, one tile's work arrays (reused tile after tile). pre (1, F, P), the
+    first layer's pre-activations, is one tile's work array either way: the backward does not read it."""
     dt = like.dtype
-    return (np.empty((n_tiles, P), np.int64), np.empty((n_tiles, F, P), dt), np.empty((n_tiles, Ni, P), dt),
+    return (np.empty((n_tiles, P), np.int64), np.empty((1, F, P), dt), np.empty((n_tiles, Ni, P), dt),
             np.empty((n_tiles, Nc, P), dt), np.empty((n_tiles, Nm, P), dt), np.empty((n_tiles, 2, P), dt),
             np.empty((n_tiles, P)), np.empty((n_tiles, P)), np.empty((n_tiles, P)), np.empty((n_tiles, P)),
             np.empty((n_tiles, P)))
@@ -643,7 +644,7 @@ def _forward_kernel(q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh,
     for r0 in range(0, R, TILE_QUERIES):
         nq = min(TILE_QUERIES, R - r0)
         t = r0 // TILE_QUERIES if store else 0
-        krow, pre, inter, command, motor, gates = krow_a[t], pre_a[t], inter_a[t], command_a[t], motor_a[t], \
+        krow, pre, inter, command, motor, gates = krow_a[t], pre_a[0], inter_a[t], command_a[t], motor_a[t], \
             gates_a[t]
         phi, omega, tg, age, logit = phi_a[t], omega_a[t], tg_a[t], age_a[t], logit_a[t]
         _tile_forward(r0, nq, q2, k2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_times, has_t,
@@ -913,7 +914,7 @@ class PairAttention(torch.autograd.Function):
         weights = [_np(a.to(dtype)) for a in (Wc, bc, Wm, bm, Wh, bh)]
         out = np.empty((B, Tq, H, d), dtype=q2.dtype)
         args = (MODE_IDS[mode], float(delta_t), float(eps), int(euler_steps))
-        # under autograd the per-pair activations are kept for the backward (B H Tq K (F + N_i + N_c
+        # under autograd the per-pair activations are kept for the backward (B H Tq K (N_i + N_c
         # + N_m + 2) values of the compute dtype and 5 float64 values per pair); else one tile's
         store = any(ctx.needs_input_grad)
         n_tiles = -(-(B * H * Tq) // TILE_QUERIES) if store else 1
