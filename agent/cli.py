@@ -284,6 +284,13 @@ def _add_train(sub) -> None:
                         "moved since the previous frame and the label is not gas: the discrete expert sometimes "
                         "brakes or steers at rest for hundreds of steps, and a student that copies it stays put); "
                         "the frames stay in the windows as context")
+    p.add_argument("--standstills", type=float, default=0.0, metavar="SHARE",
+                   help="carracing: replace this share of the training windows (e.g. 0.05) by a synthetic "
+                        "standstill: one of the window's frames repeated, so the motion channels are zero, with the "
+                        "speed bar blanked, labelled go (discrete: gas; continuous: full throttle, the recorded "
+                        "steering kept), as the teacher's start rule labels a standing car. It shows the student a "
+                        "standstill in every scene of the data, not only where its rollouts stopped. Needs "
+                        "--dashboard speed or hidden (default: 0, none)")
     p.add_argument("--d-model", type=int, default=argparse.SUPPRESS, help="core width d (per env: 64; 100)")
     p.add_argument("--epochs", type=int, default=argparse.SUPPRESS, help="behaviour-cloning epochs (per env: 8; 40)")
     p.add_argument("--batch-frames", type=int, default=argparse.SUPPRESS,
@@ -414,9 +421,12 @@ def _load_source(env: str, data: list[str], args):
         from agent.data.recordings import load_demonstrations
 
         # RecordingError if they mix action kinds
-        return DemonstrationSource(load_demonstrations(data), skip_stalls=getattr(args, "skip_stalls", False))
+        return DemonstrationSource(load_demonstrations(data), skip_stalls=getattr(args, "skip_stalls", False),
+                                   standstills=getattr(args, "standstills", 0.0))
     from agent.data.udacity import AugmentConfig
 
+    if getattr(args, "standstills", 0.0):
+        raise CLIError("--standstills is CarRacing's (synthetic standstills of its frames); leave it out for udacity")
     _check_udacity_folders(data)
     load = _udacity_loader(args, len(data))
     recs = [load(d) for d in data]

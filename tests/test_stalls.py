@@ -391,6 +391,111 @@ def test_train_with_skip_stalls_ignores_the_stalled_labels(tmp_path):
         assert ("stalls left out" in report.data) == skip
 
 
+# --------------------------------------------------------------------------- synthetic standstills
+def test_standstill_window_repeats_one_frame_blanks_the_speed_bar_and_labels_go():
+    from agent.data.recordings import Demonstrations
+    from agent.data.windows import CARRACING_GAS, DemonstrationSource, WindowDataset
+    from agent.nn.features import dashboard_rows, speed_bar_columns
+
+    rng = np.random.default_rng(1)
+    frames = rng.integers(1, 256, (40, 96, 96, 3), dtype=np.uint8)  # no pixel is 0: blanking shows
+    disc = np.full(40, 4)  # brake everywhere
+    cont = np.stack([np.linspace(-1, 1, 40), np.full(40, -0.5)], 1).astype(np.float32)
+    c0, c1 = speed_bar_columns(96)
+    strip = 96 - dashboard_rows(96)
+    for labels in (disc, cont):
+        demos = Demonstrations([frames], [labels], [0], [0.0])
+        ds = WindowDataset(DemonstrationSource(demos, standstills=1.0), 4, shuffle_borders=True, previous=True)
+        seen = 0
+        for i in range(len(ds)):
+            item = ds[i]
+            n = int(item["mask"].sum())
+            obs, prev = item["obs"][:n].numpy(), item["prev"].numpy()
+            assert (obs == prev).all(), "every frame equals the previous one: the motion channels are zero"
+            assert (prev[strip:, c0:c1] == 0).all() and (prev[strip:, :c0] > 0).all(), "only the speed bar is blanked"
+            # the repeated frame is one of the recording's frames, speed bar aside
+            src = frames.copy()
+            src[:, strip:, c0:c1] = 0
+            k = int(np.flatnonzero((src == prev).reshape(40, -1).all(1))[0])
+            tgt = item["target"][:n].numpy()
+            if labels.ndim == 2:
+                assert (tgt[:, 1] == 1.0).all(), "full throttle"
+                e, start, _ = ds.items[i]
+                np.testing.assert_array_equal(tgt[:, 0], cont[start:start + n, 0])  # the recorded steering
+                assert start <= k < start + n, "the frame is from the window itself"
+            else:
+                assert (tgt == CARRACING_GAS).all()
+            assert item["learn"][:n].all()
+            seen += 1
+        assert seen == len(ds) > 5
+        # the share: about `standstills` of the windows, and none without an rng (validation)
+        half = WindowDataset(DemonstrationSource(demos, standstills=0.5), 1, shuffle_borders=True, previous=True)
+        stills = [bool((half[i]["obs"][0].numpy() == half[i]["prev"].numpy()).all()) for i in range(len(half))]
+        assert 0.3 < np.mean(stills) < 0.7
+        plain = WindowDataset(DemonstrationSource(demos, standstills=1.0), 4, shuffle_borders=False, previous=True)
+        np.testing.assert_array_equal(plain[1]["obs"].numpy(), frames[4:8])
+        np.testing.assert_array_equal(plain[1]["target"].numpy(), labels[4:8])
+
+
+def test_standstills_are_checked_and_kept_through_split_and_extend():
+    from agent.data.recordings import Demonstrations
+    from agent.data.windows import DemonstrationSource
+
+    frames = np.zeros((5, 96, 96, 3), np.uint8)
+    demos = Demonstrations([frames] * 4, [np.full(5, 3)] * 4, [0, 1, 2, 3], [0.0] * 4)
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="standstills"):
+            DemonstrationSource(demos, standstills=bad)
+    src = DemonstrationSource(demos, standstills=0.25)
+    train_src, val_src = src.split(0.25, 0)
+    assert train_src.standstills == 0.25 and val_src.standstills == 0.0, "held-out episodes are scored as they are"
+    assert train_src.extend(demos).standstills == 0.25
+    assert "25% of the windows synthetic standstills" in src.describe()
+
+
+def test_train_with_standstills_learns_to_go_at_rest_and_refuses_a_visible_dashboard(tmp_path):
+    """Demonstrations that never stop, brake labels only while moving slowly: with synthetic
+    standstills the student learns gas at rest; without them it has never seen rest and brakes."""
+    from agent.data.recordings import Demonstrations
+    from agent.data.windows import DemonstrationSource
+    from agent.nn.policy import default_config
+    from agent.train.bc import TrainConfig, train
+
+    rng = np.random.default_rng(0)
+    eps = [rng.integers(0, 256, (24, 96, 96, 3), dtype=np.uint8) for _ in range(4)]
+    labels = [np.full(24, 4) for _ in eps]  # always brake (the frames keep moving)
+    demos = Demonstrations(eps, labels, list(range(4)), [0.0] * 4)
+    cfg = default_config("carracing", window=2, features_kwargs={"dropout": 0.0, "dashboard": "speed", "motion": True})
+    tcfg = TrainConfig(epochs=4, batch_frames=16, lr=3e-3, val_fraction=0.0)
+    still = eps[0][5].copy()
+    still[84:, 12:15] = 0
+    acts = {}
+    for share in (0.0, 0.5):
+        torch.manual_seed(0)
+        policy, report = train(DemonstrationSource(demos, standstills=share), cfg, tcfg)
+        with torch.no_grad():
+            out = policy(torch.from_numpy(np.stack([still, still])[None]), prev=torch.from_numpy(still[None]))
+        acts[share] = int(out[0, -1].argmax())
+    assert acts == {0.0: 4, 0.5: 3}
+    visible = default_config("carracing", window=2, features_kwargs={"dashboard": "visible"})
+    with pytest.raises(ValueError, match="--dashboard speed or hidden"):
+        train(DemonstrationSource(demos, standstills=0.5), visible, tcfg)
+
+
+def test_standstill_frame_is_what_carracing_shows_at_rest():
+    """A car that never moved: the speed bar's pixels are black, as the synthetic standstills draw them."""
+    from agent.nn.features import dashboard_rows, speed_bar_columns
+    from envs.carracing import make_carracing
+
+    env = make_carracing()
+    obs, _ = env.reset(seed=5)
+    for _ in range(60):
+        obs, *_ = env.step(0)  # nothing: the car stays at rest
+    c0, c1 = speed_bar_columns(96)
+    assert (obs[96 - dashboard_rows(96):, c0:c1] == 0).all()
+    env.close()
+
+
 # ----------------------------------------------------------------------------- the teacher's start rule
 class _FakeSB3Policy:
     """Stands in for SB3's ActorCriticPolicy inside ExpertPolicy: always the same discrete action."""

@@ -18,8 +18,9 @@ frames are nearly identical, so a random split would leak).
 seconds from the window's first frame, and ``mask`` (T,) bool (short windows are right-padded and
 masked); with ``previous``, also ``prev`` (H, W, C), the frame before the window (motion
 channels); for a source with a ``loss_mask`` (CarRacing), ``learn`` (T,) bool, the positions the
-loss counts. Udacity windows are augmented in ``__getitem__`` (camera, flip, shift, shadow,
-brightness; one draw per window), so with ``DataLoader(num_workers=N)`` augmentation runs in the
+loss counts. A CarRacing source with ``standstills`` replaces that share of the training windows
+by synthetic standstills (:meth:`DemonstrationSource.standstill`). Udacity windows are augmented
+in ``__getitem__`` (camera, flip, shift, shadow, brightness; one draw per window), so with ``DataLoader(num_workers=N)`` augmentation runs in the
 loader's worker processes; the draw depends on (seed, epoch, item), never on the worker.
 """
 
@@ -90,10 +91,22 @@ class DemonstrationSource:
     steps, and a student that imitates it learns that a standstill is a place to stay. With this
     option :meth:`loss_mask` leaves those frames (:func:`expert_stalls`) out of the loss; they
     stay in the windows as context.
+
+    ``standstills``: a share of the training windows (those drawn with an rng) replaced by a
+    synthetic standstill (:meth:`standstill`), labelled as the teacher's start rule labels a
+    standing car: go. A student taught the start rule only by DAgger sees standstills in the few
+    scenes where its own rollouts stopped, and can learn those scenes rather than "standing still
+    means go"; this shows it a standstill in every scene of the data.
+
+    Raises:
+        ValueError: ``standstills`` outside [0, 1].
     """
 
-    def __init__(self, demos, frame_dt: float = 0.02, skip_stalls: bool = False):
+    def __init__(self, demos, frame_dt: float = 0.02, skip_stalls: bool = False, standstills: float = 0.0):
+        if not 0.0 <= standstills <= 1.0:
+            raise ValueError(f"standstills is a share of the windows, in [0, 1]; got {standstills}")
         self.demos, self.frame_dt, self.skip_stalls = demos, frame_dt, skip_stalls
+        self.standstills = float(standstills)
 
     @property
     def target_dtype(self):
@@ -130,6 +143,39 @@ class DemonstrationSource:
         frames = self.demos.frames[e][start:start + n]
         return ~expert_stalls(frames, self.previous_frame(e, start), self.demos.actions[e][start:start + n])
 
+    def standstill(self, frames: np.ndarray, targets: np.ndarray, rng: np.random.Generator):
+        """With probability ``standstills``, a synthetic standstill made from this window; else None.
+
+        One frame of the window, drawn at random, repeated n times and taken as its own previous
+        frame (so the motion channels are exactly zero, as at rest), with the dashboard's speed
+        bar blanked to black (CarRacing draws no bar at speed 0; the rest of the strip is what a
+        ``speed`` or ``hidden`` student cannot read, so only those may use this, see
+        :func:`agent.train.bc.train`). Labels: gas (discrete), or full throttle with the recorded
+        steering kept (continuous), the teacher's start rule at rest
+        (:meth:`agent.train.expert.ExpertPolicy.use_start_rule`).
+
+        Args:
+            frames: (n, H, W, C) uint8; targets: (n,) int64 or (n, A) float32 (steering, throttle).
+
+        Returns:
+            None, or (frames (n, H, W, C) uint8, targets as given, prev (H, W, C) uint8).
+        """
+        if self.standstills <= 0 or rng.random() >= self.standstills:
+            return None
+        from agent.nn.features import dashboard_rows, speed_bar_columns
+
+        n = len(frames)
+        frame = np.array(frames[int(rng.integers(n))], copy=True)  # (H, W, C)
+        h, w = frame.shape[:2]
+        c0, c1 = speed_bar_columns(w)
+        frame[h - dashboard_rows(h):, c0:c1] = 0
+        targets = np.array(targets, copy=True)
+        if targets.ndim == 2:
+            targets[:, -1] = 1.0  # full throttle; the steering stays the recorded one
+        else:
+            targets[:] = CARRACING_GAS
+        return np.repeat(frame[None], n, axis=0), targets, frame
+
     def split(self, val_fraction: float, seed: int) -> tuple["DemonstrationSource", "DemonstrationSource | None"]:
         """(train, validation) by episode: a random ``val_fraction`` of the episodes (at least one
         each when there are two or more; none held out with ``val_fraction`` 0).
@@ -145,16 +191,18 @@ class DemonstrationSource:
         order = np.random.default_rng(seed).permutation(n)
         n_val = min(max(1, round(n * val_fraction)), n - 1)
         train, val = sorted(order[n_val:].tolist()), sorted(order[:n_val].tolist())
-        return (DemonstrationSource(self.demos.subset(train), self.frame_dt, self.skip_stalls),
+        # the held-out episodes are scored as they are: no synthetic standstills
+        return (DemonstrationSource(self.demos.subset(train), self.frame_dt, self.skip_stalls, self.standstills),
                 DemonstrationSource(self.demos.subset(val), self.frame_dt, self.skip_stalls))
 
     def extend(self, demos) -> "DemonstrationSource":
         """This source with more episodes (DAgger's relabelled rollouts)."""
-        return DemonstrationSource(self.demos.extend(demos), self.frame_dt, self.skip_stalls)
+        return DemonstrationSource(self.demos.extend(demos), self.frame_dt, self.skip_stalls, self.standstills)
 
     def describe(self) -> str:
         skip = ", the expert's stalls left out of the loss" if self.skip_stalls else ""
-        return f"{len(self.demos.actions)} episodes, {self.demos.n_frames} frames{skip}"
+        still = f", {self.standstills:.0%} of the windows synthetic standstills" if self.standstills else ""
+        return f"{len(self.demos.actions)} episodes, {self.demos.n_frames} frames{skip}{still}"
 
 
 class UdacitySource:
@@ -329,14 +377,20 @@ class WindowDataset(Dataset):
         tgt = np.zeros((T, *np.shape(target)[1:]), self.source.target_dtype)  # (T,) or (T, A)
         t = np.zeros(T, np.float64)
         mask = np.zeros(T, bool)
+        still = None  # a synthetic standstill in place of this window (DemonstrationSource.standstills)
+        if rng is not None and getattr(self.source, "standstills", 0) > 0:
+            still = self.source.standstill(frames, target, rng)
+            if still is not None:
+                frames, target = still[0], still[1]
         obs[:n], tgt[:n], t[:n], mask[:n] = frames, target, times, True
         item = {"obs": torch.from_numpy(obs), "target": torch.from_numpy(tgt), "t": torch.from_numpy(t),
                 "mask": torch.from_numpy(mask)}
         if self.previous:
-            item["prev"] = torch.from_numpy(np.ascontiguousarray(self.source.previous_frame(e, start)))
+            prev = still[2] if still is not None else self.source.previous_frame(e, start)
+            item["prev"] = torch.from_numpy(np.ascontiguousarray(prev))
         if callable(getattr(self.source, "loss_mask", None)):
             learn = np.zeros(T, bool)
-            learn[:n] = self.source.loss_mask(e, start, n)
+            learn[:n] = True if still is not None else self.source.loss_mask(e, start, n)
             item["learn"] = torch.from_numpy(learn)
         return item
 

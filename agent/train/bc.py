@@ -298,7 +298,8 @@ def train(source, policy_config: PolicyConfig, cfg: TrainConfig, tensorboard_dir
     Raises:
         ValueError: DAgger without an expert and env, DAgger under torchrun
             (:data:`agent.train.distributed.DAGGER_UNDER_TORCHRUN`), a source without training
-            frames, or no epochs and nothing to start from.
+            frames, no epochs and nothing to start from, or synthetic standstills
+            (``source.standstills``) for a student that reads the whole dashboard.
     """
     dist = dist if dist is not None else DistContext(device=cfg.device)
     if cfg.epochs == 0 and init is None:
@@ -315,6 +316,10 @@ def train(source, policy_config: PolicyConfig, cfg: TrainConfig, tensorboard_dir
         policy = DrivingPolicy(policy_config)
     if dist.distributed:
         torch.manual_seed(cfg.seed + dist.rank)  # dropout differs between ranks; the weights above do not
+    if getattr(source, "standstills", 0) and getattr(policy.features, "dashboard", None) == "visible":
+        raise ValueError("synthetic standstills (--standstills) blank only the speed bar; a student that reads the "
+                         "whole dashboard (--dashboard visible) would see indicators no standing car shows. Use "
+                         "--dashboard speed or hidden, or leave --standstills at 0")
     train_src, val_src = source.split(cfg.val_fraction, cfg.seed)
     name = run_name(policy_config.env, policy_config.core, cfg.seed)
     report = TrainReport(run_name=name, config=asdict(cfg), policy_config=policy_config.to_dict(),
