@@ -20,8 +20,9 @@ masked); with ``previous``, also ``prev`` (H, W, C), the frame before the window
 channels); for a source with a ``loss_mask`` (CarRacing), ``learn`` (T,) bool, the positions the
 loss counts. A CarRacing source with ``standstills`` replaces that share of the training windows
 by synthetic standstills (:meth:`DemonstrationSource.standstill`). Udacity windows are augmented
-in ``__getitem__`` (camera, flip, shift, shadow, brightness; one draw per window), so with ``DataLoader(num_workers=N)`` augmentation runs in the
-loader's worker processes; the draw depends on (seed, epoch, item), never on the worker.
+in ``__getitem__`` (camera, flip, shift, shadow, brightness; one draw per window), so with
+``DataLoader(num_workers=N)`` augmentation runs in the loader's worker processes; the draw depends
+on (seed, epoch, item), never on the worker.
 """
 
 from __future__ import annotations
@@ -378,8 +379,8 @@ class WindowDataset(Dataset):
         t = np.zeros(T, np.float64)
         mask = np.zeros(T, bool)
         still = None  # a synthetic standstill in place of this window (DemonstrationSource.standstills)
-        if rng is not None and getattr(self.source, "standstills", 0) > 0:
-            still = self.source.standstill(frames, target, rng)
+        if rng is not None and callable(getattr(self.source, "standstill", None)):
+            still = self.source.standstill(frames, target, rng)  # None unless drawn
             if still is not None:
                 frames, target = still[0], still[1]
         obs[:n], tgt[:n], t[:n], mask[:n] = frames, target, times, True
