@@ -320,6 +320,10 @@ def _add_train(sub) -> None:
     p.add_argument("--dagger-disturb", type=float, default=0.0,
                    help="carracing: disturbances per 1000 steps in DAgger rollouts (hard steering off the road, or "
                         "braking to a standstill), so the expert labels the recoveries (DART-like; 0: none)")
+    p.add_argument("--dagger-disturb-kinds", default="off-road,stop",
+                   help="carracing: comma-separated disturbances drawn by --dagger-disturb: off-road, stop, and ditch "
+                        "(off the road, then braked to a standstill there, so the expert labels starting again "
+                        "from rest on the grass)")
     p.add_argument("--dagger-out", default=None,
                    help="carracing: also write each round's relabelled episodes as Minari datasets "
                         "DAGGER_OUT-r<round>-v0, e.g. recordings/nac-drive/nac-dagger")
@@ -388,7 +392,7 @@ _CROP_CACHE_HELP = ("where recordings are cached as preprocessed 66x200 YUV crop
 _ENV_ONLY = {"udacity": {"augment_prob": 0.6, "smooth_labels": 1, "on_bad_row": "skip", "smooth_mode": "centred",
                          "straight_keep": 1.0, "crop_cache": "auto", "leave_one_driver_out": None},
              "carracing": {"expert": None, "dagger_rounds": 0, "dagger_beta": 0.5, "dagger_beta_decay": 0.5,
-                           "dagger_disturb": 0.0, "dagger_out": None, "dagger_max_steps": None, "dagger_seed": None,
+                           "dagger_disturb": 0.0, "dagger_disturb_kinds": "off-road,stop", "dagger_out": None, "dagger_max_steps": None, "dagger_seed": None,
                            "save_bc": None, "start_rule": False, "envs": 1}}
 
 
@@ -505,6 +509,17 @@ def _carracing_continuous(source) -> bool:
     return True
 
 
+def _disturb_kinds(text: str) -> tuple[str, ...]:
+    """``--dagger-disturb-kinds`` as a tuple; raises CLIError on an unknown or empty kind."""
+    from agent.train.perturb import KINDS
+
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    bad = [k for k in kinds if k not in KINDS]
+    if bad or not kinds:
+        raise CLIError(f"--dagger-disturb-kinds {text!r}: choose a comma-separated subset of {', '.join(KINDS)}")
+    return kinds
+
+
 def _cmd_train(args) -> int:
     import numpy as np
 
@@ -554,6 +569,7 @@ def _cmd_train(args) -> int:
                       dagger_rounds=args.dagger_rounds, dagger_episodes=args.dagger_episodes,
                       dagger_epochs=args.dagger_epochs, dagger_beta=args.dagger_beta,
                       dagger_beta_decay=args.dagger_beta_decay, dagger_disturb=args.dagger_disturb,
+                      dagger_disturb_kinds=_disturb_kinds(args.dagger_disturb_kinds),
                       dagger_out=args.dagger_out,
                       **({"dagger_seed": args.dagger_seed} if args.dagger_seed is not None else {}),
                       dagger_max_steps=args.dagger_max_steps)

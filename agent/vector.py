@@ -452,18 +452,22 @@ class BatchMixtureActor:
         base_seed: seeds the per-episode generators.
         action_space: one env's action space (the disturbances' actions).
         disturb: mean disturbances per 1000 steps (0: none).
+        disturb_kinds: the kinds drawn (default :data:`agent.train.perturb.DEFAULT_KINDS`).
 
     Raises:
         ValueError: beta outside [0, 1] (:class:`agent.rollout.MixtureActor`).
     """
 
     def __init__(self, student: BatchPolicyActor, expert: BatchExpertActor, beta: float, base_seed: int,
-                 action_space: gym.Space, disturb: float = 0.0):
+                 action_space: gym.Space, disturb: float = 0.0, disturb_kinds: tuple[str, ...] | None = None):
         from agent.rollout import MixtureActor
 
         MixtureActor(_Given(), _Given(), beta, np.random.default_rng(0))  # validates beta
         self.student, self.expert, self.beta, self.base_seed = student, expert, beta, int(base_seed)
+        from agent.train.perturb import DEFAULT_KINDS
+
         self.disturb, self.env = disturb, types.SimpleNamespace(action_space=action_space)
+        self.disturb_kinds = tuple(disturb_kinds or DEFAULT_KINDS)
         self.slots: dict[int, tuple] = {}
 
     def reset_rows(self, rows, seeds) -> None:
@@ -476,7 +480,7 @@ class BatchMixtureActor:
             s, e = _Given(), _Given()
             actor = MixtureActor(s, e, self.beta, rng)
             if self.disturb > 0:
-                actor = PerturbedActor(actor, DisturbanceConfig(per_episode=self.disturb), rng)
+                actor = PerturbedActor(actor, DisturbanceConfig(per_episode=self.disturb, kinds=self.disturb_kinds), rng)
             self.slots[int(i)] = (s, e, actor)
 
     def act(self, obs, infos) -> list:

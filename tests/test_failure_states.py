@@ -11,7 +11,7 @@ from agent.cli import main
 from agent.nn.features import CarRacingCNN, dashboard_rows, speed_bar_columns
 from agent.rollout import Decision
 from agent.train.dagger import beta_schedule
-from agent.train.perturb import DisturbanceConfig, PerturbedActor, disturbance_action
+from agent.train.perturb import DisturbanceConfig, PerturbedActor, disturbance_action, disturbance_phases
 
 
 # ------------------------------------------------------------------------------------------- dashboard
@@ -125,6 +125,34 @@ def test_perturbed_actor_random_rate():
     assert 60 <= len(actor.events) <= 140  # about 20 per 1000 steps
     with pytest.raises(ValueError):
         DisturbanceConfig(per_episode=-1)
+
+
+def test_ditch_steers_off_then_brakes_and_is_not_in_the_default_mix():
+    inner = _Constant()
+    actor = PerturbedActor(inner, DisturbanceConfig(per_episode=0), np.random.default_rng(0),
+                           schedule=[(2, "ditch", (3, 2), -1)])
+    actor.reset()
+    actions = [actor.act(None, _Env()).action for _ in range(9)]
+    assert actions == [0, 0, 2, 2, 2, 4, 4, 0, 0], "3 steps steering left, then 2 braking, then control returns"
+    assert actor.events == [(2, "ditch", 5)] and inner.calls == 9
+    assert "ditch" not in DisturbanceConfig().kinds
+    with pytest.raises(ValueError, match="phase length"):
+        disturbance_phases("ditch", (3,), 1, _Env.action_space)
+    # random draws: each ditch lasts one length from each range, and no new disturbance starts between its phases
+    cfg = DisturbanceConfig(per_episode=50.0, warmup=0, kinds=("ditch",), off_road_steps=(2, 2), stop_steps=(3, 3))
+    actor = PerturbedActor(_Constant(), cfg, np.random.default_rng(4))
+    actor.reset()
+    actions = [actor.act(None, _Env()).action for _ in range(2000)]
+    assert actor.events and all(kind == "ditch" and n == 5 for _, kind, n in actor.events)
+    for start, _, _ in actor.events:
+        assert actions[start:start + 5] in ([1, 1, 4, 4, 4], [2, 2, 4, 4, 4])
+
+
+def test_train_cli_refuses_an_unknown_disturbance_kind(tmp_path, capsys):
+    rc = main(["train", "--env", "carracing", "--data", str(tmp_path), "--dagger-disturb-kinds", "off-road,spin",
+               "--out", str(tmp_path / "p.pt")])
+    assert rc != 0
+    assert "--dagger-disturb-kinds" in capsys.readouterr().err
 
 
 def test_beta_schedule_decays_from_the_given_beta():

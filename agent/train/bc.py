@@ -85,6 +85,7 @@ class TrainConfig:
     dagger_beta_decay: float = 1.0
     dagger_max_steps: int | None = None
     dagger_disturb: float = 0.0
+    dagger_disturb_kinds: tuple[str, ...] = ("off-road", "stop")
     dagger_out: str | None = None
 
     def __post_init__(self):
@@ -99,6 +100,9 @@ class TrainConfig:
                              f"{self.dagger_beta_decay}")
         if self.dagger_disturb < 0:
             raise ValueError(f"dagger_disturb must be >= 0 disturbances per 1000 steps, got {self.dagger_disturb}")
+        from agent.train.perturb import DisturbanceConfig
+
+        DisturbanceConfig(kinds=tuple(self.dagger_disturb_kinds))  # validates the kinds
 
 
 #: Each simulator's training defaults (the settings that made the shipped policies).

@@ -48,9 +48,10 @@ def beta_schedule(beta: float, decay: float, rounds: int) -> list[float]:
 
 
 def dagger_round(policy, expert, env, seeds: list[int], beta: float, max_steps: int | None,
-                 rng: np.random.Generator, disturb: float = 0.0):
+                 rng: np.random.Generator, disturb: float = 0.0, disturb_kinds: tuple[str, ...] | None = None):
     """The student drives on ``seeds`` (the expert's action executed with probability ``beta``,
-    ``disturb`` disturbances per 1000 steps); the expert labels every visited state.
+    ``disturb`` disturbances per 1000 steps, drawn from ``disturb_kinds``, default
+    :data:`agent.train.perturb.DEFAULT_KINDS`); the expert labels every visited state.
 
     Args:
         env: one CarRacing env (episodes one after another), or an
@@ -63,15 +64,16 @@ def dagger_round(policy, expert, env, seeds: list[int], beta: float, max_steps: 
     """
     from agent.data.recordings import Demonstrations
     from agent.rollout import ExpertActor, MixtureActor, PolicyActor, rollout
-    from agent.train.perturb import DisturbanceConfig, PerturbedActor
+    from agent.train.perturb import DEFAULT_KINDS, DisturbanceConfig, PerturbedActor
     from agent.vector import CarRacingEnvs
 
+    kinds = tuple(disturb_kinds or DEFAULT_KINDS)
     if isinstance(env, CarRacingEnvs):
-        episodes = _vector_round(policy, expert, env, seeds, beta, max_steps, rng, disturb)
+        episodes = _vector_round(policy, expert, env, seeds, beta, max_steps, rng, disturb, kinds)
     else:
         actor = MixtureActor(PolicyActor(policy), ExpertActor(expert), beta, rng)
         if disturb > 0:
-            actor = PerturbedActor(actor, DisturbanceConfig(per_episode=disturb), rng)
+            actor = PerturbedActor(actor, DisturbanceConfig(per_episode=disturb, kinds=kinds), rng)
         episodes = [rollout(env, actor, s, max_steps=max_steps, labeler=expert.act)
                     for s in progress(seeds, desc="DAgger rollouts", unit="ep", leave=False)]
     frames, labels, returns = [], [], []
@@ -83,7 +85,7 @@ def dagger_round(policy, expert, env, seeds: list[int], beta: float, max_steps: 
 
 
 def _vector_round(policy, expert, envs, seeds: list[int], beta: float, max_steps: int | None,
-                  rng: np.random.Generator, disturb: float) -> list:
+                  rng: np.random.Generator, disturb: float, kinds: tuple[str, ...]) -> list:
     """:func:`dagger_round`'s episodes on ``envs`` (an :class:`agent.vector.CarRacingEnvs`), in seed order."""
     from agent.vector import BatchExpertActor, BatchMixtureActor, BatchPolicyActor, run_episodes
 
@@ -94,7 +96,7 @@ def _vector_round(policy, expert, envs, seeds: list[int], beta: float, max_steps
     template = envs.template()
     action_space = template.action_space
     template.close()
-    actor = BatchMixtureActor(BatchPolicyActor(policy), teacher, beta, base_seed, action_space, disturb)
+    actor = BatchMixtureActor(BatchPolicyActor(policy), teacher, beta, base_seed, action_space, disturb, kinds)
     bar = progress(total=len(seeds), desc=f"DAgger rollouts ({envs.n} envs)", unit="ep", leave=False)
     try:
         return run_episodes(envs, actor, seeds, max_steps=max_steps, labeler=teacher,
@@ -132,7 +134,7 @@ def dagger(policy, train_source, val_source, expert, env, cfg, report, tb=None):
         t0 = time.time()
         seeds = [cfg.dagger_seed + (r - 1) * cfg.dagger_episodes + i for i in range(cfg.dagger_episodes)]
         new, returns, episodes = dagger_round(policy, expert, env, seeds, beta, cfg.dagger_max_steps, rng,
-                                              cfg.dagger_disturb)
+                                              cfg.dagger_disturb, tuple(cfg.dagger_disturb_kinds))
         report.dagger_returns.append([float(x) for x in returns])
         log.info("DAgger round %d/%d (beta %.3f): return %.1f ± %.1f on %d tracks; %d frames relabelled", r,
                  cfg.dagger_rounds, beta, np.mean(returns), np.std(returns), len(returns), new.n_frames)

@@ -9,7 +9,11 @@ Learning"), whose noise is injected into the executed actions while the expert k
 - ``"off-road"``: steer hard to one side for a while, so the car leaves the road; the labels
   that follow are the expert's way back onto it;
 - ``"stop"``: brake until the car stands still and hold it there; the labels that follow are
-  the expert starting again from a standstill.
+  the expert starting again from a standstill;
+- ``"ditch"``: the two in a row, off the road and then braked to a standstill there, so the
+  labels that follow are the expert starting again from rest on the grass (a scene its own laps
+  never hold; a student that stops off the road has seen no label there otherwise). Not in the
+  default mix: ask for it with ``kinds`` (``agent train --dagger-disturb-kinds``).
 
 A :class:`PerturbedActor` wraps any actor (the DAgger mixture, or the expert alone for
 :mod:`agent.eval.recovery`). Between disturbances the wrapped actor drives; the episode runs on
@@ -25,11 +29,14 @@ import numpy as np
 
 from agent.rollout import Decision
 
-KINDS = ("off-road", "stop")
+KINDS = ("off-road", "stop", "ditch")
+#: The kinds drawn when none are given (the mix the shipped policies were trained with).
+DEFAULT_KINDS = ("off-road", "stop")
 
 
 def disturbance_action(kind: str, side: int, action_space: gym.Space):
-    """The action a disturbance executes on every step it lasts.
+    """The action a simple disturbance executes on every step it lasts ("ditch" is "off-road" then
+    "stop": see :func:`disturbance_phases`).
 
     Args:
         kind: "off-road" (steer hard to ``side``) or "stop" (brake).
@@ -39,10 +46,10 @@ def disturbance_action(kind: str, side: int, action_space: gym.Space):
             configuration's Box(-1, 1, (2,)) = (steering, throttle).
 
     Raises:
-        ValueError: an unknown kind, or an action space that is neither of the two.
+        ValueError: an unknown kind (or "ditch"), or an action space that is neither of the two.
     """
-    if kind not in KINDS:
-        raise ValueError(f"unknown disturbance {kind!r}; choose from {', '.join(KINDS)}")
+    if kind not in ("off-road", "stop"):
+        raise ValueError(f"{kind!r} has no single action; choose off-road or stop (ditch is the two in a row)")
     if isinstance(action_space, gym.spaces.Discrete) and action_space.n == 5:
         return 4 if kind == "stop" else (2 if side < 0 else 1)
     if isinstance(action_space, gym.spaces.Box) and action_space.shape == (2,):
@@ -50,6 +57,28 @@ def disturbance_action(kind: str, side: int, action_space: gym.Space):
         return a
     raise ValueError(f"disturbances are defined for CarRacing's Discrete(5) or (steering, throttle) Box(2) actions, "
                      f"got {action_space}")
+
+
+def disturbance_phases(kind: str, steps: tuple[int, ...], side: int, action_space: gym.Space) -> list:
+    """A disturbance as (action, steps) phases executed in order.
+
+    Args:
+        kind: one of :data:`KINDS`.
+        steps: the phases' lengths in steps (50 steps = 1 s): one for "off-road" and "stop",
+            two (steering, then braking) for "ditch".
+        side: -1 left, +1 right (the steering phase).
+        action_space: as in :func:`disturbance_action`.
+
+    Raises:
+        ValueError: an unknown kind, the wrong number of lengths, a length < 1, or an unsupported
+            action space.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"unknown disturbance {kind!r}; choose from {', '.join(KINDS)}")
+    parts = ("off-road", "stop") if kind == "ditch" else (kind,)
+    if len(steps) != len(parts) or min(steps) < 1:
+        raise ValueError(f"{kind} takes {len(parts)} phase length(s) >= 1, got {tuple(steps)}")
+    return [(disturbance_action(p, side, action_space), int(n)) for p, n in zip(parts, steps)]
 
 
 @dataclass
@@ -61,12 +90,13 @@ class DisturbanceConfig:
         kinds: the disturbances drawn from, uniformly.
         off_road_steps: (min, max) steps of hard steering, 50 steps = 1 s.
         stop_steps: (min, max) steps of braking (the car stands still within about 1 s at
-            CarRacing's speeds, so the rest of the time it stands).
+            CarRacing's speeds, so the rest of the time it stands). A "ditch" draws one length
+            from each range.
         warmup: no disturbance before this step (the car first gets up to speed).
     """
 
     per_episode: float = 2.0
-    kinds: tuple[str, ...] = KINDS
+    kinds: tuple[str, ...] = DEFAULT_KINDS
     off_road_steps: tuple[int, int] = (15, 40)
     stop_steps: tuple[int, int] = (60, 120)
     warmup: int = 50
@@ -95,7 +125,8 @@ class PerturbedActor:
         cfg: the schedule.
         rng: draws the schedule.
         schedule: fixed disturbances [(start step, kind, length, side)] instead of random ones
-            (used by :mod:`agent.eval.recovery`).
+            (used by :mod:`agent.eval.recovery`); a "ditch" takes (steering steps, braking steps)
+            as its length.
     """
 
     def __init__(self, actor, cfg: DisturbanceConfig, rng: np.random.Generator,
@@ -107,26 +138,33 @@ class PerturbedActor:
     def reset(self) -> None:
         self.actor.reset()
         self.step, self.left, self.current, self.active = 0, 0, None, False
+        self.phases: list = []
         self.events: list[tuple[int, str, int]] = []
         self.pending = sorted(self.fixed or [])
 
-    def _start(self, kind: str, length: int, side: int, env) -> None:
-        self.current = disturbance_action(kind, side, env.action_space)
-        self.left = length
-        self.events.append((self.step, kind, length))
+    def _start(self, kind: str, steps: tuple[int, ...], side: int, env) -> None:
+        self.phases = disturbance_phases(kind, steps, side, env.action_space)
+        self.current, self.left = self.phases.pop(0)
+        self.events.append((self.step, kind, int(sum(steps))))
+
+    def _draw(self, kind: str) -> tuple[int, ...]:
+        ranges = {"off-road": [self.cfg.off_road_steps], "stop": [self.cfg.stop_steps],
+                  "ditch": [self.cfg.off_road_steps, self.cfg.stop_steps]}[kind]
+        return tuple(int(self.rng.integers(lo, hi + 1)) for lo, hi in ranges)
 
     def act(self, obs, env, info=None) -> Decision:
         d = self.actor.act(obs, env, info)
-        if self.left == 0:
+        if self.left == 0 and self.phases:  # a "ditch" goes on with its next phase
+            self.current, self.left = self.phases.pop(0)
+        elif self.left == 0:
             if self.fixed is not None:
                 if self.pending and self.pending[0][0] <= self.step:
                     start, kind, length, side = self.pending.pop(0)
-                    self._start(kind, length, side, env)
+                    self._start(kind, tuple(length) if isinstance(length, (tuple, list)) else (length,), side, env)
             elif self.step >= self.cfg.warmup and self.cfg.per_episode > 0 and \
                     self.rng.random() < self.cfg.per_episode / 1000.0:
                 kind = str(self.rng.choice(self.cfg.kinds))
-                lo, hi = self.cfg.stop_steps if kind == "stop" else self.cfg.off_road_steps
-                self._start(kind, int(self.rng.integers(lo, hi + 1)), int(self.rng.choice([-1, 1])), env)
+                self._start(kind, self._draw(kind), int(self.rng.choice([-1, 1])), env)
         self.step += 1
         self.active = self.left > 0
         if self.active:
@@ -137,4 +175,4 @@ class PerturbedActor:
         return d
 
 
-__all__ = ["DisturbanceConfig", "KINDS", "PerturbedActor", "disturbance_action"]
+__all__ = ["DEFAULT_KINDS", "DisturbanceConfig", "KINDS", "PerturbedActor", "disturbance_action", "disturbance_phases"]
