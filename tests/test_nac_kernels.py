@@ -123,11 +123,37 @@ def test_long_sequences_in_query_chunks_equal_one_pass(monkeypatch):
 
     m = _layer(torch.float64).eval()
     x, t, mask = _inputs(torch.float64, T=40)
+    monkeypatch.setattr(nac_kernels, "FUSED_MAX_T", 0)  # the chunked path, not the one-call forward
     with torch.no_grad():
         y_whole = m(x, t, mask)
         monkeypatch.setattr(nac_module, "ATTEND_QUERY_CHUNK", 7)
         y_chunks = m(x, t, mask)
     torch.testing.assert_close(y_chunks, y_whole, atol=1e-13, rtol=0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("with_t,with_mask,T", [(False, False, 19), (True, True, 19), (True, False, 3)])
+def test_one_call_no_grad_forward_equals_the_other_paths(mode, causal, with_t, with_mask, T, monkeypatch):
+    """Under no_grad the layer runs in one kernel call (nac_kernels.fused_forward); it must give
+    what the torch path and the autograd kernel path give (T=3 < topk=4: fewer keys than K)."""
+    calls = []
+    real = nac_kernels.fused_forward
+    monkeypatch.setattr(nac_kernels, "fused_forward", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    for dtype, atol in ((torch.float64, 1e-12), (torch.float32, 2e-6)):
+        m = _layer(dtype, mode=mode, causal=causal).eval()
+        x, t, mask = _inputs(dtype, T=T, with_t=with_t, with_mask=with_mask)
+        with torch.no_grad():
+            y_fused = m(x, t, mask)
+            with nac_kernels.use_kernels(False):
+                y_torch = m(x, t, mask)
+        y_grad = m(x, t, mask).detach()  # grad enabled: the PairAttention path
+        torch.testing.assert_close(y_fused, y_torch, atol=atol, rtol=1e-4)
+        torch.testing.assert_close(y_fused, y_grad, atol=atol, rtol=1e-4)
+        assert y_fused.shape == (x.shape[0], T, 16) and not y_fused.requires_grad
+    assert len(calls) == 2, "the no-grad forward took the one-call kernel once per dtype"
+    with pytest.raises(ValueError, match="K <= T"):
+        real(m.fused_weights(), x, None, None, 4, T + 1, True, mode, 1.0, 1e-2, 6)
 
 
 def test_pair_attention_backward_matches_finite_differences():

@@ -558,6 +558,26 @@ class NAC(DerivedWeights, nn.Module):
             torch.cat([self.head_phi.weight, self.head_omega.weight], 0).t(),
             torch.cat([self.head_phi.bias, self.head_omega.bias])))
 
+    def fused_weights(self) -> tuple:
+        """Every weight of the layer as the contiguous NumPy arrays that
+        :func:`agent.nn.nac_kernels.fused_forward` reads (masks applied, gates side by side, the
+        output map transposed); kept between calls at inference (see :class:`DerivedWeights`)."""
+        params = tuple(self.parameters())
+
+        def build():
+            with torch.no_grad():
+                gates = [self.sensory[n] for n in ("q", "k", "v")]
+                wqkv = torch.cat([g.masked_weight() for g in gates], 1)
+                bqkv = torch.cat([g.bias for g in gates])
+                wq, bq, wk = self._pair_weights()
+                wh, bh = self._gate_heads()
+                arrays = (wqkv, bqkv, wq, bq, wk, self.to_command.masked_weight(), self.to_command.bias,
+                          self.to_motor.masked_weight(), self.to_motor.bias, wh, bh, self.out.weight.t(),
+                          self.out.bias)
+                return tuple(a.detach().contiguous().numpy() for a in arrays)
+
+        return self.derived("fused", params, build)
+
     def solve_logits(self, phi: Tensor, omega: Tensor, tau: Tensor) -> Tensor:
         """a(tau) of da/dt = -omega a + phi, a(0) = 0, by the layer's mode (all tensors same shape)."""
         if self.mode == "steady":
@@ -694,6 +714,11 @@ class NAC(DerivedWeights, nn.Module):
         for name, a in (("t", t), ("mask", mask)):
             if a is not None and tuple(a.shape) != (B, T):
                 raise ValueError(f"{name} must be (B, T) = ({B}, {T}), got {tuple(a.shape)}")
+        if (not return_intermediates and self.selector == "exact" and T <= nac_kernels.FUSED_MAX_T
+                and not torch.is_grad_enabled() and nac_kernels.applies(x, self.out.weight)):
+            # no gradient asked for: the whole layer in one kernel call (the same function)
+            return nac_kernels.fused_forward(self.fused_weights(), x, t, mask, self.num_heads, min(self.topk, T),
+                                             self.causal, self.mode, self.delta_t, self.eps, self.euler_steps)
         q, k, v = self.project(x)  # (B, H, T, d) each
         qpos = torch.arange(T, device=x.device)
         y, inter = self.attend(q, k, v, qpos, mask, t, t, return_intermediates)

@@ -802,6 +802,88 @@ def _backward_kernel(grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, 
             d_k2[kr, Ni + 1] += d_beta[p]
 
 
+#: the longest sequence :func:`fused_forward` takes; longer ones keep the layer's chunked path,
+#: whose working memory is bounded (see :data:`agent.nn.nac.ATTEND_QUERY_CHUNK`)
+FUSED_MAX_T = 1024
+
+
+@_jit
+def _fused_forward_kernel(x2, Wqkv, bqkv, wq, bq, wk, Wc, bc, Wm, bm, Wh, bh, WoutT, bout, B, T, H, K, causal,
+                          key_mask, has_mask, q_times, k_times, has_t, mode, delta_t, eps, n_euler,
+                          y):  # pragma: no cover - compiled
+    """The whole no-grad forward of the layer (steps 1-8 and the output map) in one call.
+
+    x2 (B T, D_in); Wqkv (D_in, 3 d_model), bqkv: the three masked sensory gates side by side;
+    wq (d, F), bq (F,), wk (d, F): the first backbone layer's query and key halves; Wc, bc, Wm, bm,
+    Wh, bh: the rest of the backbone (as :class:`PairAttention`); WoutT (d_model, d_model), bout:
+    the output map (transposed weight). Writes y (B T, d_model)."""
+    N, D = x2.shape
+    C3 = Wqkv.shape[1]
+    dm = C3 // 3
+    d = dm // H
+    F = wq.shape[1]
+    dt = x2.dtype
+    qkv = np.empty((N, C3), dt)  # 1. the sensory gates, vectorised over the outputs
+    for r in range(N):
+        row = qkv[r]
+        for c in range(C3):
+            row[c] = bqkv[c]
+        for i in range(D):
+            xi = x2[r, i]
+            wi = Wqkv[i]
+            for c in range(C3):
+                row[c] += xi * wi[c]
+    q = np.empty((B, H, T, d), dt)  # 2. heads; keys transposed for the ranking
+    kT = np.empty((B, H, d, T), dt)
+    v2 = np.empty((B * H * T, d), dt)
+    for b in range(B):
+        for t in range(T):
+            r = b * T + t
+            for h in range(H):
+                for e in range(d):
+                    q[b, h, t, e] = qkv[r, h * d + e]
+                    kT[b, h, e, t] = qkv[r, dm + h * d + e]
+                    v2[(b * H + h) * T + t, e] = qkv[r, 2 * dm + h * d + e]
+    qpos = np.arange(T)
+    idx = np.empty((B, H, T, K), np.int64)  # 3. the exact top-K
+    valid = np.empty((B, H, T, K), np.bool_)
+    _topk_exact_kernel(q, kT, qpos, key_mask, has_mask, causal, K, idx, valid)
+    q_half = np.empty((B * H * T, F), dt)  # the first backbone layer's halves, once per query and key
+    k_half = np.empty((B * H * T, F), dt)
+    for b in range(B):
+        for h in range(H):
+            for t in range(T):
+                rr = (b * H + h) * T + t
+                qr = q_half[rr]
+                kr = k_half[rr]
+                for f in range(F):
+                    qr[f] = bq[f]
+                    kr[f] = 0.0
+                for e in range(d):
+                    qe = q[b, h, t, e]
+                    ke = kT[b, h, e, t]
+                    for f in range(F):
+                        qr[f] += qe * wq[e, f]
+                        kr[f] += ke * wk[e, f]
+    Ni, Nc, Nm = Wc.shape[0], Wc.shape[1], Wm.shape[1]
+    krow_a, pre_a, inter_a, command_a, motor_a, gates_a, phi_a, omega_a, tg_a, age_a, logit_a = _activations(
+        q_half, 1, TILE_QUERIES * K, F, Ni, Nc, Nm)
+    o = np.empty((B, T, H, d), dt)  # 4.-8. the pairs, their weights and the weighted values
+    _forward_kernel(q_half, k_half, v2, idx.reshape(B * H * T, K), valid.reshape(B * H * T, K), T, T, H, Wc, bc,
+                    Wm, bm, Wh, bh, q_times, k_times, has_t, mode, delta_t, eps, n_euler, False, krow_a, pre_a,
+                    inter_a, command_a, motor_a, gates_a, phi_a, omega_a, tg_a, age_a, logit_a, o)
+    o2 = o.reshape(N, dm)  # the heads concatenated, then the output map
+    for r in range(N):
+        yr = y[r]
+        for c in range(dm):
+            yr[c] = bout[c]
+        for i in range(dm):
+            oi = o2[r, i]
+            wi = WoutT[i]
+            for c in range(dm):
+                yr[c] += oi * wi[c]
+
+
 # --------------------------------------------------------------------------------------------
 # Torch-facing functions
 # --------------------------------------------------------------------------------------------
@@ -957,5 +1039,41 @@ def pair_attention(q_half: Tensor, k_half: Tensor, v: Tensor, idx: Tensor, valid
                                euler_steps)
 
 
-__all__ = ["MODE_IDS", "PairAttention", "applies", "available", "float32_math", "pair_attention", "set_enabled",
-           "topk_blocks", "topk_exact", "use_kernels"]
+def fused_forward(weights: tuple[np.ndarray, ...], x: Tensor, t: Tensor | None, mask: Tensor | None, num_heads: int,
+                  K: int, causal: bool, mode: str, delta_t: float, eps: float, euler_steps: int) -> Tensor:
+    """The NAC layer's forward without gradients in one kernel call (exact selector only).
+
+    The same function as the layer's other paths (sensory gates, heads, exact top-K, steps 4-8
+    and the output map; tests/test_nac_kernels.py compares them), with one Python-to-machine-code
+    call instead of about fifteen torch operations and three kernel calls: at short sequences
+    (T = 16) that overhead was most of the layer's time.
+
+    Args:
+        weights: (Wqkv (D_in, 3 d_model), bqkv, Wq (d, F), bq (F,), Wk (d, F), Wc, bc, Wm, bm, Wh, bh,
+            WoutT (d_model, d_model), bout), contiguous NumPy arrays of x's dtype
+            (:meth:`agent.nn.nac.NAC.fused_weights`).
+        x: (B, T, D_in) float32/float64 CPU tensor, T <= :data:`FUSED_MAX_T`.
+        t: (B, T) timestamps in seconds, or None (age 1). mask: (B, T) bool, True = valid, or None.
+        num_heads: H. K: keys kept per query, at most T. The rest: as :class:`PairAttention`.
+
+    Returns:
+        y (B, T, d_model), a new tensor (no autograd history).
+
+    Raises:
+        ValueError: T above :data:`FUSED_MAX_T` or K above T.
+    """
+    B, T, D = x.shape
+    if T > FUSED_MAX_T or not 1 <= K <= T:
+        raise ValueError(f"fused_forward takes 1 <= K <= T <= {FUSED_MAX_T}, got T={T}, K={K}")
+    x2 = _np(x).reshape(B * T, D)
+    dm = weights[0].shape[1] // 3
+    y = np.empty((B * T, dm), dtype=x2.dtype)
+    qt, kt, has_t = _times(t, t)
+    m = _np(mask.to(torch.bool)) if mask is not None else np.ones((1, 1), dtype=np.bool_)
+    _fused_forward_kernel(x2, *weights, B, T, int(num_heads), int(K), bool(causal), m, mask is not None, qt, kt,
+                          has_t, MODE_IDS[mode], float(delta_t), float(eps), int(euler_steps), y)
+    return torch.from_numpy(y).view(B, T, dm)
+
+
+__all__ = ["FUSED_MAX_T", "MODE_IDS", "PairAttention", "applies", "available", "float32_math", "fused_forward",
+           "pair_attention", "set_enabled", "topk_blocks", "topk_exact", "use_kernels"]
