@@ -561,8 +561,12 @@ class NAC(DerivedWeights, nn.Module):
     def fused_weights(self) -> tuple:
         """Every weight of the layer as the contiguous NumPy arrays that
         :func:`agent.nn.nac_kernels.fused_forward` reads (masks applied, gates side by side, the
-        output map transposed); kept between calls at inference (see :class:`DerivedWeights`)."""
-        params = tuple(self.parameters())
+        output map transposed); kept between calls at inference (see :class:`DerivedWeights`; a
+        submodule replaced by another after the first call also needs :meth:`clear_derived`)."""
+        cache = self.__dict__.setdefault("_derived_cache", {})
+        params = cache.get("fused_params")  # the Parameter objects (walking the modules costs ~15 us a call)
+        if params is None:
+            params = cache["fused_params"] = tuple(self.parameters())
 
         def build():
             with torch.no_grad():
