@@ -706,6 +706,10 @@ class NAC(DerivedWeights, nn.Module):
             mask: (B, T) bool, True = valid; invalid positions are never attended to.
             return_intermediates: also return a :class:`NACIntermediates`.
 
+        Under ``torch.no_grad``, without intermediates, on CPU float32/float64 tensors with the exact
+        selector and T <= ``nac_kernels.FUSED_MAX_T``, the whole layer runs in one kernel call
+        (:func:`agent.nn.nac_kernels.fused_forward`; the same function).
+
         Returns:
             y (B, T, d_model), or (y, intermediates).
 

@@ -21,6 +21,10 @@ so no per-pair tensor is ever built:
   Under autograd the forward keeps each tile's activations and the backward reads them; it
   returns the gradients of every input that has one. The selection itself has no gradient, as
   in the torch path.
+- :func:`fused_forward`: the whole layer without gradients (sensory gates, heads, the exact
+  ranking, the pairs and the output map) in one call, for the no-grad forward of
+  :meth:`agent.nn.nac.NAC.forward`: at short sequences the Python around fifteen torch operations
+  and three kernel calls cost more than the arithmetic.
 
 Both compute the same function as the torch path in :mod:`agent.nn.nac` (tests/test_nac_kernels.py
 compares outputs and gradients in float32 and float64, for every mode, selector, mask and
