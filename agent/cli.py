@@ -392,7 +392,8 @@ _CROP_CACHE_HELP = ("where recordings are cached as preprocessed 66x200 YUV crop
 _ENV_ONLY = {"udacity": {"augment_prob": 0.6, "smooth_labels": 1, "on_bad_row": "skip", "smooth_mode": "centred",
                          "straight_keep": 1.0, "crop_cache": "auto", "leave_one_driver_out": None},
              "carracing": {"expert": None, "dagger_rounds": 0, "dagger_beta": 0.5, "dagger_beta_decay": 0.5,
-                           "dagger_disturb": 0.0, "dagger_disturb_kinds": "off-road,stop", "dagger_out": None, "dagger_max_steps": None, "dagger_seed": None,
+                           "dagger_disturb": 0.0, "dagger_disturb_kinds": "off-road,stop", "dagger_out": None,
+                           "dagger_max_steps": None, "dagger_seed": None,
                            "save_bc": None, "start_rule": False, "envs": 1}}
 
 

@@ -812,6 +812,21 @@ FUSED_MAX_T = 1024
 
 
 @_jit
+def _affine_rows(x, W, b, y):  # pragma: no cover - compiled
+    """y = x @ W + b for x (N, I), W (I, O), b (O,), y (N, O), a row at a time, vectorised over the
+    outputs."""
+    for r in range(x.shape[0]):
+        yr = y[r]
+        for c in range(W.shape[1]):
+            yr[c] = b[c]
+        for i in range(x.shape[1]):
+            xi = x[r, i]
+            wi = W[i]
+            for c in range(W.shape[1]):
+                yr[c] += xi * wi[c]
+
+
+@_jit
 def _fused_forward_kernel(x2, Wqkv, bqkv, wq, bq, wk, Wc, bc, Wm, bm, Wh, bh, WoutT, bout, B, T, H, K, causal,
                           key_mask, has_mask, q_times, k_times, has_t, mode, delta_t, eps, n_euler,
                           y):  # pragma: no cover - compiled
@@ -821,22 +836,14 @@ def _fused_forward_kernel(x2, Wqkv, bqkv, wq, bq, wk, Wc, bc, Wm, bm, Wh, bh, Wo
     wq (d, F), bq (F,), wk (d, F): the first backbone layer's query and key halves; Wc, bc, Wm, bm,
     Wh, bh: the rest of the backbone (as :class:`PairAttention`); WoutT (d_model, d_model), bout:
     the output map (transposed weight). Writes y (B T, d_model)."""
-    N, D = x2.shape
+    N = x2.shape[0]
     C3 = Wqkv.shape[1]
     dm = C3 // 3
     d = dm // H
     F = wq.shape[1]
     dt = x2.dtype
-    qkv = np.empty((N, C3), dt)  # 1. the sensory gates, vectorised over the outputs
-    for r in range(N):
-        row = qkv[r]
-        for c in range(C3):
-            row[c] = bqkv[c]
-        for i in range(D):
-            xi = x2[r, i]
-            wi = Wqkv[i]
-            for c in range(C3):
-                row[c] += xi * wi[c]
+    qkv = np.empty((N, C3), dt)  # 1. the sensory gates
+    _affine_rows(x2, Wqkv, bqkv, qkv)
     q = np.empty((B, H, T, d), dt)  # 2. heads; keys transposed for the ranking
     kT = np.empty((B, H, d, T), dt)
     v2 = np.empty((B * H * T, d), dt)
@@ -876,16 +883,7 @@ def _fused_forward_kernel(x2, Wqkv, bqkv, wq, bq, wk, Wc, bc, Wm, bm, Wh, bh, Wo
     _forward_kernel(q_half, k_half, v2, idx.reshape(B * H * T, K), valid.reshape(B * H * T, K), T, T, H, Wc, bc,
                     Wm, bm, Wh, bh, q_times, k_times, has_t, mode, delta_t, eps, n_euler, False, krow_a, pre_a,
                     inter_a, command_a, motor_a, gates_a, phi_a, omega_a, tg_a, age_a, logit_a, o)
-    o2 = o.reshape(N, dm)  # the heads concatenated, then the output map
-    for r in range(N):
-        yr = y[r]
-        for c in range(dm):
-            yr[c] = bout[c]
-        for i in range(dm):
-            oi = o2[r, i]
-            wi = WoutT[i]
-            for c in range(dm):
-                yr[c] += oi * wi[c]
+    _affine_rows(o.reshape(N, dm), WoutT, bout, y)  # the heads concatenated, then the output map
 
 
 # --------------------------------------------------------------------------------------------
