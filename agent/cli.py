@@ -81,6 +81,13 @@ def _add_expert(sub) -> None:
     t.add_argument("--offtrack-patience", type=int, default=50,
                    help="steps with all wheels off the road before a training episode is cut")
     t.add_argument("--init", default=None, help="fine-tune: start from this expert .zip's weights")
+    t.add_argument("--wheel-off-penalty", type=float, default=0.0,
+                   help="training reward shaping: subtract this per wheel off the road per step, so the expert keeps "
+                        "its wheels on the road in bends instead of hugging the edge (a line a student can imitate "
+                        "without skipping tiles); evaluation always scores the env's own reward")
+    t.add_argument("--keep", choices=["best", "last"], default="best",
+                   help="the checkpoint written to --out: the best mean return on the held-out tracks, or the last "
+                        "(the best one is then left in <out>_best/)")
     t.add_argument("--lr", type=float, default=3e-4, help="PPO learning rate (lower it when fine-tuning with --init)")
     r = esub.add_parser("check-recovery", formatter_class=FMT,
                         help="does the expert (or a student, --policy) recover from off-road and standstill?",
@@ -155,7 +162,8 @@ def _cmd_expert(args) -> int:
     cfg = ExpertConfig(timesteps=args.timesteps, seed=args.seed, n_envs=args.n_envs,
                        action_repeat=args.action_repeat, device=args.device, continuous=args.continuous,
                        learning_rate=args.lr, disturbed_starts=args.disturbed_starts, offtrack_patience=args.offtrack_patience,
-                       init=str(resolve_policy_path(args.init)) if args.init else None, **extra)
+                       init=str(resolve_policy_path(args.init)) if args.init else None,
+                       wheel_off_penalty=args.wheel_off_penalty, keep=args.keep, **extra)
     train_expert(cfg, args.out, tensorboard_dir=args.tensorboard or None)
     return 0
 

@@ -246,6 +246,32 @@ def all_wheels_off_road(env: gym.Env) -> bool | None:
     return not any(w.tiles for w in wheels)
 
 
+def wheels_off_road(env: gym.Env) -> int | None:
+    """How many of the car's four wheels touch no road tile (0-4); None for an env without wheels
+    (Udacity) or before the first reset. 1-3 means the car is on the road's edge."""
+    car = getattr(env.unwrapped, "car", None)
+    wheels = getattr(car, "wheels", None)
+    if not wheels:
+        return None
+    return sum(1 for w in wheels if not w.tiles)
+
+
+def tiles_missed(env: gym.Env) -> int | None:
+    """CarRacing's road tiles not visited yet (a tile counts once any wheel has touched it); None
+    for an env without tiles (Udacity).
+
+    gymnasium's CarRacing ends a lap only when every tile has been visited (the start tile is
+    visited at the start, so its ``lap_complete_percent`` rule does not fire): a car that skips the
+    tiles of one bend, e.g. by leaving the road with all four wheels, drives on until step 1000 and
+    scores 1000 x (visited / tiles) - 100, below 900 however fast it was.
+    """
+    u = env.unwrapped
+    track, visited = getattr(u, "track", None), getattr(u, "tile_visited_count", None)
+    if track is None or visited is None:
+        return None
+    return int(len(track) - visited)
+
+
 class StallMeter:
     """The "no stalls" figures of one episode, updated step by step (``drive`` shows them live).
 
@@ -299,6 +325,10 @@ class Episode:
             each step (:func:`car_speed`); NaN where the env has none.
         off_road: (N,) bool, all four wheels off the road after each step
             (:func:`all_wheels_off_road`); None for an env without wheels.
+        wheels_off: (N,) int8, wheels off the road after each step (:func:`wheels_off_road`,
+            0-4); None for an env without wheels.
+        tiles_missed: road tiles never visited by the episode's end (:func:`tiles_missed`); None
+            for an env without tiles.
     """
 
     seed: int
@@ -310,6 +340,8 @@ class Episode:
     truncations: np.ndarray
     speeds: np.ndarray
     off_road: np.ndarray | None = None
+    wheels_off: np.ndarray | None = None
+    tiles_missed: int | None = None
 
     @property
     def steps(self) -> int:
@@ -333,6 +365,15 @@ class Episode:
         """Steps after which all four wheels were off the road; None for an env without wheels."""
         return None if self.off_road is None else int(np.count_nonzero(self.off_road))
 
+    @property
+    def edge_steps(self) -> int | None:
+        """Steps after which one to three wheels were off the road: the car on the road's edge
+        (all four off counts in :attr:`off_road_steps` instead); None for an env without wheels."""
+        if self.wheels_off is None:
+            return None
+        w = np.asarray(self.wheels_off)
+        return int(np.count_nonzero((w > 0) & (w < 4)))
+
     def __post_init__(self):
         n = len(self.actions)
         for name in ("rewards", "terminations", "truncations"):
@@ -344,6 +385,8 @@ class Episode:
             raise ValueError(f"an episode of {n} steps needs {n + 1} speeds, got {len(self.speeds)}")
         if self.off_road is not None and len(self.off_road) != n:
             raise ValueError(f"episode off_road has {len(self.off_road)} entries, actions have {n}")
+        if self.wheels_off is not None and len(self.wheels_off) != n:
+            raise ValueError(f"episode wheels_off has {len(self.wheels_off)} entries, actions have {n}")
 
 
 def rollout(env: gym.Env, actor: Actor, seed: int, max_steps: int | None = None,
@@ -369,6 +412,7 @@ def rollout(env: gym.Env, actor: Actor, seed: int, max_steps: int | None = None,
     frames = [obs] if keep_frames else None
     actions, labels, rewards, terms, truncs, speeds = [], [], [], [], [], [car_speed(env)]
     off_road: list[bool | None] = []
+    wheels: list[int | None] = []
     step = 0
     while True:
         if labeler is not None:
@@ -384,6 +428,7 @@ def rollout(env: gym.Env, actor: Actor, seed: int, max_steps: int | None = None,
         truncs.append(truncated)
         speeds.append(car_speed(env))
         off_road.append(all_wheels_off_road(env))
+        wheels.append(wheels_off_road(env))
         if keep_frames:
             frames.append(obs)
         if on_step is not None:
@@ -401,6 +446,8 @@ def rollout(env: gym.Env, actor: Actor, seed: int, max_steps: int | None = None,
         truncations=np.asarray(truncs, dtype=bool),
         speeds=np.asarray(speeds, dtype=np.float32),
         off_road=None if any(x is None for x in off_road) else np.asarray(off_road, dtype=bool),
+        wheels_off=None if any(x is None for x in wheels) else np.asarray(wheels, dtype=np.int8),
+        tiles_missed=tiles_missed(env),
     )
 
 
@@ -413,4 +460,4 @@ def _stack_labels(labels: list) -> np.ndarray:
 
 __all__ = ["Actor", "Decision", "Episode", "ExpertActor", "MixtureActor", "PolicyActor", "STALL_STEPS",
            "STANDSTILL_SPEED", "STEERING_CLASSES", "StallMeter", "all_wheels_off_road", "car_speed", "longest_run",
-           "rollout", "standstill", "steering_class"]
+           "rollout", "standstill", "steering_class", "tiles_missed", "wheels_off_road"]

@@ -155,6 +155,8 @@ class _Slot:
         self.actions, self.labels, self.rewards, self.terms, self.truncs = [], [], [], [], []
         self.speeds = [_speed(info)]
         self.off_road: list[bool | None] = []
+        self.wheels_off: list[int | None] = []
+        self.tiles_missed: int | None = None
 
     def episode(self, discrete: bool, labelled: bool) -> Episode:
         return Episode(
@@ -167,6 +169,8 @@ class _Slot:
             truncations=np.asarray(self.truncs, dtype=bool),
             speeds=np.asarray(self.speeds, dtype=np.float32),
             off_road=None if any(x is None for x in self.off_road) else np.asarray(self.off_road, dtype=bool),
+            wheels_off=None if any(x is None for x in self.wheels_off) else np.asarray(self.wheels_off, dtype=np.int8),
+            tiles_missed=self.tiles_missed,
         )
 
 
@@ -247,6 +251,8 @@ def vector_rollouts(venv: gym.vector.VectorEnv, actor: BatchActor, seeds: list[i
             slot.truncs.append(trunc)
             slot.speeds.append(_speed(infos[i]))
             slot.off_road.append(_off_road(infos[i]))
+            slot.wheels_off.append(int(infos[i]["wheels_off_road"]) if "wheels_off_road" in infos[i] else None)
+            slot.tiles_missed = int(infos[i]["tiles_missed"]) if "tiles_missed" in infos[i] else None
             if slot.frames is not None:
                 slot.frames.append(np.array(obs[i], copy=True))
             if terminated[i] or trunc:

@@ -157,7 +157,9 @@ class StateInfo(gym.Wrapper):
 
     Keys: ``speed``, the hull's speed in simulator units per second (:attr:`CarRacingEnv.speed`);
     ``off_road``, True when all four wheels are off the road (no wheel touches a road tile, the
-    test of :class:`OffTrackTermination`); with ``privileged=True`` also ``privileged_state``, the
+    test of :class:`OffTrackTermination`); ``wheels_off_road``, how many of the four wheels touch no
+    road tile (0-4); ``tiles_missed``, the road tiles not visited yet (a lap ends only once every
+    tile has been visited); with ``privileged=True`` also ``privileged_state``, the
     expert's (PRIVILEGED_DIM,) float32 view (:meth:`CarRacingEnv.privileged_observation`).
 
     Raises:
@@ -174,7 +176,10 @@ class StateInfo(gym.Wrapper):
         car_env = self.env.unwrapped
         info = dict(info)
         info["speed"] = car_env.speed
-        info["off_road"] = not any(w.tiles for w in car_env.car.wheels)
+        off = sum(1 for w in car_env.car.wheels if not w.tiles)
+        info["off_road"] = off == len(car_env.car.wheels)
+        info["wheels_off_road"] = off
+        info["tiles_missed"] = len(car_env.track) - car_env.tile_visited_count
         if self.privileged:
             info["privileged_state"] = car_env.privileged_observation()
         return info

@@ -112,6 +112,11 @@ def test_rollout_measures_off_road_and_standstill_in_carracing():
         env.close()
     np.testing.assert_array_equal(ep.off_road, [False] * 5 + [True] * 15)
     assert ep.off_road.dtype == bool and ep.off_road_steps == 15
+    # on the road every wheel touches a tile; 40 units off, none does (all four off is not "on the edge")
+    np.testing.assert_array_equal(ep.wheels_off, [0] * 5 + [4] * 15)
+    assert ep.edge_steps == 0
+    # the car stood at the start, then was moved away: nearly every tile is still to be visited
+    assert ep.tiles_missed is not None and ep.tiles_missed > 200
     assert ep.longest_standstill == 10  # no gas for 10 steps, then it moves
     assert np.all(ep.speeds[1:11] < STANDSTILL_SPEED) and np.all(ep.speeds[11:] >= STANDSTILL_SPEED)
 
@@ -615,3 +620,76 @@ def test_the_start_rule_is_asked_for_explicitly():
     assert parser.parse_args(["train", "--data", "d", "--start-rule"]).start_rule is True
     assert parser.parse_args(["evaluate", "--policy", "p.zip"]).start_rule is False
     assert parser.parse_args(["compare"]).start_rule is True
+
+
+# ----------------------------------------------------------------------------- tiles, edge, lap ends
+def test_a_lap_ends_only_once_every_tile_is_visited():
+    """What ``tiles_missed`` explains: the expert's full lap visits every tile and ends early; the
+    same lap with the car lifted past 12 tiles mid-lap never ends (the lap-complete rule needs every
+    tile, the start tile being visited at the start), so it runs to the step limit, under 900."""
+    from agent.loading import load_policy, make_actor, make_carracing_for
+    from agent.rollout import tiles_missed
+
+    expert = load_policy("carracing-expert-continuous.zip")
+    env = make_carracing_for(expert, render_pixels=False)
+    try:
+        full = rollout(env, make_actor(expert), 1_000_000, keep_frames=False)
+
+        class Skip:
+            """The expert, but at step 200 the car is carried 12 tiles along the track."""
+            label, has_probs, traces_reason = "skip", False, None
+
+            def __init__(self):
+                self.inner, self.n = make_actor(expert), 0
+
+            def reset(self):
+                self.n = 0
+
+            def act(self, obs, env, info=None):
+                self.n += 1
+                if self.n == 200:
+                    u = env.unwrapped
+                    car = u.car
+                    x, y = car.hull.position
+                    i = int(np.argmin([(p[2] - x) ** 2 + (p[3] - y) ** 2 for p in u.track]))
+                    j = (i + 12) % len(u.track)
+                    dx, dy = u.track[j][2] - x, u.track[j][3] - y
+                    for b in (car.hull, *car.wheels):
+                        b.position = (b.position[0] + dx, b.position[1] + dy)
+                return self.inner.act(obs, env, info)
+
+        skipped = rollout(env, Skip(), 1_000_000, keep_frames=False)
+        missed_now = tiles_missed(env)
+    finally:
+        env.close()
+    assert full.tiles_missed == 0 and full.terminations[-1] and full.steps < 1000
+    assert full.episode_return > 900
+    assert skipped.tiles_missed == missed_now and skipped.tiles_missed > 0
+    assert not skipped.terminations.any() and skipped.steps == 1000 and skipped.episode_return < 900
+    assert full.wheels_off.dtype == np.int8 and set(np.unique(full.wheels_off)) <= {0, 1, 2, 3, 4}
+    assert full.edge_steps == int(np.count_nonzero((full.wheels_off > 0) & (full.wheels_off < 4)))
+
+
+def test_wheel_off_penalty_charges_each_wheel_on_the_grass():
+    """The expert's reward shaping: the same actions give the env's reward minus penalty x wheels off."""
+    from agent.train.expert import WheelOffPenalty
+    from envs.carracing import make_carracing
+
+    actions = [np.array([0.0, 1.0], np.float32)] * 30 + [np.array([1.0, 0.5], np.float32)] * 90  # gas, then hard right
+    plain, shaped = make_carracing(render_pixels=False, continuous=True), None
+    try:
+        shaped = WheelOffPenalty(make_carracing(render_pixels=False, continuous=True), 0.25)
+        plain.reset(seed=1_000_001)
+        shaped.reset(seed=1_000_001)
+        offs = []
+        for a in actions:
+            _, r0, *_ = plain.step(a)
+            _, r1, _, _, info = shaped.step(a)
+            offs.append(info["wheels_off_road"])
+            assert r1 == pytest.approx(r0 - 0.25 * info["wheels_off_road"], abs=1e-5)
+    finally:
+        plain.close()
+        shaped.close()
+    assert offs[0] == 0 and max(offs) == 4  # it starts on the road and ends on the grass
+    with pytest.raises(ValueError, match="penalty"):
+        WheelOffPenalty(make_carracing(render_pixels=False), -1.0)

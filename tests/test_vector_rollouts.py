@@ -38,8 +38,9 @@ def assert_same_episode(a: Episode, b: Episode, frames: bool = True) -> None:
         np.testing.assert_array_equal(a.labels, b.labels)
     if frames and a.observations is not None:
         np.testing.assert_array_equal(a.observations, b.observations)
-    assert (a.episode_return, a.steps, a.longest_standstill, a.off_road_steps) == \
-        (b.episode_return, b.steps, b.longest_standstill, b.off_road_steps)
+    assert (a.episode_return, a.steps, a.longest_standstill, a.off_road_steps, a.tiles_missed, a.edge_steps) == \
+        (b.episode_return, b.steps, b.longest_standstill, b.off_road_steps, b.tiles_missed, b.edge_steps)
+    np.testing.assert_array_equal(a.wheels_off, b.wheels_off)
 
 
 @pytest.fixture(scope="module")
@@ -280,7 +281,8 @@ def test_evaluate_with_envs_gives_the_one_env_results(tmp_path):
     one = evaluate("carracing-expert.zip", 3, 40, max_steps=50, workers=1, progress=False)
     two = evaluate("carracing-expert.zip", 3, 40, max_steps=50, envs=2, progress=False)
     assert two.envs == 2 and one.envs == 1
-    for key in ("seeds", "returns", "steps", "longest_standstill_steps", "off_road_steps"):
+    for key in ("seeds", "returns", "steps", "longest_standstill_steps", "off_road_steps", "tiles_missed",
+                "edge_steps", "laps_finished"):
         assert getattr(one, key) == getattr(two, key), key
 
 

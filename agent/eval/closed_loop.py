@@ -24,7 +24,11 @@ class EvalResult:
     :data:`agent.rollout.STANDSTILL_SPEED` (1.0 simulator units per second); ``off_road_steps``, the
     steps with all four wheels off the road. Aggregates: ``max_longest_standstill_steps``,
     ``episodes_with_stall`` (episodes whose longest standstill exceeds ``stall_steps`` = 50 steps,
-    1 s) and ``mean_off_road_steps``. ``standstill_speed`` and ``stall_steps`` record the thresholds;
+    1 s) and ``mean_off_road_steps``. Per episode also ``tiles_missed``, the road tiles never
+    visited (a lap ends only once every tile is visited, so one skipped bend caps the return below
+    900: :func:`agent.rollout.tiles_missed`), and ``edge_steps``, the steps with one to three wheels
+    off the road (on the road's edge); their aggregates ``laps_finished`` (episodes that visited
+    every tile) and ``mean_edge_steps``. ``standstill_speed`` and ``stall_steps`` record the thresholds;
     ``deterministic`` (argmax or sampled actions) and ``start_rule`` (an expert with its start
     rule) how the policy acted; ``envs`` how many envs were stepped at once (``--envs``).
     """
@@ -43,6 +47,10 @@ class EvalResult:
     max_longest_standstill_steps: int = 0
     episodes_with_stall: int = 0
     mean_off_road_steps: float = 0.0
+    tiles_missed: list[int] = field(default_factory=list)
+    edge_steps: list[int] = field(default_factory=list)
+    laps_finished: int = 0
+    mean_edge_steps: float = 0.0
     standstill_speed: float = STANDSTILL_SPEED
     stall_steps: int = STALL_STEPS
     deterministic: bool = True
@@ -59,16 +67,21 @@ class EvalResult:
                  f"tracks (seeds {self.seeds[0]}..{self.seeds[-1]}), {self.steps_per_second:.0f} env steps/s"]
         for i, s in enumerate(self.seeds):
             lines.append(f"  seed {s}  return {self.returns[i]:8.1f}  steps {self.steps[i]:4d}  longest standstill "
-                         f"{self.longest_standstill_steps[i]:4d} steps  off-road {self.off_road_steps[i]:4d} steps")
+                         f"{self.longest_standstill_steps[i]:4d} steps  off-road {self.off_road_steps[i]:4d} steps"
+                         + (f"  on the edge {self.edge_steps[i]:4d} steps  tiles missed {self.tiles_missed[i]:3d}"
+                            if self.tiles_missed else ""))
         lines.append(f"stalls: longest standstill {self.max_longest_standstill_steps} steps (speed < "
                      f"{self.standstill_speed:g} units/s); {self.episodes_with_stall}/{len(self.seeds)} episodes "
                      f"stood still > {self.stall_steps} steps; mean off-road {self.mean_off_road_steps:.1f} steps")
+        if self.tiles_missed:
+            lines.append(f"laps: {self.laps_finished}/{len(self.seeds)} finished (every tile visited); "
+                         f"{sum(m > 0 for m in self.tiles_missed)} episodes missed tiles (a lap ends only once every tile is "
+                         f"visited); mean {self.mean_edge_steps:.1f} steps on the road's edge (1-3 wheels off)")
         return lines
 
 
 def _run_seeds(args, on_episode=None) -> list[tuple]:
-    """Worker: load the policy once, run each seed; returns (seed, return, steps, longest standstill,
-    off-road steps) per episode."""
+    """Worker: load the policy once, run each seed; returns :func:`_row` per episode."""
     policy_path, seeds, max_steps, threads, deterministic, start_rule = args
     import torch
 
@@ -89,7 +102,7 @@ def _run_seeds(args, on_episode=None) -> list[tuple]:
         if not deterministic:  # sampled actions: the draws are seeded by the track, so a run repeats
             torch.manual_seed(int(s))
         ep = rollout(env, actor, s, max_steps=max_steps, keep_frames=False)
-        out.append((s, ep.episode_return, ep.steps, ep.longest_standstill, ep.off_road_steps))
+        out.append(_row(ep))
         if on_episode is not None:
             on_episode(out[-1])
     env.close()
@@ -117,12 +130,15 @@ def _run_seeds_vector(policy_path, seeds: list[int], max_steps: int | None, envs
 
     policy = _load_for_eval(policy_path, start_rule)
     actor = batch_actor_for(policy, deterministic=deterministic)  # sampled: one generator per track
-    def row(ep):
-        return (ep.seed, ep.episode_return, ep.steps, ep.longest_standstill, ep.off_road_steps)
-
     done = run_episodes(envs_for(policy, envs), actor, seeds, max_steps=max_steps, keep_frames=False,
-                        on_episode=None if on_episode is None else (lambda i, ep: on_episode(row(ep))))
-    return [row(ep) for ep in done]
+                        on_episode=None if on_episode is None else (lambda i, ep: on_episode(_row(ep))))
+    return [_row(ep) for ep in done]
+
+
+def _row(ep) -> tuple:
+    """(seed, return, steps, longest standstill, off-road steps, tiles missed, edge steps) of an episode."""
+    return (ep.seed, ep.episode_return, ep.steps, ep.longest_standstill, ep.off_road_steps, ep.tiles_missed,
+            ep.edge_steps)
 
 
 def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carracing", max_steps: int | None = None,
@@ -196,11 +212,15 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
     steps = [int(r[2]) for r in results]
     standstills = [int(r[3]) for r in results]  # CarRacing always reports speed and wheels
     off_road = [int(r[4]) for r in results]
+    missed = [int(r[5]) for r in results]
+    edge = [int(r[6]) for r in results]
     dt = time.time() - t0
     return EvalResult(env=env, policy=str(path), seeds=seeds, returns=returns, steps=steps,
                       mean_return=float(np.mean(returns)), std_return=float(np.std(returns)), seconds=dt,
                       steps_per_second=sum(steps) / max(dt, 1e-9), longest_standstill_steps=standstills,
                       off_road_steps=off_road, max_longest_standstill_steps=max(standstills),
                       episodes_with_stall=sum(s > STALL_STEPS for s in standstills),
-                      mean_off_road_steps=float(np.mean(off_road)), deterministic=deterministic,
+                      mean_off_road_steps=float(np.mean(off_road)), tiles_missed=missed, edge_steps=edge,
+                      laps_finished=sum(m == 0 for m in missed), mean_edge_steps=float(np.mean(edge)),
+                      deterministic=deterministic,
                       start_rule=start_rule, envs=envs)
