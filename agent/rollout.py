@@ -283,6 +283,8 @@ class StallMeter:
         standstill_run: consecutive standstill steps up to the last one (0 if it moved).
         longest_standstill: the longest run of standstill steps so far; None while no speed was known.
         off_road_steps: steps with all four wheels off the road; None for an env without wheels.
+        tiles_missed: road tiles not visited after the last step (:func:`tiles_missed`); None for
+            an env without tiles or before the first step.
     """
 
     def __init__(self):
@@ -293,11 +295,13 @@ class StallMeter:
         self.steps = self.standstill_run = 0
         self.longest_standstill: int | None = None
         self.off_road_steps: int | None = None
+        self.tiles_missed: int | None = None
 
-    def update(self, speed: float, off_road: bool | None) -> None:
-        """Add one step: the speed after it (simulator units/s, NaN if unknown) and whether all four
-        wheels are off the road (None if unknown)."""
+    def update(self, speed: float, off_road: bool | None, tiles_missed: int | None = None) -> None:
+        """Add one step: the speed after it (simulator units/s, NaN if unknown), whether all four
+        wheels are off the road (None if unknown) and the road tiles not visited yet (None if unknown)."""
         self.steps += 1
+        self.tiles_missed = None if tiles_missed is None else int(tiles_missed)
         if math.isfinite(speed):
             self.standstill_run = self.standstill_run + 1 if bool(standstill([speed])[0]) else 0
             self.longest_standstill = max(self.longest_standstill or 0, self.standstill_run)
@@ -305,8 +309,9 @@ class StallMeter:
             self.off_road_steps = (self.off_road_steps or 0) + int(bool(off_road))
 
     def measure(self, env: gym.Env) -> None:
-        """:meth:`update` with the env's state after a step (:func:`car_speed`, :func:`all_wheels_off_road`)."""
-        self.update(car_speed(env), all_wheels_off_road(env))
+        """:meth:`update` with the env's state after a step (:func:`car_speed`, :func:`all_wheels_off_road`,
+        :func:`tiles_missed`)."""
+        self.update(car_speed(env), all_wheels_off_road(env), tiles_missed(env))
 
 
 @dataclass

@@ -209,6 +209,9 @@ def test_evaluate_json_has_the_stall_figures(tmp_path, capsys, action, standing)
     line = [x for x in out.splitlines() if x.strip().startswith("seed 1000000")]
     assert len(line) == 1 and f"longest standstill {steps if standing else 0:4d} steps" in line[0]
     assert f"{int(standing)}/1 episodes stood still > {STALL_STEPS} steps" in out
+    # a few steps from the start line leave most of the lap's tiles unvisited, and no lap finished
+    assert res["tiles_missed"][0] > 100 and res["laps_finished"] == 0 and len(res["edge_steps"]) == 1
+    assert f"tiles missed {res['tiles_missed'][0]:3d}" in line[0] and "0/1 finished" in out
 
 
 # ----------------------------------------------------------------------------- drive
@@ -249,6 +252,8 @@ def test_drive_dump_has_cam_and_stall_figures(same_policy, tmp_path, capsys):
     np.testing.assert_array_equal(d["episodes"], [1, 2])
     # the dump's per-episode figures are the ones drive printed at the end of each episode
     assert _printed_stalls(printed) == list(zip(d["longest_standstill_steps"].tolist(), d["off_road_steps"].tolist()))
+    missed = [int(m) for m in re.findall(r"tiles missed\s+(\d+)", printed)]
+    assert len(missed) == 2 and all(m > 100 for m in missed)  # 8 steps from the start: most of the lap to go
     for e in (1, 2):
         sel = d["episode"] == e
         assert d["longest_standstill_steps"][e - 1] == longest_run(d["speed"][sel] < STANDSTILL_SPEED)

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from agent.loading import is_continuous, make_actor
-from agent.rollout import StallMeter, all_wheels_off_road, car_speed
+from agent.rollout import StallMeter, all_wheels_off_road, car_speed, tiles_missed
 from agent.drive.args import DEFAULT_SCALE, ENV_FPS, check_drive_args
 from agent.drive.envworker import use_env_worker
 from agent.drive.explain import Overlays
@@ -100,12 +100,15 @@ def run_drive(args: argparse.Namespace) -> int:
 
 def stall_text(meter: StallMeter) -> str:
     """The end-of-episode stall figures as printed by ``drive``: "  longest standstill L steps  off-road
-    N steps" (each left out where the env does not report it, e.g. Udacity)."""
+    N steps  tiles missed M" (each left out where the env does not report it, e.g. Udacity; a lap
+    ends only once no tile is missed, :func:`agent.rollout.tiles_missed`)."""
     out = ""
     if meter.longest_standstill is not None:
         out += f"  longest standstill {meter.longest_standstill:4d} steps"
     if meter.off_road_steps is not None:
         out += f"  off-road {meter.off_road_steps:4d} steps"
+    if meter.tiles_missed is not None:
+        out += f"  tiles missed {meter.tiles_missed:3d}"
     return out
 
 
@@ -344,11 +347,12 @@ class DriveSession:
             if self.env_worker:
                 obs, reward, terminated, truncated, info = env.step_wait()
                 speed_after, off_road = float(info["speed"]), bool(info["off_road"])
+                missed = info.get("tiles_missed")
             else:
                 obs, reward, terminated, truncated, info = env.step(d.action)
-                speed_after, off_road = car_speed(env), all_wheels_off_road(env)
+                speed_after, off_road, missed = car_speed(env), all_wheels_off_road(env), tiles_missed(env)
             steps += 1
-            self.stalls.update(speed_after, off_road)
+            self.stalls.update(speed_after, off_road, missed)
             ov.record(extras, d, float(reward), episode, steps, float(info.get("time_s", steps / self.env_fps)),
                       speed=speed_after, off_road=off_road)
             ep_return += float(reward)
