@@ -17,6 +17,7 @@ skipped tile costs the rest of the episode (:func:`agent.rollout.tiles_missed`).
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import numpy as np
 
@@ -84,7 +85,7 @@ def main(argv=None) -> int:
             seg = first[: gaps[0] + 1] if len(gaps) else first
             xy, o = pos[seg], off[seg]
             ax.plot(xy[:, 0], xy[:, 1], color=col, lw=1.8,
-                    label=f"{name}: return {total:.0f}, {len(missed)} tiles never visited")
+                    label=f"{Path(name).name}: return {total:.0f}, {len(missed)} tiles never visited")
             ax.plot(np.where(o, xy[:, 0], np.nan), np.where(o, xy[:, 1], np.nan), color=col, lw=8, alpha=0.3)
         for i in sorted(missed):
             if lo <= i <= hi:
