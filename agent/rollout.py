@@ -239,21 +239,18 @@ def all_wheels_off_road(env: gym.Env) -> bool | None:
     """True when all four wheels are off the road (no wheel touches a road tile), the test of
     :class:`envs.carracing.OffTrackTermination`; None for an env without wheels (Udacity) or before
     the first reset."""
-    car = getattr(env.unwrapped, "car", None)
-    wheels = getattr(car, "wheels", None)
-    if not wheels:
-        return None
-    return not any(w.tiles for w in wheels)
+    off = wheels_off_road(env)
+    return None if off is None else off == 4
 
 
 def wheels_off_road(env: gym.Env) -> int | None:
-    """How many of the car's four wheels touch no road tile (0-4); None for an env without wheels
-    (Udacity) or before the first reset. 1-3 means the car is on the road's edge."""
-    car = getattr(env.unwrapped, "car", None)
-    wheels = getattr(car, "wheels", None)
-    if not wheels:
+    """How many of the car's four wheels touch no road tile (0-4,
+    :attr:`envs.carracing.CarRacingEnv.wheels_off_road`); None for an env without wheels (Udacity)
+    or before the first reset. 1-3 means the car is on the road's edge."""
+    u = env.unwrapped
+    if getattr(u, "car", None) is None or not hasattr(type(u), "wheels_off_road"):
         return None
-    return sum(1 for w in wheels if not w.tiles)
+    return u.wheels_off_road
 
 
 def tiles_missed(env: gym.Env) -> int | None:
@@ -266,10 +263,9 @@ def tiles_missed(env: gym.Env) -> int | None:
     scores 1000 x (visited / tiles) - 100, below 900 however fast it was.
     """
     u = env.unwrapped
-    track, visited = getattr(u, "track", None), getattr(u, "tile_visited_count", None)
-    if track is None or visited is None:
+    if getattr(u, "track", None) is None or not hasattr(type(u), "tiles_missed"):
         return None
-    return int(len(track) - visited)
+    return int(u.tiles_missed)
 
 
 class StallMeter:
@@ -432,8 +428,9 @@ def rollout(env: gym.Env, actor: Actor, seed: int, max_steps: int | None = None,
         terms.append(terminated)
         truncs.append(truncated)
         speeds.append(car_speed(env))
-        off_road.append(all_wheels_off_road(env))
-        wheels.append(wheels_off_road(env))
+        off = wheels_off_road(env)
+        off_road.append(None if off is None else off == 4)
+        wheels.append(off)
         if keep_frames:
             frames.append(obs)
         if on_step is not None:

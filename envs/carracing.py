@@ -78,6 +78,17 @@ class CarRacingEnv(CarRacing):
         v = self.car.hull.linearVelocity
         return float(math.hypot(v[0], v[1]))
 
+    @property
+    def wheels_off_road(self) -> int:
+        """How many of the four wheels touch no road tile (0-4): 4 is off the road, 1-3 on its edge."""
+        return sum(1 for w in self.car.wheels if not w.tiles)
+
+    @property
+    def tiles_missed(self) -> int:
+        """Road tiles not visited yet (a tile counts once any wheel has touched it); the lap ends only
+        when this reaches 0 (see :func:`agent.rollout.tiles_missed`)."""
+        return len(self.track) - self.tile_visited_count
+
     def privileged_observation(self) -> np.ndarray:
         """The expert's view of the current state, shape (PRIVILEGED_DIM,), float32, roughly in [-1, 1].
 
@@ -176,10 +187,10 @@ class StateInfo(gym.Wrapper):
         car_env = self.env.unwrapped
         info = dict(info)
         info["speed"] = car_env.speed
-        off = sum(1 for w in car_env.car.wheels if not w.tiles)
+        off = car_env.wheels_off_road
         info["off_road"] = off == len(car_env.car.wheels)
         info["wheels_off_road"] = off
-        info["tiles_missed"] = len(car_env.track) - car_env.tile_visited_count
+        info["tiles_missed"] = car_env.tiles_missed
         if self.privileged:
             info["privileged_state"] = car_env.privileged_observation()
         return info

@@ -120,7 +120,7 @@ class WheelOffPenalty(gym.Wrapper):
     training only; the evaluation callback and ``agent evaluate`` score the env's own reward.
 
     Args:
-        env: a CarRacing env (any wrappers) whose ``unwrapped.car.wheels`` carry their ``tiles``.
+        env: an :class:`envs.carracing.CarRacingEnv`, any wrappers (its ``wheels_off_road`` is read).
         penalty: reward subtracted per wheel off the road per step (four wheels: up to 4 x penalty).
 
     Raises:
@@ -135,7 +135,7 @@ class WheelOffPenalty(gym.Wrapper):
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        off = sum(1 for w in self.env.unwrapped.car.wheels if not w.tiles)
+        off = self.env.unwrapped.wheels_off_road
         info = dict(info, wheels_off_road=off)
         return obs, float(reward) - self.penalty * off, terminated, truncated, info
 
