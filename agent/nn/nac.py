@@ -559,9 +559,10 @@ class NAC(DerivedWeights, nn.Module):
             torch.cat([self.head_phi.bias, self.head_omega.bias])))
 
     def fused_weights(self) -> tuple:
-        """Every weight of the layer as the contiguous NumPy arrays that
+        """Every weight of the layer as the contiguous arrays that
         :func:`agent.nn.nac_kernels.fused_forward` reads (masks applied, gates side by side, the
-        output map transposed); kept between calls at inference (see :class:`DerivedWeights`; a
+        output map transposed; the gates' and the output map's weights and biases as torch tensors,
+        the backbone's as NumPy arrays); kept between calls at inference (see :class:`DerivedWeights`; a
         submodule replaced by another after the first call also needs :meth:`clear_derived`)."""
         cache = self.__dict__.setdefault("_derived_cache", {})
         params = cache.get("fused_params")  # the Parameter objects (walking the modules costs ~15 us a call)
@@ -578,7 +579,10 @@ class NAC(DerivedWeights, nn.Module):
                 arrays = (wqkv, bqkv, wq, bq, wk, self.to_command.masked_weight(), self.to_command.bias,
                           self.to_motor.masked_weight(), self.to_motor.bias, wh, bh, self.out.weight.t(),
                           self.out.bias)
-                return tuple(a.detach().contiguous().numpy() for a in arrays)
+                # the sensory gates and the output map stay torch tensors (torch.addmm does them);
+                # the rest are NumPy arrays for the compiled kernel
+                return tuple(a.detach().contiguous() if i in (0, 1, 11, 12) else a.detach().contiguous().numpy()
+                             for i, a in enumerate(arrays))
 
         return self.derived("fused", params, build)
 
