@@ -23,6 +23,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("json", nargs="+", help="agent evaluate --json files, one per student")
     p.add_argument("--out", default="docs/validation-seeds.png")
+    p.add_argument("--tracks", default="700,000-700,049", help="the track range, for the titles")
+    p.add_argument("--label", nargs="*", default=None, help="one legend label per JSON (default: file stem)")
     args = p.parse_args(argv)
     import matplotlib
 
@@ -31,26 +33,28 @@ def main(argv=None) -> int:
 
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [2, 1]})
     names, means, ses = [], [], []
-    for f in args.json:
+    if args.label and len(args.label) != len(args.json):
+        p.error(f"--label takes one label per JSON: got {len(args.label)} labels for {len(args.json)} files")
+    for i, f in enumerate(args.json):
         d = json.loads(Path(f).read_text())
         r = np.sort(np.asarray(d["returns"], dtype=float))
         stalls = int((np.asarray(d["longest_standstill_steps"]) > d.get("stall_steps", 50)).sum())
-        name = Path(f).stem.replace("-val50", "")
+        name = args.label[i] if args.label else Path(f).stem.replace("-val50", "")
         ax.plot(np.arange(1, len(r) + 1), r, marker=".", label=f"{name} ({stalls} stalls)")
         names.append(name)
         means.append(r.mean())
         ses.append(r.std(ddof=1) / np.sqrt(len(r)))
     ax.axhline(900, color="grey", lw=0.8, ls="--")
     ax.axhline(600, color="grey", lw=0.8, ls=":")
-    ax.set(xlabel="validation track, sorted by return", ylabel="episode return", ylim=(0, 1000),
-           title="returns on tracks 700,000-700,049")
+    ax.set(xlabel="track, sorted by return", ylabel="episode return", ylim=(0, 1000),
+           title=f"returns on tracks {args.tracks}")
     ax.legend(fontsize=8, loc="lower right")
     y = np.arange(len(names))
     bx.errorbar(means, y, xerr=ses, fmt="o", capsize=3)
     bx.axvline(900, color="grey", lw=0.8, ls="--")
     bx.set_yticks(y, names, fontsize=8)
     bx.invert_yaxis()
-    bx.set(xlabel="mean return ± standard error", title="mean over the 50 tracks")
+    bx.set(xlabel="mean return ± standard error", title=f"mean over the {len(r)} tracks")
     fig.tight_layout()
     fig.savefig(args.out, dpi=110)
     print(f"wrote {args.out}")
