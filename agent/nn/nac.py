@@ -581,8 +581,8 @@ class NAC(DerivedWeights, nn.Module):
                           self.out.bias)
                 # the sensory gates and the output map stay torch tensors (torch.addmm does them);
                 # the rest are NumPy arrays for the compiled kernel
-                return tuple(a.detach().contiguous() if i in (0, 1, 11, 12) else a.detach().contiguous().numpy()
-                             for i, a in enumerate(arrays))
+                return tuple(a.detach().contiguous() if i in nac_kernels.FUSED_TORCH_WEIGHTS
+                             else a.detach().contiguous().numpy() for i, a in enumerate(arrays))
 
         return self.derived("fused", params, build)
 

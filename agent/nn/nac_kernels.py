@@ -820,6 +820,10 @@ def _backward_kernel(grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, 
             d_k2[kr, Ni + 1] += d_beta[p]
 
 
+#: positions in :meth:`agent.nn.nac.NAC.fused_weights` of the weights torch's GEMM reads (Wqkv, bqkv,
+#: WoutT, bout: torch tensors); the others are NumPy arrays for the compiled kernel
+FUSED_TORCH_WEIGHTS = (0, 1, 11, 12)
+
 #: the longest sequence :func:`fused_forward` takes; longer ones keep the layer's chunked path,
 #: whose working memory is bounded (see :data:`agent.nn.nac.ATTEND_QUERY_CHUNK`)
 FUSED_MAX_T = 1024
@@ -1064,19 +1068,19 @@ def fused_forward(weights: tuple[np.ndarray, ...], x: Tensor, t: Tensor | None, 
     B, T, D = x.shape
     if T > FUSED_MAX_T or not 1 <= K <= T:
         raise ValueError(f"fused_forward takes 1 <= K <= T <= {FUSED_MAX_T}, got T={T}, K={K}")
-    wqkv, bqkv, WoutT, bout = weights[0], weights[1], weights[11], weights[12]
+    wqkv, bqkv, WoutT, bout = (weights[i] for i in FUSED_TORCH_WEIGHTS)
     # the two dense maps by torch (its GEMM is 2-4x faster than a compiled row loop; same function)
-    qkv = torch.addmm(bqkv, x.reshape(B * T, D), wqkv)  # 1. the sensory gates
-    dm = wqkv.shape[1] // 3
-    o = np.empty((B, T, int(num_heads), dm // int(num_heads)), dtype=qkv.numpy().dtype)
+    qkv = torch.addmm(bqkv, x.reshape(B * T, D), wqkv).numpy()  # 1. the sensory gates
+    dm = qkv.shape[1] // 3
+    o = np.empty((B, T, int(num_heads), dm // int(num_heads)), dtype=qkv.dtype)
     qt, kt, has_t = _times(t, t)
     m = _np(mask.to(torch.bool)) if mask is not None else np.ones((1, 1), dtype=np.bool_)
-    _fused_forward_kernel(qkv.numpy(), *weights[2:11], B, T, int(num_heads), int(K), bool(causal), m,
+    _fused_forward_kernel(qkv, *weights[2:11], B, T, int(num_heads), int(K), bool(causal), m,
                           mask is not None, qt, kt, has_t, MODE_IDS[mode], float(delta_t), float(eps), int(euler_steps),
                           o)
     # the heads concatenated, then the output map
     return torch.addmm(bout, torch.from_numpy(o).view(B * T, dm), WoutT).view(B, T, dm)
 
 
-__all__ = ["FUSED_MAX_T", "MODE_IDS", "PairAttention", "applies", "available", "float32_math", "fused_forward",
+__all__ = ["FUSED_MAX_T", "FUSED_TORCH_WEIGHTS", "MODE_IDS", "PairAttention", "applies", "available", "float32_math", "fused_forward",
            "pair_attention", "set_enabled", "topk_blocks", "topk_exact", "use_kernels"]
