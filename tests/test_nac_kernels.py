@@ -229,6 +229,23 @@ def test_topk_exact_ties_go_to_the_earlier_key_and_blocked_keys_never_count():
     assert valid[0, 0, 2].tolist() == [True, True, False]
 
 
+def test_topk_exact_with_many_ties_keeps_the_earliest_of_the_highest():
+    # integer scores with many repeats: the K kept are the highest, the earlier key first among
+    # equals (a stable sort by descending score), also where more than K tie at the threshold
+    g = torch.Generator().manual_seed(5)
+    T, K = 300, 8
+    for dtype in (torch.float32, torch.float64):
+        kv = torch.randint(0, 12, (1, 1, T, 1), generator=g).to(dtype)
+        q = torch.ones(1, 1, T, 1, dtype=dtype)
+        idx, valid = nac_kernels.topk_exact(q, kv, K, torch.arange(T), None, causal=True)
+        scores = kv[0, 0, :, 0].numpy()
+        for i in (0, 5, 7, 8, 40, 150, T - 1):
+            order = np.lexsort((np.arange(i + 1), -scores[: i + 1]))[:K]
+            n = min(K, i + 1)
+            assert valid[0, 0, i].tolist() == [True] * n + [False] * (K - n)
+            assert idx[0, 0, i, :n].tolist() == order.tolist()
+
+
 def test_float32_scalar_approximations_are_accurate():
     x = np.linspace(-30, 30, 20001).astype(np.float32)
     got = nac_kernels.float32_math(x)

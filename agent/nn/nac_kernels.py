@@ -120,40 +120,56 @@ def _jit(fn):
     return numba.njit(cache=True, nogil=True, error_model="numpy", fastmath=_FASTMATH)(fn)
 
 
+#: the bisection of :func:`_row_topk` stops once at most this many times K entries lie at or above
+#: its threshold (the insertion then drops the extra ones): fewer passes over the row
+TOPK_SLACK = 2
+
+
 @_jit
 def _row_topk(buf, L, K, bound, keys, vals, cand):  # pragma: no cover - compiled
     """The K highest of buf[:L], whose finite entries lie in [-bound, bound] (NaN and -inf entries
-    never count), by bisection on a threshold: each step counts the entries at or above it (a loop
-    the compiler vectorises), so there is no per-entry branch; ties at the threshold go to the
-    earlier entries. Writes keys (K,) / vals (K,) highest first (the earlier entry first among
-    equals) and returns how many were found (<= K). cand (>= L,) int64 is a work array: the
-    entries at or above the threshold are gathered into it by a branch-free pass (every index is
-    written, the count advances by the comparison), which took the collection from about 2 ns to
-    under 1 ns an entry, where a branch per entry was mispredicted on every kept one."""
-    finite = 0
-    for j in range(L):
-        finite += buf[j] > -np.inf
+    never count). A threshold with at least K and at most TOPK_SLACK * K entries at or above it is
+    found by bisection: each step counts the entries at or above it (a loop the compiler
+    vectorises), so there is no per-entry branch. The entries at or above it are gathered into
+    cand (>= L,) int64, a work array, by a branch-free pass (every index is written, the count
+    advances by the comparison: under 1 ns an entry, where a branch per entry was mispredicted on
+    every kept one), then inserted in index order, so ties go to the earlier entries. Writes keys
+    (K,) / vals (K,) highest first (the earlier entry first among equals) and returns how many were
+    found (<= K)."""
     thr = -np.inf
-    if finite > K:
+    finite = L
+    if L > K:
         # invariant: at least K entries are >= lo, fewer than K are >= hi
         lo = -bound - 1.0
         hi = bound + 1.0
         cast = vals[:1]  # compare in buf's own dtype (float32 work: twice the lanes of float64)
-        for _ in range(200):
+        stop = TOPK_SLACK * K
+        for it in range(200):
             cast[0] = lo + 0.5 * (hi - lo)
             mid = cast[0]
             if not (lo < mid < hi):  # ties: the interval cannot be split any further
                 break
             c = 0
-            for j in range(L):
-                c += buf[j] >= mid
+            if it == 0:  # the first pass also counts the finite entries (NaN and -inf never count)
+                finite = 0
+                for j in range(L):
+                    x = buf[j]
+                    c += x >= mid
+                    finite += x > -np.inf
+                if finite <= K:
+                    break
+            else:
+                for j in range(L):
+                    c += buf[j] >= mid
             if c >= K:
                 lo = mid
-                if c == K:
+                if c <= stop:
                     break
             else:
                 hi = mid
-        thr = lo
+        else:
+            lo = -np.inf
+        thr = lo if finite > K else -np.inf
     m = 0  # the candidates, in index order (branch-free: every index written, m advances on a hit)
     if thr > -np.inf:
         for j in range(L):
@@ -164,14 +180,14 @@ def _row_topk(buf, L, K, bound, keys, vals, cand):  # pragma: no cover - compile
             cand[m] = j
             m += buf[j] > -np.inf
     n = 0
-    for t in range(m):  # in index order, so ties at thr go to the earlier entries
+    for t in range(m):  # in index order, so ties go to the earlier entries
         j = cand[t]
         x = buf[j]
         if n < K:
             # insertion into vals/keys, highest first, the earlier index first among equals
             u = n
             n += 1
-        elif x > thr:  # above the threshold after K were taken at it (ties): drop the last
+        elif x > vals[K - 1]:  # above the K-th so far: the last one drops out
             u = K - 1
         else:
             continue
@@ -187,15 +203,19 @@ def _row_topk(buf, L, K, bound, keys, vals, cand):  # pragma: no cover - compile
 @_jit
 def _topk_exact_kernel(q, kT, qpos, key_mask, has_mask, causal, K, idx, valid):  # pragma: no cover - compiled
     """q (B, H, Tq, d), kT (B, H, d, Tk) (keys transposed); qpos (Tq,) int64; key_mask (B, Tk) bool
-    (read when has_mask). For every query, its scores q . k over the allowed keys (one row at a
-    time, so memory is O(Tk)) and their K highest: writes idx (B, H, Tq, K) int64 (highest first,
-    0 in empty slots) and valid (B, H, Tq, K) bool. NaN and -inf scores are never kept."""
+    (read when has_mask). For every query, its scores q . k over the allowed keys and their K
+    highest: writes idx (B, H, Tq, K) int64 (highest first, 0 in empty slots) and valid
+    (B, H, Tq, K) bool. NaN and -inf scores are never kept. The scores are computed for four
+    queries at a time (each key feature read once for the four: about half the time of one query
+    at a time at Tk = 1024, where the keys no longer fit the L1 cache), in four rows of O(Tk)."""
     B, H, Tq, d = q.shape
     Tk = kT.shape[3]
-    buf = np.empty(Tk, dtype=q.dtype)
+    QB = 4
+    b0, b1, b2, b3 = np.empty(Tk, q.dtype), np.empty(Tk, q.dtype), np.empty(Tk, q.dtype), np.empty(Tk, q.dtype)
     cand = np.empty(Tk, dtype=np.int64)
     vals = np.empty(K, dtype=q.dtype)
     keys = np.empty(K, dtype=np.int64)
+    Ls = np.empty(QB, np.int64)
     for b in range(B):
         for h in range(H):
             kb = kT[b, h]
@@ -206,37 +226,62 @@ def _topk_exact_kernel(q, kT, qpos, key_mask, has_mask, causal, K, idx, valid): 
                 for e in range(d):
                     s2 += kb[e, j] * kb[e, j]
                 k2max = max(k2max, s2)
-            for i in range(Tq):
-                L = min(Tk, qpos[i] + 1) if causal else Tk
-                qi = q[b, h, i]
-                q2 = 0.0
-                for e in range(d):
-                    q2 += qi[e] * qi[e]
-                buf[:L] = 0.0
+            for i0 in range(0, Tq, QB):
+                nb = min(QB, Tq - i0)
+                Lmax = 0
+                for u in range(QB):  # the block's queries (the last one repeated to fill it)
+                    i = i0 + min(u, nb - 1)
+                    Ls[u] = min(Tk, qpos[i] + 1) if causal else Tk
+                    Lmax = max(Lmax, Ls[u])
+                q0, q1, q2, q3 = q[b, h, i0], q[b, h, i0 + min(1, nb - 1)], q[b, h, i0 + min(2, nb - 1)], \
+                    q[b, h, i0 + min(3, nb - 1)]
+                b0[:Lmax] = 0.0
+                b1[:Lmax] = 0.0
+                b2[:Lmax] = 0.0
+                b3[:Lmax] = 0.0
                 e = 0
                 while e + 4 <= d:  # the scores, vectorised over the keys, four features a pass
-                    qa, qb, qc, qd = qi[e], qi[e + 1], qi[e + 2], qi[e + 3]
                     ka, kb_, kc, kd = kb[e], kb[e + 1], kb[e + 2], kb[e + 3]
-                    for j in range(L):
-                        buf[j] += qa * ka[j] + qb * kb_[j] + qc * kc[j] + qd * kd[j]
+                    a0, c0, d0, f0 = q0[e], q0[e + 1], q0[e + 2], q0[e + 3]
+                    a1, c1, d1, f1 = q1[e], q1[e + 1], q1[e + 2], q1[e + 3]
+                    a2, c2, d2, f2 = q2[e], q2[e + 1], q2[e + 2], q2[e + 3]
+                    a3, c3, d3, f3 = q3[e], q3[e + 1], q3[e + 2], q3[e + 3]
+                    for j in range(Lmax):
+                        x, y, z, w = ka[j], kb_[j], kc[j], kd[j]
+                        b0[j] += a0 * x + c0 * y + d0 * z + f0 * w
+                        b1[j] += a1 * x + c1 * y + d1 * z + f1 * w
+                        b2[j] += a2 * x + c2 * y + d2 * z + f2 * w
+                        b3[j] += a3 * x + c3 * y + d3 * z + f3 * w
                     e += 4
                 while e < d:
-                    qe = qi[e]
                     ke = kb[e]
-                    for j in range(L):
-                        buf[j] += qe * ke[j]
+                    a0, a1, a2, a3 = q0[e], q1[e], q2[e], q3[e]
+                    for j in range(Lmax):
+                        x = ke[j]
+                        b0[j] += a0 * x
+                        b1[j] += a1 * x
+                        b2[j] += a2 * x
+                        b3[j] += a3 * x
                     e += 1
-                if has_mask:
-                    for j in range(L):
-                        if not key_mask[b, j]:
-                            buf[j] = -np.inf
-                bound = math.sqrt(q2 * k2max) * (1.0 + 1e-4)
-                n = _row_topk(buf, L, K, bound, keys, vals, cand)
-                out_i = idx[b, h, i]
-                out_v = valid[b, h, i]
-                for t in range(K):
-                    out_v[t] = t < n
-                    out_i[t] = keys[t] if t < n else 0
+                for u in range(nb):
+                    i = i0 + u
+                    L = Ls[u]
+                    buf = b0 if u == 0 else (b1 if u == 1 else (b2 if u == 2 else b3))
+                    qi = q[b, h, i]
+                    q2n = 0.0
+                    for e in range(d):
+                        q2n += qi[e] * qi[e]
+                    if has_mask:
+                        for j in range(L):
+                            if not key_mask[b, j]:
+                                buf[j] = -np.inf
+                    bound = math.sqrt(q2n * k2max) * (1.0 + 1e-4)
+                    n = _row_topk(buf, L, K, bound, keys, vals, cand)
+                    out_i = idx[b, h, i]
+                    out_v = valid[b, h, i]
+                    for t in range(K):
+                        out_v[t] = t < n
+                        out_i[t] = keys[t] if t < n else 0
 
 
 @_jit
@@ -537,8 +582,6 @@ def _tile_forward(r0, nq, q2, k2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, b
     slots are computed too (on whatever key their index names) and left to the caller to ignore."""
     K = idx2.shape[1]
     F = q2.shape[1]
-    Ni = Wc.shape[0]
-    Nm = Wm.shape[1]
     n = nq * K
     for p in range(n):  # gather: query half + key half of every pair (rows read whole)
         r = r0 + p // K
@@ -548,6 +591,19 @@ def _tile_forward(r0, nq, q2, k2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, b
         kk = k2[kr]
         for f in range(F):
             pre[f, p] = qr[f] + kk[f]
+    _tile_backbone(r0, nq, K, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_times, has_t, mode, delta_t, eps,
+                   n_euler, krow, pre, inter, command, motor, gates, cast, phi, omega, tg, age, logit)
+
+
+@_jit
+def _tile_backbone(r0, nq, K, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_times, has_t, mode, delta_t, eps,
+                   n_euler, krow, pre, inter, command, motor, gates, cast, phi, omega, tg, age,
+                   logit):  # pragma: no cover - compiled
+    """The pairs of a tile from their first layer's pre-activations pre (F, P) (filled by the
+    caller, with krow (P,), each pair's key row) on: the rest of :func:`_tile_forward`."""
+    Ni = Wc.shape[0]
+    Nm = Wm.shape[1]
+    n = nq * K
     for f in range(Ni):
         for p in range(n):
             inter[f, p] = _tanh(pre[f, p], pre)
@@ -844,45 +900,97 @@ def _fused_forward_kernel(qkv, wq, bq, wk, Wc, bc, Wm, bm, Wh, bh, B, T, H, K, c
     d = dm // H
     F = wq.shape[1]
     dt = qkv.dtype
-    q = np.empty((B, H, T, d), dt)  # 2. heads; keys transposed for the ranking
+    q = np.empty((B, H, T, d), dt)  # 2. heads: queries by row for the ranking; queries, keys and
+    qT = np.empty((B, H, d, T), dt)  # values also transposed (rows over time, written contiguously)
     kT = np.empty((B, H, d, T), dt)
-    v2 = np.empty((B * H * T, d), dt)
+    vT = np.empty((B, H, d, T), dt)
     for b in range(B):
         for t in range(T):
             r = b * T + t
             for h in range(H):
                 for e in range(d):
                     q[b, h, t, e] = qkv[r, h * d + e]
-                    kT[b, h, e, t] = qkv[r, dm + h * d + e]
-                    v2[(b * H + h) * T + t, e] = qkv[r, 2 * dm + h * d + e]
+        for h in range(H):
+            for e in range(d):
+                c = h * d + e
+                qe, ke, ve = qT[b, h, e], kT[b, h, e], vT[b, h, e]
+                for t in range(T):
+                    qe[t] = qkv[b * T + t, c]
+                    ke[t] = qkv[b * T + t, dm + c]
+                    ve[t] = qkv[b * T + t, 2 * dm + c]
     qpos = np.arange(T)
     idx = np.empty((B, H, T, K), np.int64)  # 3. the exact top-K
     valid = np.empty((B, H, T, K), np.bool_)
     _topk_exact_kernel(q, kT, qpos, key_mask, has_mask, causal, K, idx, valid)
-    q_half = np.empty((B * H * T, F), dt)  # the first backbone layer's halves, once per query and key
-    k_half = np.empty((B * H * T, F), dt)
+    # the first backbone layer's halves, once per query and key, transposed (BH, F, T): rows
+    # over time, so these loops and the tiles' gathers below run along contiguous memory
+    BH = B * H
+    qhT = np.empty((BH, F, T), dt)
+    khT = np.empty((BH, F, T), dt)
     for b in range(B):
         for h in range(H):
-            for t in range(T):
-                rr = (b * H + h) * T + t
-                qr = q_half[rr]
-                kr = k_half[rr]
-                for f in range(F):
-                    qr[f] = bq[f]
-                    kr[f] = 0.0
+            bh_ = b * H + h
+            for f in range(F):
+                qrow = qhT[bh_, f]
+                krow_ = khT[bh_, f]
+                qrow[:] = bq[f]
+                krow_[:] = 0.0
                 for e in range(d):
-                    qe = q[b, h, t, e]
-                    ke = kT[b, h, e, t]
-                    for f in range(F):
-                        qr[f] += qe * wq[e, f]
-                        kr[f] += ke * wk[e, f]
+                    wqe = wq[e, f]
+                    wke = wk[e, f]
+                    qe = qT[b, h, e]
+                    ke = kT[b, h, e]
+                    for t in range(T):
+                        qrow[t] += wqe * qe[t]
+                        krow_[t] += wke * ke[t]
     Ni, Nc, Nm = Wc.shape[0], Wc.shape[1], Wm.shape[1]
-    krow_a, pre_a, inter_a, command_a, motor_a, gates_a, phi_a, omega_a, tg_a, age_a, logit_a = _activations(
-        q_half, 1, TILE_QUERIES * K, F, Ni, Nc, Nm)
-    # 4.-8. the pairs, their weights and the weighted values
-    _forward_kernel(q_half, k_half, v2, idx.reshape(B * H * T, K), valid.reshape(B * H * T, K), T, T, H, Wc, bc,
-                    Wm, bm, Wh, bh, q_times, k_times, has_t, mode, delta_t, eps, n_euler, False, krow_a, pre_a,
-                    inter_a, command_a, motor_a, gates_a, phi_a, omega_a, tg_a, age_a, logit_a, o)
+    P = TILE_QUERIES * K
+    krow, pre, inter, command, motor, gates, phi, omega, tg, age, logit = _activations(qhT, 1, P, F, Ni, Nc, Nm)
+    krow, pre, inter, command, motor, gates = krow[0], pre[0], inter[0], command[0], motor[0], gates[0]
+    phi, omega, tg, age, logit = phi[0], omega[0], tg[0], age[0], logit[0]
+    weight, shift, keep = np.empty(P), np.empty(P), np.empty(P)
+    cast = np.empty(1, dtype=dt)
+    kloc = np.empty(P, np.int64)
+    gw, prod = np.empty(P), np.empty(P)
+    idx2 = idx.reshape(BH * T, K)
+    valid2 = valid.reshape(BH * T, K)
+    # 4.-8. the pairs, their weights and the weighted values, a tile of one head's queries at a time
+    for bh_ in range(BH):
+        b = bh_ // H
+        h = bh_ - b * H
+        for t0 in range(0, T, TILE_QUERIES):
+            nq = min(TILE_QUERIES, T - t0)
+            r0 = bh_ * T + t0
+            n = nq * K
+            for qi in range(nq):  # the pairs' keys: local (kloc) and as rows of (B H T) (krow)
+                ir = idx2[r0 + qi]
+                for s in range(K):
+                    kloc[qi * K + s] = ir[s]
+            for p in range(n):
+                krow[p] = bh_ * T + kloc[p]
+            for f in range(F):  # gather: query half + key half of every pair, feature by feature
+                qrow = qhT[bh_, f]
+                krow_ = khT[bh_, f]
+                pf = pre[f]
+                for qi in range(nq):
+                    qv = qrow[t0 + qi]
+                    for s in range(K):
+                        pf[qi * K + s] = qv + krow_[kloc[qi * K + s]]
+            _tile_backbone(r0, nq, K, T, T, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_times, has_t, mode, delta_t,
+                           eps, n_euler, krow, pre, inter, command, motor, gates, cast, phi, omega, tg, age,
+                           logit)
+            _tile_softmax(r0, nq, valid2, logit, shift, keep, weight, qhT)
+            for p in range(n):  # each pair's value weight (0 on invalid slots)
+                gw[p] = weight[p] * tg[p] if weight[p] != 0.0 else 0.0
+            for e in range(d):  # the weighted values, feature by feature (long loops over the pairs)
+                ve = vT[b, h, e]
+                for p in range(n):
+                    prod[p] = gw[p] * ve[kloc[p]] if gw[p] != 0.0 else 0.0
+                for qi in range(nq):
+                    acc_q = 0.0
+                    for s in range(K):
+                        acc_q += prod[qi * K + s]
+                    o[b, t0 + qi, h, e] = acc_q
 
 
 # --------------------------------------------------------------------------------------------
