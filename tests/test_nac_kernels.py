@@ -133,15 +133,18 @@ def test_long_sequences_in_query_chunks_equal_one_pass(monkeypatch):
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("with_t,with_mask,T", [(False, False, 19), (True, True, 19), (True, False, 3)])
-def test_one_call_no_grad_forward_equals_the_other_paths(mode, causal, with_t, with_mask, T, monkeypatch):
+@pytest.mark.parametrize("with_t,with_mask,T,selector", [(False, False, 19, "exact"), (True, True, 19, "exact"),
+                                                         (True, False, 3, "exact"), (True, True, 40, "blocks"),
+                                                         (False, False, 3, "blocks")])
+def test_one_call_no_grad_forward_equals_the_other_paths(mode, causal, with_t, with_mask, T, selector, monkeypatch):
     """Under no_grad the layer runs in one kernel call (nac_kernels.fused_forward); it must give
-    what the torch path and the autograd kernel path give (T=3 < topk=4: fewer keys than K)."""
+    what the torch path and the autograd kernel path give (T=3 < topk=4: fewer keys than K), with
+    either selector."""
     calls = []
     real = nac_kernels.fused_forward
     monkeypatch.setattr(nac_kernels, "fused_forward", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     for dtype, atol in ((torch.float64, 1e-12), (torch.float32, 2e-6)):
-        m = _layer(dtype, mode=mode, causal=causal).eval()
+        m = _layer(dtype, mode=mode, causal=causal, selector=selector).eval()
         x, t, mask = _inputs(dtype, T=T, with_t=with_t, with_mask=with_mask)
         with torch.no_grad():
             y_fused = m(x, t, mask)
@@ -154,6 +157,8 @@ def test_one_call_no_grad_forward_equals_the_other_paths(mode, causal, with_t, w
     assert len(calls) == 2, "the no-grad forward took the one-call kernel once per dtype"
     with pytest.raises(ValueError, match="K <= T"):
         real(m.fused_weights(), x, None, None, 4, T + 1, True, mode, 1.0, 1e-2, 6)
+    with pytest.raises(ValueError, match="do not fit"):
+        real(m.fused_weights(), x, None, None, 4, min(T, 4), True, mode, 1.0, 1e-2, 6, (2, T))
 
 
 def test_pair_attention_backward_matches_finite_differences():

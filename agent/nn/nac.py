@@ -356,6 +356,14 @@ def _topk_rows(q: Tensor, k: Tensor, K: int, qpos: Tensor, key_mask: Tensor | No
     return idx, torch.isfinite(vals)
 
 
+def blocks_layout(Tk: int, topk: int, block_size: int | None = None, n_blocks: int | None = None) -> tuple[int, int]:
+    """The blocks selector's (block_size, n_blocks) for Tk keys: block_size ceil(sqrt(Tk)) and
+    n_blocks ceil(topk / block_size) + 1 (at most the number of blocks) unless given (paper
+    Section 2.3, Algorithm 2)."""
+    bs = block_size or max(1, math.ceil(math.sqrt(Tk)))
+    return bs, min(math.ceil(Tk / bs), n_blocks or (math.ceil(topk / bs) + 1))
+
+
 def select_topk_blocks(q: Tensor, k: Tensor, topk: int, qpos: Tensor, key_mask: Tensor | None = None,
                        causal: bool = True, block_size: int | None = None, n_blocks: int | None = None,
                        query_chunk: int | None = None) -> tuple[Tensor, Tensor]:
@@ -375,9 +383,8 @@ def select_topk_blocks(q: Tensor, k: Tensor, topk: int, qpos: Tensor, key_mask: 
     B, H, Tq, d = q.shape
     Tk = k.shape[2]
     device = q.device
-    bs = block_size or max(1, math.ceil(math.sqrt(Tk)))
+    bs, m = blocks_layout(Tk, topk, block_size, n_blocks)
     nb = math.ceil(Tk / bs)
-    m = min(nb, n_blocks or (math.ceil(topk / bs) + 1))
     K = min(topk, Tk)
     if nac_kernels.applies(q, k):  # the same selection in one kernel, a query at a time
         return nac_kernels.topk_blocks(q, k, K, qpos, key_mask, causal, bs, m)
@@ -710,8 +717,8 @@ class NAC(DerivedWeights, nn.Module):
             mask: (B, T) bool, True = valid; invalid positions are never attended to.
             return_intermediates: also return a :class:`NACIntermediates`.
 
-        Under ``torch.no_grad``, without intermediates, on CPU float32/float64 tensors with the exact
-        selector and T <= ``nac_kernels.FUSED_MAX_T``, the whole layer runs in one kernel call
+        Under ``torch.no_grad``, without intermediates, on CPU float32/float64 tensors with
+        T <= ``nac_kernels.FUSED_MAX_T`` (either selector), the whole layer runs in one kernel call
         (:func:`agent.nn.nac_kernels.fused_forward`; the same function).
 
         Returns:
@@ -726,11 +733,13 @@ class NAC(DerivedWeights, nn.Module):
         for name, a in (("t", t), ("mask", mask)):
             if a is not None and tuple(a.shape) != (B, T):
                 raise ValueError(f"{name} must be (B, T) = ({B}, {T}), got {tuple(a.shape)}")
-        if (not return_intermediates and self.selector == "exact" and T <= nac_kernels.FUSED_MAX_T
-                and not torch.is_grad_enabled() and nac_kernels.applies(x, self.out.weight)):
+        if (not return_intermediates and T <= nac_kernels.FUSED_MAX_T and not torch.is_grad_enabled()
+                and nac_kernels.applies(x, self.out.weight)):
             # no gradient asked for: the whole layer in one kernel call (the same function)
+            blocks = blocks_layout(T, self.topk) if self.selector == "blocks" else None
             return nac_kernels.fused_forward(self.fused_weights(), x, t, mask, self.num_heads, min(self.topk, T),
-                                             self.causal, self.mode, self.delta_t, self.eps, self.euler_steps)
+                                             self.causal, self.mode, self.delta_t, self.eps, self.euler_steps,
+                                             blocks)
         q, k, v = self.project(x)  # (B, H, T, d) each
         qpos = torch.arange(T, device=x.device)
         y, inter = self.attend(q, k, v, qpos, mask, t, t, return_intermediates)

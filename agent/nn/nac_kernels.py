@@ -913,10 +913,12 @@ FUSED_MAX_T = 1024
 
 
 @_jit
-def _fused_forward_kernel(qkv, wq, bq, wk, Wc, bc, Wm, bm, Wh, bh, B, T, H, K, causal, key_mask, has_mask,
-                          q_times, k_times, has_t, mode, delta_t, eps, n_euler, o):  # pragma: no cover - compiled
-    """Steps 2-8 of the no-grad forward of the layer in one call: the heads, the exact ranking, the
-    first backbone layer's halves, the pairs, their weights and the weighted values.
+def _fused_forward_kernel(qkv, wq, bq, wk, Wc, bc, Wm, bm, Wh, bh, B, T, H, K, bs, n_blocks, causal, key_mask,
+                          has_mask, q_times, k_times, has_t, mode, delta_t, eps, n_euler,
+                          o):  # pragma: no cover - compiled
+    """Steps 2-8 of the no-grad forward of the layer in one call: the heads, the ranking (exact,
+    or the blocks selector with bs keys a block and n_blocks blocks kept when bs > 0), the first
+    backbone layer's halves, the pairs, their weights and the weighted values.
 
     qkv (B T, 3 d_model): the three sensory gates side by side (computed by the caller); wq (d, F),
     bq (F,), wk (d, F): the first backbone layer's query and key halves; Wc, bc, Wm, bm, Wh, bh: the
@@ -948,7 +950,10 @@ def _fused_forward_kernel(qkv, wq, bq, wk, Wc, bc, Wm, bm, Wh, bh, B, T, H, K, c
     qpos = np.arange(T)
     idx = np.empty((B, H, T, K), np.int64)  # 3. the exact top-K
     valid = np.empty((B, H, T, K), np.bool_)
-    _topk_exact_kernel(q, kT, qpos, key_mask, has_mask, causal, K, idx, valid)
+    if bs > 0:
+        _topk_blocks_kernel(q, kT, qpos, key_mask, has_mask, causal, K, bs, n_blocks, idx, valid)
+    else:
+        _topk_exact_kernel(q, kT, qpos, key_mask, has_mask, causal, K, idx, valid)
     # the first backbone layer's halves, once per query and key, transposed (BH, F, T): rows
     # over time, so these loops and the tiles' gathers below run along contiguous memory
     BH = B * H
@@ -1177,10 +1182,11 @@ def pair_attention(q_half: Tensor, k_half: Tensor, v: Tensor, idx: Tensor, valid
 
 
 def fused_forward(weights: tuple[np.ndarray, ...], x: Tensor, t: Tensor | None, mask: Tensor | None, num_heads: int,
-                  K: int, causal: bool, mode: str, delta_t: float, eps: float, euler_steps: int) -> Tensor:
-    """The NAC layer's forward without gradients in one kernel call (exact selector only).
+                  K: int, causal: bool, mode: str, delta_t: float, eps: float, euler_steps: int,
+                  blocks: tuple[int, int] | None = None) -> Tensor:
+    """The NAC layer's forward without gradients in one kernel call.
 
-    The same function as the layer's other paths (sensory gates, heads, exact top-K, steps 4-8
+    The same function as the layer's other paths (sensory gates, heads, top-K, steps 4-8
     and the output map; tests/test_nac_kernels.py compares them), with one Python-to-machine-code
     call (steps 2-8) between two ``torch.addmm`` (the sensory gates and the output map) instead of
     about fifteen torch operations and three kernel calls: at short sequences (T = 16) that
@@ -1194,16 +1200,22 @@ def fused_forward(weights: tuple[np.ndarray, ...], x: Tensor, t: Tensor | None, 
         x: (B, T, D_in) float32/float64 CPU tensor, T <= :data:`FUSED_MAX_T`.
         t: (B, T) timestamps in seconds, or None (age 1). mask: (B, T) bool, True = valid, or None.
         num_heads: H. K: keys kept per query, at most T. The rest: as :class:`PairAttention`.
+        blocks: None for the exact selector, or (block_size, n_blocks) for the blocks selector
+            (:func:`topk_blocks`; :func:`agent.nn.nac.blocks_layout` gives the layer's).
 
     Returns:
         y (B, T, d_model), a new tensor (no autograd history).
 
     Raises:
-        ValueError: T above :data:`FUSED_MAX_T` or K above T.
+        ValueError: T above :data:`FUSED_MAX_T`, K above T, or blocks that do not fit T.
     """
     B, T, D = x.shape
     if T > FUSED_MAX_T or not 1 <= K <= T:
         raise ValueError(f"fused_forward takes 1 <= K <= T <= {FUSED_MAX_T}, got T={T}, K={K}")
+    bs, n_blocks = blocks if blocks is not None else (0, 0)
+    if blocks is not None and not (bs >= 1 and 1 <= n_blocks <= -(-T // bs)):
+        raise ValueError(f"blocks (block_size, n_blocks) = {blocks} do not fit T={T}: block_size >= 1 and "
+                         f"1 <= n_blocks <= ceil(T / block_size)")
     wqkv, bqkv, WoutT, bout = (weights[i] for i in FUSED_TORCH_WEIGHTS)
     # the two dense maps by torch (its GEMM is 2-4x faster than a compiled row loop; same function)
     qkv = torch.addmm(bqkv, x.reshape(B * T, D), wqkv).numpy()  # 1. the sensory gates
@@ -1211,7 +1223,7 @@ def fused_forward(weights: tuple[np.ndarray, ...], x: Tensor, t: Tensor | None, 
     o = np.empty((B, T, int(num_heads), dm // int(num_heads)), dtype=qkv.dtype)
     qt, kt, has_t = _times(t, t)
     m = _np(mask.to(torch.bool)) if mask is not None else np.ones((1, 1), dtype=np.bool_)
-    _fused_forward_kernel(qkv, *weights[2:11], B, T, int(num_heads), int(K), bool(causal), m,
+    _fused_forward_kernel(qkv, *weights[2:11], B, T, int(num_heads), int(K), int(bs), int(n_blocks), bool(causal), m,
                           mask is not None, qt, kt, has_t, MODE_IDS[mode], float(delta_t), float(eps), int(euler_steps),
                           o)
     # the heads concatenated, then the output map
