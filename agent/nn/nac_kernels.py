@@ -8,8 +8,9 @@ kernels do the selection a query at a time and the pair computation a tile of pa
 so no per-pair tensor is ever built:
 
 - :func:`topk_exact`: the exact selector's ranking. For each query, its scores q . k over the
-  allowed keys (a row at a time, no (Tq, Tk) matrix), and their K highest found by bisection on a
-  threshold (vectorised counts, no per-key branch; causal and key-mask rules as
+  allowed keys (four queries' rows at a time, no (Tq, Tk) matrix), and their K highest found by
+  counting above a threshold (a first guess from the scores' mean and spread, then bisection;
+  vectorised counts, no per-key branch; causal and key-mask rules as
   :func:`agent.nn.nac.select_topk_exact`).
 - :func:`topk_blocks`: the blocks selector (paper Section 2.3, Algorithm 2) a query at a time:
   centroids, the chosen blocks, the top K inside them (as :func:`agent.nn.nac.select_topk_blocks`).
@@ -21,8 +22,8 @@ so no per-pair tensor is ever built:
   Under autograd the forward keeps each tile's activations and the backward reads them; it
   returns the gradients of every input that has one. The selection itself has no gradient, as
   in the torch path.
-- :func:`fused_forward`: the whole layer without gradients (sensory gates, heads, the exact
-  ranking, the pairs and the output map) in one kernel call between two torch GEMMs, for the no-grad forward of
+- :func:`fused_forward`: the whole layer without gradients (sensory gates, heads, the ranking of
+  either selector, the pairs and the output map) in one kernel call between two torch GEMMs, for the no-grad forward of
   :meth:`agent.nn.nac.NAC.forward`: at short sequences the Python around fifteen torch operations
   and three kernel calls cost more than the arithmetic.
 
