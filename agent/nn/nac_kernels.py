@@ -145,10 +145,10 @@ def _row_topk(buf, L, K, bound, keys, vals, cand, zt):  # pragma: no cover - com
     never count). A threshold with at least K and at most TOPK_SLACK * K entries at or above it is
     found by counting: each count is a loop the compiler vectorises, so there is no per-entry
     branch. The first guess is the finite scores' mean plus z standard deviations, with z the
-    normal quantile for 1.5 K of them above it (zt, from :func:`_guess_z` for n >= L; one pass,
-    which also counts the finite entries);
-    it lands in the range about nine times in ten on attention scores, where bisection from the
-    Cauchy-Schwarz bound took about five counts. Then two more guesses a third of a standard
+    normal quantile for 1.5 K of them above it (zt (>= L + 1,) from :func:`_guess_z`; one pass
+    gives the mean, the spread and the count of finite entries); it lands in the range about nine
+    times in ten on attention scores, where bisection from the Cauchy-Schwarz bound took about
+    five counts. Then two more guesses a third of a standard
     deviation on, then bisection. The entries at or above the threshold are gathered into cand
     (>= L,) int64, a work array, by a branch-free pass (every index is written, the count
     advances by the comparison: under 1 ns an entry, where a branch per entry was mispredicted on
