@@ -336,6 +336,12 @@ def _add_train(sub) -> None:
                    help="carracing: also write each round's relabelled episodes as Minari datasets "
                         "DAGGER_OUT-r<round>-v0, e.g. recordings/nac-drive/nac-dagger")
     p.add_argument("--dagger-max-steps", type=int, default=None, help="carracing: cap on DAgger episode length")
+    p.add_argument("--dagger-edge-weight", type=float, default=1.0,
+                   help="carracing: loss weight of the relabelled frames on or near the road's edge (a wheel off "
+                        "the road now or within --dagger-edge-horizon steps), where the student skips a bend's "
+                        "tiles; the rest weigh 1 (default 1: no weighting)")
+    p.add_argument("--dagger-edge-horizon", type=int, default=10,
+                   help="carracing: steps ahead that make a frame 'near the edge' for --dagger-edge-weight (10 = 0.2 s)")
     p.add_argument("--envs", type=int, default=1, help="carracing, DAgger rollouts: " + _ENVS_HELP)
     p.add_argument("--dagger-seed", type=int, default=None,
                    help="carracing: first track of DAgger round 1 (default 500,000; round r drives "
@@ -401,7 +407,8 @@ _ENV_ONLY = {"udacity": {"augment_prob": 0.6, "smooth_labels": 1, "on_bad_row": 
                          "straight_keep": 1.0, "crop_cache": "auto", "leave_one_driver_out": None},
              "carracing": {"expert": None, "dagger_rounds": 0, "dagger_beta": 0.5, "dagger_beta_decay": 0.5,
                            "dagger_disturb": 0.0, "dagger_disturb_kinds": "off-road,stop", "dagger_out": None,
-                           "dagger_max_steps": None, "dagger_seed": None,
+                           "dagger_max_steps": None, "dagger_seed": None, "dagger_edge_weight": 1.0,
+                           "dagger_edge_horizon": 10,
                            "save_bc": None, "start_rule": False, "envs": 1}}
 
 
@@ -547,6 +554,11 @@ def _cmd_train(args) -> int:
         if args.dagger_seed < 0 or last > EVAL_SEED_BASE:
             raise CLIError(f"DAgger tracks {args.dagger_seed}..{last - 1} must lie in 0..{EVAL_SEED_BASE - 1}: tracks "
                            f"from {EVAL_SEED_BASE:,} on are the evaluation tracks")
+    if not (args.dagger_edge_weight >= 0 and np.isfinite(args.dagger_edge_weight)) or args.dagger_edge_horizon < 0:
+        raise CLIError(f"--dagger-edge-weight must be a finite weight >= 0 and --dagger-edge-horizon >= 0 steps, got "
+                       f"{args.dagger_edge_weight} and {args.dagger_edge_horizon}")
+    if args.dagger_edge_weight != 1.0 and not args.dagger_rounds:
+        raise CLIError("--dagger-edge-weight weighs DAgger's relabelled frames: it needs --dagger-rounds")
     if args.dagger_rounds and not args.expert:
         raise CLIError("--dagger-rounds needs --expert (the PPO expert that relabels the student's states)")
     if args.envs < 1 or (args.envs != 1 and not args.dagger_rounds):
@@ -581,7 +593,8 @@ def _cmd_train(args) -> int:
                       dagger_disturb_kinds=_disturb_kinds(args.dagger_disturb_kinds),
                       dagger_out=args.dagger_out,
                       **({"dagger_seed": args.dagger_seed} if args.dagger_seed is not None else {}),
-                      dagger_max_steps=args.dagger_max_steps)
+                      dagger_max_steps=args.dagger_max_steps, dagger_edge_weight=args.dagger_edge_weight,
+                      dagger_edge_horizon=args.dagger_edge_horizon)
     cnn_options = {k: getattr(args, k) for k in ("dashboard", "motion") if hasattr(args, k)}  # CarRacingCNN's
     if cnn_options:
         if args.env != "carracing":

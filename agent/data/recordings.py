@@ -204,6 +204,9 @@ class Demonstrations:
         action_space: the recording's gymnasium action space (``Discrete(5)`` or
             ``Box(-1, 1, (2,))``), or None when not known (DAgger's relabelled episodes); then the
             kind is read from the arrays.
+        weights: None (every frame weighs 1 in the loss), or a list of (N_e,) float32 per-frame
+            loss weights (DAgger's edge weights, :func:`agent.train.dagger.edge_weights`); kept
+            in memory only, never written to a recording.
 
     Raises:
         ValueError: lists of different lengths, frames that do not match their actions.
@@ -215,10 +218,18 @@ class Demonstrations:
     seeds: list[int]
     returns: list[float]
     action_space: Any = None
+    weights: list[np.ndarray] | None = None
 
     def __post_init__(self):
         if not (len(self.frames) == len(self.actions) == len(self.seeds) == len(self.returns)):
             raise ValueError("frames, actions, seeds and returns need one entry per episode")
+        if self.weights is not None:
+            if len(self.weights) != len(self.actions):
+                raise ValueError(f"weights need one entry per episode: {len(self.weights)} for {len(self.actions)}")
+            for i, (w, a) in enumerate(zip(self.weights, self.actions)):
+                if np.shape(w) != (len(a),) or not np.all(np.isfinite(w)) or np.any(np.asarray(w) < 0):
+                    raise ValueError(f"episode {i}: weights must be ({len(a)},) finite and >= 0, got shape "
+                                     f"{np.shape(w)}")
         for i, (f, a) in enumerate(zip(self.frames, self.actions)):
             if f.ndim != 4 or f.dtype != np.uint8 or len(f) != len(a):
                 raise ValueError(f"episode {i}: frames {f.shape} {f.dtype} do not match {len(a)} actions")
@@ -247,7 +258,14 @@ class Demonstrations:
         """The given episodes (by index), in that order."""
         return Demonstrations([self.frames[i] for i in episodes], [self.actions[i] for i in episodes],
                               [self.seeds[i] for i in episodes], [self.returns[i] for i in episodes],
-                              self.action_space)
+                              self.action_space,
+                              None if self.weights is None else [self.weights[i] for i in episodes])
+
+    def frame_weights(self) -> list[np.ndarray]:
+        """(N_e,) float32 loss weights of every episode (ones where none were given)."""
+        if self.weights is not None:
+            return [np.asarray(w, dtype=np.float32) for w in self.weights]
+        return [np.ones(len(a), np.float32) for a in self.actions]
 
     def extend(self, other: "Demonstrations") -> "Demonstrations":
         """These episodes followed by ``other``'s.
@@ -264,9 +282,12 @@ class Demonstrations:
                 f"{describe_actions(a) if a is not None else ('continuous' if self.continuous else 'discrete')} "
                 f"actions, the other "
                 f"{describe_actions(b) if b is not None else ('continuous' if other.continuous else 'discrete')}")
+        weights = None
+        if self.weights is not None or other.weights is not None:
+            weights = self.frame_weights() + other.frame_weights()
         return Demonstrations(self.frames + other.frames, self.actions + other.actions,
                               self.seeds + other.seeds, self.returns + other.returns,
-                              a if a is not None else b)
+                              a if a is not None else b, weights)
 
 
 def resolve_recording(path: str | Path) -> Path:

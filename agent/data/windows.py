@@ -144,6 +144,17 @@ class DemonstrationSource:
         frames = self.demos.frames[e][start:start + n]
         return ~expert_stalls(frames, self.previous_frame(e, start), self.demos.actions[e][start:start + n])
 
+    @property
+    def weighted(self) -> bool:
+        """Whether the frames carry loss weights (:meth:`loss_weights`), e.g. DAgger's edge weights."""
+        return self.demos.weights is not None
+
+    def loss_weights(self, e: int, start: int, n: int) -> np.ndarray:
+        """(n,) float32: the loss weights of the window's frames (ones for unweighted episodes)."""
+        if self.demos.weights is None:
+            return np.ones(n, np.float32)
+        return np.asarray(self.demos.weights[e][start:start + n], dtype=np.float32)
+
     def standstill(self, frames: np.ndarray, targets: np.ndarray, rng: np.random.Generator):
         """With probability ``standstills``, a synthetic standstill made from this window; else None.
 
@@ -344,6 +355,11 @@ class WindowDataset(Dataset):
         previous: items also hold ``prev`` (H, W, C) uint8, the frame before the window's first
             one (:meth:`DemonstrationSource.previous_frame`), for a policy with motion channels.
 
+    Items: ``obs`` (T, H, W, C) uint8, ``target`` (T,) or (T, A), ``t`` (T,) seconds, ``mask`` (T,)
+    bool (real frames), and where the source gives them ``prev``, ``learn`` (T,) bool (the frames
+    the loss counts) and ``weight`` (T,) float32 (per-frame loss weights; a synthetic standstill
+    weighs 1).
+
     Raises:
         ValueError: ``window`` < 1, a source without frames, or ``previous`` for a source that
             cannot give previous frames (Udacity).
@@ -393,6 +409,10 @@ class WindowDataset(Dataset):
             learn = np.zeros(T, bool)
             learn[:n] = True if still is not None else self.source.loss_mask(e, start, n)
             item["learn"] = torch.from_numpy(learn)
+        if getattr(self.source, "weighted", False):  # per-frame loss weights (DAgger's edge weights)
+            weight = np.zeros(T, np.float32)
+            weight[:n] = 1.0 if still is not None else self.source.loss_weights(e, start, n)
+            item["weight"] = torch.from_numpy(weight)
         return item
 
 

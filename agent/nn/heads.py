@@ -43,8 +43,13 @@ class ActionHead(nn.Module):
         """(..., d) -> (..., A)."""
         return self.net(y)
 
-    def loss(self, out: Tensor, target: Tensor, mask: Tensor) -> Tensor:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def loss(self, out: Tensor, target: Tensor, mask: Tensor, weight: Tensor | None = None) -> Tensor:
+        """The head's loss over the real positions (``mask``), optionally weighted per position.
+
+        ``weight`` (B, T) float, >= 0, or None: with weights the loss is their weighted mean,
+        sum(w * l) / sum(w) over the counted positions (so a weight of 1 everywhere gives the
+        unweighted mean). DAgger's edge weights use it (:mod:`agent.train.dagger`)."""
+        raise NotImplementedError  # pragma: no cover - abstract
 
     def metric_sums(self, out: Tensor, target: Tensor, mask: Tensor) -> tuple[float, int]:  # pragma: no cover
         raise NotImplementedError
@@ -61,10 +66,14 @@ class CategoricalHead(ActionHead):
 
     kind, metric, higher_is_better = "discrete", "accuracy", True
 
-    def loss(self, out, target, mask):
-        """out (B, T, n), target (B, T) int64, mask (B, T) bool -> mean cross-entropy over real positions."""
+    def loss(self, out, target, mask, weight=None):
+        """out (B, T, n), target (B, T) int64, mask (B, T) bool, weight (B, T) or None -> mean
+        cross-entropy over real positions (weighted mean with ``weight``, see :meth:`ActionHead.loss`)."""
         target = target.masked_fill(~mask, IGNORE_INDEX)
-        return F.cross_entropy(out.flatten(0, -2), target.flatten(), ignore_index=IGNORE_INDEX)
+        if weight is None:
+            return F.cross_entropy(out.flatten(0, -2), target.flatten(), ignore_index=IGNORE_INDEX)
+        per = F.cross_entropy(out[mask], target[mask], reduction="none")  # (counted positions,)
+        return _weighted_mean(per, weight[mask].to(per.dtype))
 
     def metric_sums(self, out, target, mask):
         """(correct predictions, counted positions) over the real positions."""
@@ -91,10 +100,14 @@ class RegressionHead(ActionHead):
         self.register_buffer("low", torch.as_tensor(low, dtype=torch.float32).reshape(out_dim), persistent=False)
         self.register_buffer("high", torch.as_tensor(high, dtype=torch.float32).reshape(out_dim), persistent=False)
 
-    def loss(self, out, target, mask):
-        """out (B, T, A), target (B, T) or (B, T, A) float, mask (B, T) -> mean squared error over real positions."""
+    def loss(self, out, target, mask, weight=None):
+        """out (B, T, A), target (B, T) or (B, T, A) float, mask (B, T), weight (B, T) or None -> mean
+        squared error over real positions (weighted mean with ``weight``, see :meth:`ActionHead.loss`)."""
         target = target.reshape(out.shape)
-        return ((out - target) ** 2)[mask].mean()
+        if weight is None:
+            return ((out - target) ** 2)[mask].mean()
+        per = ((out[mask] - target[mask]) ** 2).mean(-1)  # (counted positions,): the mean over the A outputs
+        return _weighted_mean(per, weight[mask].to(per.dtype))
 
     def metric_sums(self, out, target, mask):
         """(sum of squared errors, counted values) over the real positions (outputs clipped as when acting)."""
@@ -108,6 +121,17 @@ class RegressionHead(ActionHead):
     def act(self, out: Tensor, deterministic: bool = True) -> Tensor:
         """(B, A) -> (B, A) clipped to the action box (the policy is deterministic)."""
         return self.clip(out)
+
+
+def _weighted_mean(per: Tensor, weight: Tensor) -> Tensor:
+    """sum(w * l) / sum(w) of per-position losses ``per`` (N,) and weights (N,); 0 if they weigh 0.
+
+    Raises:
+        ValueError: a negative or non-finite weight.
+    """
+    if not bool(torch.isfinite(weight).all()) or bool((weight < 0).any()):
+        raise ValueError("loss weights must be finite and >= 0")
+    return (weight * per).sum() / weight.sum().clamp_min(torch.finfo(per.dtype).tiny)
 
 
 def head_for(action_space: gym.Space, in_dim: int, hidden: int = 64, activation: str = "relu") -> ActionHead:

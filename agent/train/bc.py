@@ -63,7 +63,8 @@ class TrainConfig:
         seed: weights, split, batches and augmentation.
         device: torch device. workers: DataLoader worker processes (0: load in the main process).
         time_limit_s: stop after the epoch that crosses this many seconds (None: no limit).
-        dagger_*: see :mod:`agent.train.dagger` (CarRacing only).
+        dagger_*: see :mod:`agent.train.dagger` (CarRacing only); ``dagger_edge_weight`` and
+            ``dagger_edge_horizon`` (steps): :func:`agent.train.dagger.edge_weights`.
     """
 
     epochs: int = 8
@@ -87,6 +88,8 @@ class TrainConfig:
     dagger_disturb: float = 0.0
     dagger_disturb_kinds: tuple[str, ...] = ("off-road", "stop")
     dagger_out: str | None = None
+    dagger_edge_weight: float = 1.0
+    dagger_edge_horizon: int = 10
 
     def __post_init__(self):
         if self.epochs < 0 or self.batch_frames < 1:
@@ -100,6 +103,9 @@ class TrainConfig:
                              f"{self.dagger_beta_decay}")
         if self.dagger_disturb < 0:
             raise ValueError(f"dagger_disturb must be >= 0 disturbances per 1000 steps, got {self.dagger_disturb}")
+        if self.dagger_edge_weight < 0 or not math.isfinite(self.dagger_edge_weight) or self.dagger_edge_horizon < 0:
+            raise ValueError(f"dagger_edge_weight must be finite and >= 0 and dagger_edge_horizon >= 0 steps, got "
+                             f"{self.dagger_edge_weight} and {self.dagger_edge_horizon}")
         from agent.train.perturb import DisturbanceConfig
 
         DisturbanceConfig(kinds=tuple(self.dagger_disturb_kinds))  # validates the kinds
@@ -237,7 +243,8 @@ def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epoch
                 # every rank must join each step's gradient all-reduce: a zero loss adds zero gradients
                 loss = out.sum() * 0.0
             else:
-                loss = head.loss(out, batch["target"].to(device), counted)
+                weight = batch["weight"].to(device) if "weight" in batch else None  # (B, T): edge weights
+                loss = head.loss(out, batch["target"].to(device), counted, weight)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)

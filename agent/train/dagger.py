@@ -16,6 +16,12 @@ further on the aggregate.
   (:mod:`agent.train.perturb`, in the spirit of DART, Laskey et al. 2017) push the car off the
   road or to a standstill that many times per 1000 steps on average, so those states are
   labelled even when the student itself would not reach them.
+- **Edge weights.** With ``dagger_edge_weight`` W > 1, the relabelled frames where the car is on
+  the road's edge or off it, or gets there within ``dagger_edge_horizon`` steps, weigh W in the
+  loss instead of 1 (:func:`edge_weights`). A teacher that keeps a margin demonstrates few edge
+  states, and the student's failures are there: a bend's tiles skipped with four wheels on the
+  grass, so the lap never ends (README, "Skipped tiles"). The weights stay in memory; the saved
+  round datasets hold the frames and labels only.
 - **Data.** With ``dagger_out``, each round's relabelled episodes are also written as a Minari
   dataset ``<dagger_out>-r<round>-v0`` whose actions are the expert's labels (what the student
   is trained on), so ``agent train --data`` can use them again.
@@ -47,8 +53,43 @@ def beta_schedule(beta: float, decay: float, rounds: int) -> list[float]:
     return [float(beta * decay ** r) for r in range(rounds)]
 
 
+def edge_weights(wheels_off: np.ndarray | None, n: int, weight: float, horizon: int) -> np.ndarray | None:
+    """Per-frame loss weights of one relabelled episode: ``weight`` near the road's edge, 1 elsewhere.
+
+    Frame i (the observation on which action i was taken) is near the edge when a wheel was off
+    the road before action i (after step i - 1) or is after any of the next ``horizon`` steps
+    (i .. i + horizon - 1): the states on the edge and those that lead there, where the expert's
+    label is the correction.
+
+    Args:
+        wheels_off: (n,) wheels off the road after each step, 0-4 (:attr:`agent.rollout.Episode.wheels_off`),
+            or None (an env without wheels).
+        n: the episode's frames (steps). weight: >= 0. horizon: steps ahead, >= 0.
+
+    Returns:
+        (n,) float32 weights, or None when ``weight`` is 1 or the env reports no wheels.
+
+    Raises:
+        ValueError: ``wheels_off`` not of n entries, a negative weight or horizon.
+    """
+    if weight < 0 or horizon < 0:
+        raise ValueError(f"edge weight and horizon must be >= 0, got {weight} and {horizon}")
+    if weight == 1.0 or wheels_off is None:
+        return None
+    off = np.asarray(wheels_off) > 0
+    if off.shape != (n,):
+        raise ValueError(f"wheels_off has shape {off.shape}, the episode {n} steps")
+    near = np.zeros(n, bool)
+    near[1:] |= off[:-1]  # on the edge before the action
+    c = np.concatenate([[0], np.cumsum(off)])  # off within steps i .. i + horizon - 1
+    i = np.arange(n)
+    near |= c[np.minimum(i + horizon, n)] - c[i] > 0
+    return np.where(near, np.float32(weight), np.float32(1.0)).astype(np.float32)
+
+
 def dagger_round(policy, expert, env, seeds: list[int], beta: float, max_steps: int | None,
-                 rng: np.random.Generator, disturb: float = 0.0, disturb_kinds: tuple[str, ...] | None = None):
+                 rng: np.random.Generator, disturb: float = 0.0, disturb_kinds: tuple[str, ...] | None = None,
+                 edge_weight: float = 1.0, edge_horizon: int = 10):
     """The student drives on ``seeds`` (the expert's action executed with probability ``beta``,
     ``disturb`` disturbances per 1000 steps, drawn from ``disturb_kinds``, default
     :data:`agent.train.perturb.DEFAULT_KINDS`); the expert labels every visited state.
@@ -57,6 +98,7 @@ def dagger_round(policy, expert, env, seeds: list[int], beta: float, max_steps: 
         env: one CarRacing env (episodes one after another), or an
             :class:`agent.vector.CarRacingEnvs` (N envs at once; it must carry the privileged
             state in ``info``: ``privileged_info=True``).
+        edge_weight, edge_horizon: per-frame loss weights (:func:`edge_weights`); 1 gives none.
 
     Returns:
         (Demonstrations of the labelled episodes, their episode returns, the Episodes themselves),
@@ -76,12 +118,17 @@ def dagger_round(policy, expert, env, seeds: list[int], beta: float, max_steps: 
             actor = PerturbedActor(actor, DisturbanceConfig(per_episode=disturb, kinds=kinds), rng)
         episodes = [rollout(env, actor, s, max_steps=max_steps, labeler=expert.act)
                     for s in progress(seeds, desc="DAgger rollouts", unit="ep", leave=False)]
-    frames, labels, returns = [], [], []
+    frames, labels, returns, weights = [], [], [], []
     for ep in episodes:
         frames.append(ep.observations[:-1])
         labels.append(ep.labels)
         returns.append(ep.episode_return)
-    return Demonstrations(frames, labels, list(seeds), returns), returns, episodes
+        weights.append(edge_weights(ep.wheels_off, ep.steps, edge_weight, edge_horizon))
+    if all(w is None for w in weights):
+        weights = None
+    else:
+        weights = [np.ones(len(a), np.float32) if w is None else w for w, a in zip(weights, labels)]
+    return Demonstrations(frames, labels, list(seeds), returns, weights=weights), returns, episodes
 
 
 def _vector_round(policy, expert, envs, seeds: list[int], beta: float, max_steps: int | None,
@@ -134,10 +181,15 @@ def dagger(policy, train_source, val_source, expert, env, cfg, report, tb=None):
         t0 = time.time()
         seeds = [cfg.dagger_seed + (r - 1) * cfg.dagger_episodes + i for i in range(cfg.dagger_episodes)]
         new, returns, episodes = dagger_round(policy, expert, env, seeds, beta, cfg.dagger_max_steps, rng,
-                                              cfg.dagger_disturb, tuple(cfg.dagger_disturb_kinds))
+                                              cfg.dagger_disturb, tuple(cfg.dagger_disturb_kinds),
+                                              cfg.dagger_edge_weight, cfg.dagger_edge_horizon)
         report.dagger_returns.append([float(x) for x in returns])
         log.info("DAgger round %d/%d (beta %.3f): return %.1f ± %.1f on %d tracks; %d frames relabelled", r,
                  cfg.dagger_rounds, beta, np.mean(returns), np.std(returns), len(returns), new.n_frames)
+        if new.weights is not None:
+            near = sum(int(np.count_nonzero(w != 1.0)) for w in new.weights)
+            log.info("DAgger round %d: %d of %d frames near the road's edge weigh %.1f", r, near, new.n_frames,
+                     cfg.dagger_edge_weight)
         if cfg.dagger_out:
             log.info("DAgger round %d data -> %s", r, _save_round(episodes, env, cfg.dagger_out, r, beta))
         if tb is not None:
@@ -153,4 +205,4 @@ def dagger(policy, train_source, val_source, expert, env, cfg, report, tb=None):
     return policy
 
 
-__all__ = ["beta_schedule", "dagger", "dagger_round"]
+__all__ = ["beta_schedule", "dagger", "dagger_round", "edge_weights"]
