@@ -19,8 +19,9 @@ def test_edge_weights_mark_the_edge_and_the_steps_that_lead_there():
     assert w.tolist() == [1, 1, 1, 3, 3, 3, 1, 1, 1, 1]
     assert w.dtype == np.float32
     assert edge_weights(wheels, 10, 3.0, horizon=0).tolist() == [1, 1, 1, 1, 1, 3, 1, 1, 1, 1]
-    four_off = np.array([4, 4, 0], np.int8)  # off the road altogether counts too
-    assert edge_weights(four_off, 3, 2.0, horizon=1).tolist() == [2, 2, 2]
+    # leaving the road: the frames that lead there weigh more, those taken fully off the road do not
+    leaving = np.array([0, 2, 4, 4, 3, 0], np.int8)
+    assert edge_weights(leaving, 6, 2.0, horizon=1).tolist() == [1, 2, 2, 1, 1, 2]
 
 
 def test_edge_weights_off_when_the_weight_is_one_or_the_env_has_no_wheels():

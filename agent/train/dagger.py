@@ -17,8 +17,8 @@ further on the aggregate.
   road or to a standstill that many times per 1000 steps on average, so those states are
   labelled even when the student itself would not reach them.
 - **Edge weights.** With ``dagger_edge_weight`` W > 1, the relabelled frames where the car is on
-  the road's edge or off it, or gets there within ``dagger_edge_horizon`` steps, weigh W in the
-  loss instead of 1 (:func:`edge_weights`). A teacher that keeps a margin demonstrates few edge
+  the road's edge (one to three wheels off), or leaves the road within ``dagger_edge_horizon``
+  steps, weigh W in the loss instead of 1 (:func:`edge_weights`). A teacher that keeps a margin demonstrates few edge
   states, and the student's failures are there: a bend's tiles skipped with four wheels on the
   grass, so the lap never ends (README, "Skipped tiles"). The weights stay in memory; the saved
   round datasets hold the frames and labels only.
@@ -59,7 +59,10 @@ def edge_weights(wheels_off: np.ndarray | None, n: int, weight: float, horizon: 
     Frame i (the observation on which action i was taken) is near the edge when a wheel was off
     the road before action i (after step i - 1) or is after any of the next ``horizon`` steps
     (i .. i + horizon - 1): the states on the edge and those that lead there, where the expert's
-    label is the correction.
+    label is the correction. Frames taken with all four wheels off the road weigh 1: there the
+    expert is not a reliable teacher (it finds the road again after a long excursion on about half
+    the tracks, ``agent expert check-recovery``), and weighing those frames too was measured to
+    make the student worse (README, "Edge weights").
 
     Args:
         wheels_off: (n,) wheels off the road after each step, 0-4 (:attr:`agent.rollout.Episode.wheels_off`),
@@ -84,6 +87,7 @@ def edge_weights(wheels_off: np.ndarray | None, n: int, weight: float, horizon: 
     c = np.concatenate([[0], np.cumsum(off)])  # off within steps i .. i + horizon - 1
     i = np.arange(n)
     near |= c[np.minimum(i + horizon, n)] - c[i] > 0
+    near[1:] &= np.asarray(wheels_off)[:-1] < 4  # not frames taken with the car off the road altogether
     return np.where(near, np.float32(weight), np.float32(1.0)).astype(np.float32)
 
 
