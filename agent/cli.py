@@ -1229,6 +1229,37 @@ def _cmd_convert(args) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------------- average-policies
+def _add_average(sub) -> None:
+    p = sub.add_parser("average-policies", help="average the weights of policies trained from one start (a model soup)",
+                       formatter_class=FMT,
+                       description="Writes one policy whose weights are the (weighted) mean of the given policy "
+                                   "files' (a uniform 'model soup', Wortsman et al. 2022). Meant for DAgger runs "
+                                   "that started from the same behaviour-cloning checkpoint with different seeds: "
+                                   "the result is one network of the same size and speed. Every file must have the "
+                                   "same configuration. Evaluate the result closed loop (agent evaluate) before "
+                                   "trusting it: runs that drifted apart average into a worse policy.")
+    p.add_argument("policies", nargs="+", help="two or more .pt policy files (names in policies/ work too)")
+    p.add_argument("--weights", type=float, nargs="+", default=None,
+                   help="one non-negative weight per policy (normalised to sum 1; default uniform)")
+    p.add_argument("--out", required=True, help="the averaged policy file to write")
+    p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+
+
+def _cmd_average(args) -> int:
+    from agent.train.soup import average_policies
+
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        raise CLIError(f"{out} already exists; choose another --out or pass --overwrite")
+    soup = average_policies(args.policies, args.weights)
+    soup.save(out, metadata={"stage": "weight average (model soup)", "averaged": [str(p) for p in args.policies],
+                             "weights": args.weights})
+    print(f"averaged {len(args.policies)} policies -> {out} ({soup.config.core}, window {soup.config.window}, "
+          f"{sum(p.numel() for p in soup.parameters())} parameters)")
+    return 0
+
+
 # ----------------------------------------------------------------------------------- main
 COMMANDS = {
     "expert": (_add_expert, _cmd_expert),
@@ -1241,6 +1272,7 @@ COMMANDS = {
     "plot-traces": (_add_plot_traces, _cmd_plot_traces),
     "wiring": (_add_wiring, _cmd_wiring),
     "convert-policy": (_add_convert, _cmd_convert),
+    "average-policies": (_add_average, _cmd_average),
 }
 
 
