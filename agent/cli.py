@@ -337,9 +337,10 @@ def _add_train(sub) -> None:
                         "DAGGER_OUT-r<round>-v0, e.g. recordings/nac-drive/nac-dagger")
     p.add_argument("--dagger-max-steps", type=int, default=None, help="carracing: cap on DAgger episode length")
     p.add_argument("--dagger-edge-weight", type=float, default=1.0,
-                   help="carracing: loss weight of the relabelled frames on or near the road's edge (a wheel off "
-                        "the road now or within --dagger-edge-horizon steps), where the student skips a bend's "
-                        "tiles; the rest weigh 1 (default 1: no weighting)")
+                   help="carracing: loss weight of the relabelled frames on or near the road's edge (one to three "
+                        "wheels off the road now, or a wheel off within --dagger-edge-horizon steps), where the "
+                        "student skips a bend's tiles; frames with all four wheels off the road, and the rest, weigh "
+                        "1 (default 1: no weighting; README, 'Edge weights, tried')")
     p.add_argument("--dagger-edge-horizon", type=int, default=10,
                    help="carracing: steps ahead that make a frame 'near the edge' for --dagger-edge-weight (10 = 0.2 s)")
     p.add_argument("--envs", type=int, default=1, help="carracing, DAgger rollouts: " + _ENVS_HELP)
