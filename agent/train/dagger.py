@@ -16,12 +16,13 @@ further on the aggregate.
   (:mod:`agent.train.perturb`, in the spirit of DART, Laskey et al. 2017) push the car off the
   road or to a standstill that many times per 1000 steps on average, so those states are
   labelled even when the student itself would not reach them.
-- **Edge weights.** With ``dagger_edge_weight`` W > 1, the relabelled frames where the car is on
-  the road's edge (one to three wheels off), or leaves the road within ``dagger_edge_horizon``
-  steps, weigh W in the loss instead of 1 (:func:`edge_weights`). A teacher that keeps a margin demonstrates few edge
-  states, and the student's failures are there: a bend's tiles skipped with four wheels on the
-  grass, so the lap never ends (README, "Skipped tiles"). The weights stay in memory; the saved
-  round datasets hold the frames and labels only.
+- **Edge weights.** With ``dagger_edge_weight`` W != 1, the relabelled frames where the car is
+  on the road's edge (one to three wheels off), or gets a wheel off the road within
+  ``dagger_edge_horizon`` steps, weigh W in the loss instead of 1 (:func:`edge_weights`). A
+  teacher that keeps a margin demonstrates few edge states, and the student's failures are
+  there: a bend's tiles skipped with four wheels on the grass, so the lap never ends (README,
+  "Skipped tiles"). Measured: no gain (README, "Edge weights, tried"). The weights stay in
+  memory; the saved round datasets hold the frames and labels only.
 - **Data.** With ``dagger_out``, each round's relabelled episodes are also written as a Minari
   dataset ``<dagger_out>-r<round>-v0`` whose actions are the expert's labels (what the student
   is trained on), so ``agent train --data`` can use them again.
