@@ -63,7 +63,7 @@ def edge_weights(wheels_off: np.ndarray | None, n: int, weight: float, horizon: 
     label is the correction. Frames taken with all four wheels off the road weigh 1: there the
     expert is not a reliable teacher (it finds the road again after a long excursion on about half
     the tracks, ``agent expert check-recovery``), and weighing those frames too was measured to
-    make the student worse (README, "Edge weights").
+    make the student worse (README, "Edge weights, tried").
 
     Args:
         wheels_off: (n,) wheels off the road after each step, 0-4 (:attr:`agent.rollout.Episode.wheels_off`),
@@ -80,7 +80,8 @@ def edge_weights(wheels_off: np.ndarray | None, n: int, weight: float, horizon: 
         raise ValueError(f"edge weight and horizon must be >= 0, got {weight} and {horizon}")
     if weight == 1.0 or wheels_off is None:
         return None
-    off = np.asarray(wheels_off) > 0
+    wheels = np.asarray(wheels_off)
+    off = wheels > 0
     if off.shape != (n,):
         raise ValueError(f"wheels_off has shape {off.shape}, the episode {n} steps")
     near = np.zeros(n, bool)
@@ -88,7 +89,7 @@ def edge_weights(wheels_off: np.ndarray | None, n: int, weight: float, horizon: 
     c = np.concatenate([[0], np.cumsum(off)])  # off within steps i .. i + horizon - 1
     i = np.arange(n)
     near |= c[np.minimum(i + horizon, n)] - c[i] > 0
-    near[1:] &= np.asarray(wheels_off)[:-1] < 4  # not frames taken with the car off the road altogether
+    near[1:] &= wheels[:-1] < 4  # not frames taken with the car off the road altogether
     return np.where(near, np.float32(weight), np.float32(1.0)).astype(np.float32)
 
 

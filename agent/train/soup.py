@@ -8,7 +8,7 @@ DAgger runs that start from the same behaviour-cloning checkpoint (``agent train
 On CarRacing the seed decides much of the closed-loop return (README, "Skipped tiles"), and the
 average of the runs' weights is one network of the same size and speed that is often better
 than each of them when they stay in one basin of the loss. Whether it is, here, is measured
-closed loop (README, "A soup of DAgger students").
+closed loop (README, "A soup of DAgger students, tried": not here).
 """
 
 from __future__ import annotations
