@@ -317,6 +317,12 @@ def _add_train(sub) -> None:
                         "continuous expert for continuous recordings)")
     p.add_argument("--start-rule", action=argparse.BooleanOptionalAction, default=False,
                    help="carracing DAgger: " + _START_RULE_HELP)
+    p.add_argument("--creep-speed", type=float, default=0.0, metavar="V",
+                   help="carracing, discrete: the teacher's creep rule: below V units/s every label is gas, in the "
+                        "recordings (relabelled from their recorded speeds) and in DAgger's relabelling. Discrete "
+                        "CarRacing cannot steer and accelerate at once, and off the road the expert steers a car at "
+                        "1-4 units/s, which then circles on the grass for hundreds of steps; the start rule acts "
+                        "only below 1 unit/s (README, 'The creep rule'). 0: off")
     p.add_argument("--dagger-rounds", type=int, default=0, help="carracing: DAgger rounds after BC")
     p.add_argument("--dagger-episodes", type=int, default=8, help="carracing: student episodes per DAgger round")
     p.add_argument("--dagger-epochs", type=int, default=3, help="carracing: epochs on the aggregate after each round")
@@ -410,7 +416,7 @@ _ENV_ONLY = {"udacity": {"augment_prob": 0.6, "smooth_labels": 1, "on_bad_row": 
                            "dagger_disturb": 0.0, "dagger_disturb_kinds": "off-road,stop", "dagger_out": None,
                            "dagger_max_steps": None, "dagger_seed": None, "dagger_edge_weight": 1.0,
                            "dagger_edge_horizon": 10,
-                           "save_bc": None, "start_rule": False, "envs": 1}}
+                           "save_bc": None, "start_rule": False, "creep_speed": 0.0, "envs": 1}}
 
 
 def _udacity_loader(args, n_recordings: int):
@@ -465,6 +471,19 @@ def _load_source(env: str, data: list[str], args):
                  sum(len(r) for r in recs), len(recs), len(data))
     return UdacitySource(recs, AugmentConfig(p_augment=args.augment_prob), smooth_labels=args.smooth_labels,
                          smooth_mode=args.smooth_mode, straight_keep=args.straight_keep, seed=args.seed)
+
+
+def _relabel_creep(source, creep_speed: float):
+    """The training source with the creep rule applied to its recorded labels
+    (:func:`agent.train.expert.relabel_creep`); logs how many labels changed."""
+    from agent.data.windows import DemonstrationSource
+    from agent.log import get_logger
+    from agent.train.expert import relabel_creep
+
+    demos, changed = relabel_creep(source.demos, creep_speed)
+    get_logger("agent.train").info("--creep-speed %.1f: %d of %d recorded labels below %.1f units/s relabelled gas",
+                                   creep_speed, changed, demos.n_frames, creep_speed)
+    return DemonstrationSource(demos, source.frame_dt, source.skip_stalls, source.standstills)
 
 
 def _parse_option_value(text: str):
@@ -560,6 +579,8 @@ def _cmd_train(args) -> int:
                        f"{args.dagger_edge_weight} and {args.dagger_edge_horizon}")
     if args.dagger_edge_weight != 1.0 and not args.dagger_rounds:
         raise CLIError("--dagger-edge-weight weighs DAgger's relabelled frames: it needs --dagger-rounds")
+    if not args.creep_speed >= 0 or not np.isfinite(args.creep_speed):
+        raise CLIError(f"--creep-speed must be a speed >= 0 units/s (0: off), got {args.creep_speed}")
     if args.dagger_rounds and not args.expert:
         raise CLIError("--dagger-rounds needs --expert (the PPO expert that relabels the student's states)")
     if args.envs < 1 or (args.envs != 1 and not args.dagger_rounds):
@@ -618,11 +639,18 @@ def _cmd_train(args) -> int:
         raise CLIError(ddp.DAGGER_UNDER_TORCHRUN)
     source = _load_source(args.env, args.data, args)
     continuous = _carracing_continuous(source) if args.env == "carracing" else False
+    if args.creep_speed:
+        if continuous:
+            raise CLIError("--creep-speed is for discrete recordings (the continuous configuration steers and "
+                           "accelerates at once); leave it out")
+        source = _relabel_creep(source, args.creep_speed)
     pcfg = default_config(args.env, getattr(args, "core", None), continuous=continuous, seed=22222 + args.seed,
                           **given)
     expert = env = None
     if args.dagger_rounds:
         expert = _use_start_rule(load_policy(args.expert), args.start_rule)
+        if args.creep_speed and not is_continuous(expert):
+            expert.use_creep_rule(args.creep_speed)
         if is_continuous(expert) != continuous:
             kinds = {True: "continuous (steering, throttle)", False: "discrete"}
             raise CLIError(f"--expert {args.expert} drives with {kinds[is_continuous(expert)]} actions but the "

@@ -33,6 +33,11 @@ STEERING_DEADBAND = 0.05  # |normalised steering| below this counts as straight
 #: (:attr:`envs.carracing.CarRacingEnv.speed`, the hull's speed; the car starts at 0 and cruises
 #: at roughly 30-90 units/s). Used by :func:`standstill` and the "no stalls" figures.
 STANDSTILL_SPEED = 1.0
+#: The car crawls while its speed is below this, in simulator units per second: off the road a
+#: discrete student can circle on the grass at 2-4 units/s, steering one way, for hundreds of
+#: steps (README, "The creep rule"), which :data:`STANDSTILL_SPEED` never counts. A crawl longer
+#: than :data:`STALL_STEPS` counts in ``episodes_with_crawl``.
+CRAWL_METRIC_SPEED = 5.0
 #: A standstill longer than this many consecutive steps (1 s at CarRacing's 50 FPS) counts as a
 #: stall in the evaluation summary (``episodes_with_stall``).
 STALL_STEPS = 50
@@ -360,6 +365,15 @@ class Episode:
         if not len(after) or not np.isfinite(after).any():
             return None if len(after) else 0
         return longest_run(standstill(after))
+
+    @property
+    def longest_crawl(self) -> int | None:
+        """The longest run of consecutive steps after which the car's speed was below
+        :data:`CRAWL_METRIC_SPEED` (5 units/s; standstills included; steps); None if the env reports no speed."""
+        after = np.asarray(self.speeds, dtype=np.float64)[1:]
+        if not len(after) or not np.isfinite(after).any():
+            return None if len(after) else 0
+        return longest_run(standstill(after, CRAWL_METRIC_SPEED))
 
     @property
     def off_road_steps(self) -> int | None:

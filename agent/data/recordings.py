@@ -207,6 +207,9 @@ class Demonstrations:
         weights: None (every frame weighs 1 in the loss), or a list of (N_e,) float32 per-frame
             loss weights (DAgger's edge weights, :func:`agent.train.dagger.edge_weights`); kept
             in memory only, never written to a recording.
+        speeds: None, or a list of (N_e,) float32 car speeds in simulator units per second, the
+            speed at each labelled frame (``infos["speed"]`` of the recording; NaN where unknown).
+            :func:`agent.train.expert.relabel_creep` reads them.
 
     Raises:
         ValueError: lists of different lengths, frames that do not match their actions.
@@ -219,6 +222,7 @@ class Demonstrations:
     returns: list[float]
     action_space: Any = None
     weights: list[np.ndarray] | None = None
+    speeds: list[np.ndarray] | None = None
 
     def __post_init__(self):
         if not (len(self.frames) == len(self.actions) == len(self.seeds) == len(self.returns)):
@@ -230,6 +234,12 @@ class Demonstrations:
                 if np.shape(w) != (len(a),) or not np.all(np.isfinite(w)) or np.any(np.asarray(w) < 0):
                     raise ValueError(f"episode {i}: weights must be ({len(a)},) finite and >= 0, got shape "
                                      f"{np.shape(w)}")
+        if self.speeds is not None:
+            if len(self.speeds) != len(self.actions):
+                raise ValueError(f"speeds need one entry per episode: {len(self.speeds)} for {len(self.actions)}")
+            for i, (v, a) in enumerate(zip(self.speeds, self.actions)):
+                if np.shape(v) != (len(a),):
+                    raise ValueError(f"episode {i}: speeds must be ({len(a)},), got shape {np.shape(v)}")
         for i, (f, a) in enumerate(zip(self.frames, self.actions)):
             if f.ndim != 4 or f.dtype != np.uint8 or len(f) != len(a):
                 raise ValueError(f"episode {i}: frames {f.shape} {f.dtype} do not match {len(a)} actions")
@@ -259,7 +269,14 @@ class Demonstrations:
         return Demonstrations([self.frames[i] for i in episodes], [self.actions[i] for i in episodes],
                               [self.seeds[i] for i in episodes], [self.returns[i] for i in episodes],
                               self.action_space,
-                              None if self.weights is None else [self.weights[i] for i in episodes])
+                              None if self.weights is None else [self.weights[i] for i in episodes],
+                              None if self.speeds is None else [self.speeds[i] for i in episodes])
+
+    def frame_speeds(self) -> list[np.ndarray]:
+        """(N_e,) float32 speeds of every episode in units/s (NaN where none were recorded)."""
+        if self.speeds is not None:
+            return [np.asarray(v, dtype=np.float32) for v in self.speeds]
+        return [np.full(len(a), np.nan, np.float32) for a in self.actions]
 
     def frame_weights(self) -> list[np.ndarray]:
         """(N_e,) float32 loss weights of every episode (ones where none were given)."""
@@ -285,9 +302,12 @@ class Demonstrations:
         weights = None
         if self.weights is not None or other.weights is not None:
             weights = self.frame_weights() + other.frame_weights()
+        speeds = None
+        if self.speeds is not None or other.speeds is not None:
+            speeds = self.frame_speeds() + other.frame_speeds()
         return Demonstrations(self.frames + other.frames, self.actions + other.actions,
                               self.seeds + other.seeds, self.returns + other.returns,
-                              a if a is not None else b, weights)
+                              a if a is not None else b, weights, speeds)
 
 
 def resolve_recording(path: str | Path) -> Path:
@@ -327,7 +347,8 @@ def load_demonstrations(path: str | Path | Sequence[str | Path], n_actions: int 
             Continuous recordings are checked against their own action space instead.
 
     Returns:
-        :class:`Demonstrations`: per episode (N_e, 96, 96, 3) uint8 frames and the actions, as
+        :class:`Demonstrations`: per episode (N_e, 96, 96, 3) uint8 frames, the car's speed at
+        each (``speeds``, units/s, from ``infos["speed"]``; NaN where a recording has none) and the actions, as
         the dataset's ``action_space`` says: a ``Discrete`` space gives (N_e,) int64 indices; a
         1-D ``Box`` of A values (the continuous configuration: A = 2, steering and throttle)
         gives (N_e, A) float32. ``action_space`` is set to the dataset's.
@@ -375,12 +396,16 @@ def load_demonstrations(path: str | Path | Sequence[str | Path], n_actions: int 
             raise RecordingError(f"{path} has actions in {space}; only Discrete and 1-D Box action spaces can "
                                  "be trained on")
         metas = list(ds.storage.get_episode_metadata(ds.episode_indices))
-        frames, actions, seeds, returns = [], [], [], []
+        frames, actions, seeds, returns, speeds = [], [], [], [], []
         for ep, meta in zip(ds.iterate_episodes(), metas):
             obs = np.asarray(ep.observations)
             act = as_actions(ep.actions)
             frames.append(obs[: len(act)])
             actions.append(act)
+            infos = ep.infos if isinstance(ep.infos, dict) else {}
+            speed = np.asarray(infos["speed"], dtype=np.float32).reshape(-1) if "speed" in infos else None
+            speeds.append(speed[: len(act)] if speed is not None and len(speed) >= len(act)
+                          else np.full(len(act), np.nan, np.float32))
             seeds.append(int(meta.get("seed", -1)) if meta.get("seed") is not None else -1)
             returns.append(float(np.sum(ep.rewards)))
     except RecordingError:
@@ -402,7 +427,7 @@ def load_demonstrations(path: str | Path | Sequence[str | Path], n_actions: int 
         for i, a in enumerate(actions):
             if a.size and (a.min() < 0 or a.max() >= n_actions):
                 raise RecordingError(f"{path}: episode {i} has actions outside 0..{n_actions - 1}")
-    return Demonstrations(frames, actions, seeds, returns, space)
+    return Demonstrations(frames, actions, seeds, returns, space, speeds=speeds)
 
 
 def collect(env, actor: Actor, episodes: int, seed: int, out: str | Path, algorithm_name: str,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.rollout import STALL_STEPS, STANDSTILL_SPEED
+from agent.rollout import CRAWL_METRIC_SPEED, STALL_STEPS, STANDSTILL_SPEED
 
 
 @dataclass
@@ -29,6 +29,10 @@ class EvalResult:
     900: :func:`agent.rollout.tiles_missed`), and ``edge_steps``, the steps with one to three wheels
     off the road (on the road's edge); their aggregates ``laps_finished`` (episodes that visited
     every tile) and ``mean_edge_steps``. ``standstill_speed`` and ``stall_steps`` record the thresholds;
+    ``longest_crawl_steps``, the longest run of steps slower than
+    :data:`agent.rollout.CRAWL_METRIC_SPEED` (5 units/s: a car circling slowly on the grass, which
+    the standstill figure misses), with its aggregate ``episodes_with_crawl`` (longer than
+    ``stall_steps``) and threshold ``crawl_speed``;
     ``deterministic`` (argmax or sampled actions) and ``start_rule`` (an expert with its start
     rule) how the policy acted; ``envs`` how many envs were stepped at once (``--envs``).
     """
@@ -51,7 +55,10 @@ class EvalResult:
     edge_steps: list[int] = field(default_factory=list)
     laps_finished: int = 0
     mean_edge_steps: float = 0.0
+    longest_crawl_steps: list[int] = field(default_factory=list)
+    episodes_with_crawl: int = 0
     standstill_speed: float = STANDSTILL_SPEED
+    crawl_speed: float = CRAWL_METRIC_SPEED
     stall_steps: int = STALL_STEPS
     deterministic: bool = True
     start_rule: bool = False
@@ -73,6 +80,9 @@ class EvalResult:
         lines.append(f"stalls: longest standstill {self.max_longest_standstill_steps} steps (speed < "
                      f"{self.standstill_speed:g} units/s); {self.episodes_with_stall}/{len(self.seeds)} episodes "
                      f"stood still > {self.stall_steps} steps; mean off-road {self.mean_off_road_steps:.1f} steps")
+        if self.longest_crawl_steps:
+            lines.append(f"crawls: longest {max(self.longest_crawl_steps)} steps below {self.crawl_speed:g} units/s; "
+                         f"{self.episodes_with_crawl}/{len(self.seeds)} episodes crawled > {self.stall_steps} steps")
         if self.tiles_missed:
             lines.append(f"laps: {self.laps_finished}/{len(self.seeds)} finished (every tile visited); "
                          f"{sum(m > 0 for m in self.tiles_missed)} episodes missed tiles (a lap ends only once every tile is "
@@ -136,9 +146,10 @@ def _run_seeds_vector(policy_path, seeds: list[int], max_steps: int | None, envs
 
 
 def _row(ep) -> tuple:
-    """(seed, return, steps, longest standstill, off-road steps, tiles missed, edge steps) of an episode."""
+    """(seed, return, steps, longest standstill, off-road steps, tiles missed, edge steps, longest crawl)
+    of an episode."""
     return (ep.seed, ep.episode_return, ep.steps, ep.longest_standstill, ep.off_road_steps, ep.tiles_missed,
-            ep.edge_steps)
+            ep.edge_steps, ep.longest_crawl)
 
 
 def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carracing", max_steps: int | None = None,
@@ -214,6 +225,7 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
     off_road = [int(r[4]) for r in results]
     missed = [int(r[5]) for r in results]
     edge = [int(r[6]) for r in results]
+    crawls = [int(r[7]) for r in results]
     dt = time.time() - t0
     return EvalResult(env=env, policy=str(path), seeds=seeds, returns=returns, steps=steps,
                       mean_return=float(np.mean(returns)), std_return=float(np.std(returns)), seconds=dt,
@@ -222,5 +234,6 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
                       episodes_with_stall=sum(s > STALL_STEPS for s in standstills),
                       mean_off_road_steps=float(np.mean(off_road)), tiles_missed=missed, edge_steps=edge,
                       laps_finished=sum(m == 0 for m in missed), mean_edge_steps=float(np.mean(edge)),
+                      longest_crawl_steps=crawls, episodes_with_crawl=sum(c > STALL_STEPS for c in crawls),
                       deterministic=deterministic,
                       start_rule=start_rule, envs=envs)

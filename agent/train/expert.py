@@ -32,6 +32,69 @@ CRAWL_SPEED = 10.0
 START_THROTTLE = 1.0
 
 
+def creep_rule(actions: np.ndarray, speeds, creep_speed: float) -> np.ndarray:
+    """The teacher's creep rule on discrete labels: below ``creep_speed`` every label becomes gas.
+
+    Discrete CarRacing has no gas while steering, so a slow car that is told to steer coasts.
+    Off the road, the discrete margin expert labels "left" on 64 % of the frames its DAgger
+    students visited between 1 and 2.5 units/s; a student that copies it circles slowly on the
+    grass, steering one way at 2-4 units/s, for 350-450 steps (README, "The creep rule").
+    The start rule (:meth:`ExpertPolicy.act`) only acts below 1 unit/s, so it never fires there.
+    Below ``creep_speed`` the label is gas; above it the expert's steering is kept, so a slow
+    car gets going, then turns.
+
+    Args:
+        actions: (N,) int64 discrete actions (0..4, :data:`envs.carracing.ACTION_NAMES`).
+        speeds: (N,) car speeds in simulator units per second at those frames; NaN never triggers.
+        creep_speed: units/s; 0 turns the rule off.
+
+    Returns:
+        (N,) int64: a new array.
+
+    Raises:
+        ValueError: ``actions`` and ``speeds`` of different lengths, or a negative ``creep_speed``.
+    """
+    actions = np.asarray(actions, dtype=np.int64).reshape(-1)
+    speeds = np.asarray(speeds, dtype=np.float64).reshape(-1)
+    if len(speeds) != len(actions):
+        raise ValueError(f"creep_rule needs one speed per action: {len(speeds)} speeds for {len(actions)} actions")
+    if not creep_speed >= 0:
+        raise ValueError(f"creep_speed must be >= 0 units/s, got {creep_speed}")
+    with np.errstate(invalid="ignore"):
+        slow = speeds < creep_speed
+    return np.where(slow, GAS, actions)
+
+
+def relabel_creep(demos, creep_speed: float):
+    """Recorded discrete demonstrations with :func:`creep_rule` applied to their labels.
+
+    The rule needs only the label and the car's speed, which recordings keep
+    (:attr:`agent.data.recordings.Demonstrations.speeds`), so recordings made before it (expert
+    laps and DAgger rounds) get the labels the teacher would give now. Frames without a known
+    speed keep their label.
+
+    Args:
+        demos: :class:`agent.data.recordings.Demonstrations` with discrete actions.
+        creep_speed: units/s (see :func:`creep_rule`).
+
+    Returns:
+        (new Demonstrations, the number of labels changed).
+
+    Raises:
+        ValueError: continuous demonstrations (the continuous configuration can steer and
+            accelerate at once; the rule is for the discrete one), or a negative ``creep_speed``.
+    """
+    import dataclasses
+
+    if demos.continuous:
+        raise ValueError("the creep rule is for discrete recordings (the continuous configuration steers and "
+                         "accelerates at once); leave --creep-speed at 0 for continuous data")
+    speeds = demos.frame_speeds()
+    actions = [creep_rule(a, v, creep_speed) for a, v in zip(demos.actions, speeds)]
+    changed = int(sum(np.count_nonzero(a != b) for a, b in zip(actions, demos.actions)))
+    return dataclasses.replace(demos, actions=actions), changed
+
+
 class ActionRepeat(gym.Wrapper):
     """Repeat each action ``repeat`` times and sum the rewards (frame-skip)."""
 
@@ -241,6 +304,8 @@ class ExpertPolicy:
         start_rule: the start rule (see :meth:`act`; discrete and continuous experts). Off after
             :meth:`load`; ``--start-rule`` turns it on in ``agent collect``, DAgger in ``agent
             train`` and ``agent evaluate``, and ``agent compare``'s protocol has it on.
+        creep_speed: the creep rule's speed in units/s (:func:`creep_rule`; discrete experts;
+            0, off, after :meth:`load`); ``agent train --creep-speed`` sets it for DAgger.
     """
 
     def __init__(self, policy, start_rule: bool = False):
@@ -250,11 +315,26 @@ class ExpertPolicy:
         #: whether the expert drives the continuous configuration ((steering, throttle) actions)
         self.continuous = isinstance(policy.action_space, spaces.Box)
         self.start_rule = False
+        self.creep_speed = 0.0
         self.use_start_rule(start_rule)
 
     def use_start_rule(self, on: bool = True) -> "ExpertPolicy":
         """Turn the start rule (see :meth:`act`) on or off; returns the expert."""
         self.start_rule = bool(on)
+        return self
+
+    def use_creep_rule(self, creep_speed: float) -> "ExpertPolicy":
+        """Set the creep rule's speed (units/s, :func:`creep_rule`; 0 turns it off); returns the expert.
+
+        Raises:
+            ValueError: a negative speed, or a continuous expert with a speed above 0.
+        """
+        if not creep_speed >= 0:
+            raise ValueError(f"creep_speed must be >= 0 units/s, got {creep_speed}")
+        if creep_speed and self.continuous:
+            raise ValueError("the creep rule is for discrete experts (the continuous one steers and accelerates "
+                             "at once)")
+        self.creep_speed = float(creep_speed)
         return self
 
     @property
@@ -404,6 +484,9 @@ class ExpertPolicy:
         - below :data:`CRAWL_SPEED` (10 units/s) brake becomes gas: the discrete brake action
           becomes gas, a negative continuous throttle becomes :data:`START_THROTTLE`.
 
+        With :attr:`creep_speed` above 0 (discrete), :func:`creep_rule` then makes every action
+        below that speed gas.
+
         Without them the expert has a fixed point in states its own laps rarely reach: it brakes a
         slow car to a halt, then brakes or steers at rest until the time limit. The discrete
         expert's argmax does it on training track 16 (426 steps at rest) and often in the states
@@ -414,7 +497,7 @@ class ExpertPolicy:
         the frames where the student's car stood still (README, "The continuous start rule").
         """
         state = env.unwrapped.privileged_observation()
-        if self.start_rule:  # one rule for both paths: act_batch's, on a batch of one
+        if self.start_rule or self.creep_speed:  # one rule for both paths: act_batch's, on a batch of one
             from agent.rollout import car_speed
 
             action = self.act_batch(state[None], [car_speed(env)], deterministic)[0]
@@ -431,7 +514,7 @@ class ExpertPolicy:
         Args:
             states: (B, PRIVILEGED_DIM) float32 privileged states (``info["privileged_state"]``).
             speeds: (B,) car speeds in simulator units per second (``info["speed"]``), used by the
-                start rule (:attr:`start_rule`).
+                start rule (:attr:`start_rule`) and the creep rule (:attr:`creep_speed`).
             deterministic: the network's most probable action.
 
         Returns:
@@ -452,7 +535,11 @@ class ExpertPolicy:
             actions = np.asarray(actions, dtype=np.float32).reshape(len(states), -1)
         else:
             actions = np.asarray(actions, dtype=np.int64).reshape(-1)
-        return self._apply_start_rule(actions, speeds) if self.start_rule else actions
+        if self.start_rule:
+            actions = self._apply_start_rule(actions, speeds)
+        if self.creep_speed and not self.continuous:
+            actions = creep_rule(actions, speeds, self.creep_speed)
+        return actions
 
     def _apply_start_rule(self, actions: np.ndarray, speeds: np.ndarray) -> np.ndarray:
         """The start rule (see :meth:`act`) on (B,) int64 discrete actions or (B, 2) float32

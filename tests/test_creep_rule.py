@@ -1,0 +1,145 @@
+"""The teacher's creep rule: below a speed every discrete label is gas, in DAgger's relabelling and
+in recorded labels (relabelled from the speeds the recordings keep)."""
+
+import numpy as np
+import pytest
+
+from agent.cli import main
+from agent.data.recordings import Demonstrations, load_demonstrations
+from agent.train.expert import GAS, ExpertPolicy, creep_rule, relabel_creep
+from envs.carracing import ACTION_NAMES, PRIVILEGED_DIM
+
+LEFT, RIGHT, NOTHING, BRAKE = (ACTION_NAMES.index(n) for n in ("left", "right", "nothing", "brake"))
+
+
+class _Constant:
+    """Stands in for SB3's ActorCriticPolicy inside ExpertPolicy: always the same action."""
+
+    def __init__(self, action):
+        import gymnasium as gym
+
+        self.action = action
+        self.action_space = (gym.spaces.Box(-1.0, 1.0, (2,), np.float32) if isinstance(action, tuple)
+                             else gym.spaces.Discrete(5))
+
+    def predict(self, obs, state=None, episode_start=None, deterministic=True):
+        n = np.shape(obs)[:-1]
+        if isinstance(self.action, tuple):
+            return np.broadcast_to(np.float32(self.action), n + (2,)).copy(), None
+        return np.full(n, self.action, dtype=np.int64), None
+
+
+def test_creep_rule_turns_every_slow_label_into_gas_and_keeps_the_rest():
+    actions = np.array([LEFT, RIGHT, NOTHING, BRAKE, LEFT, RIGHT, LEFT])
+    speeds = np.array([0.5, 2.0, 4.9, 3.0, 5.0, 40.0, np.nan])
+    out = creep_rule(actions, speeds, 5.0)
+    assert out.tolist() == [GAS, GAS, GAS, GAS, LEFT, RIGHT, LEFT]  # 5.0 is not below 5; NaN never triggers
+    assert actions.tolist()[0] == LEFT  # a new array
+    assert creep_rule(actions, speeds, 0.0).tolist() == actions.tolist()  # 0: off
+    with pytest.raises(ValueError, match="one speed per action"):
+        creep_rule(actions, speeds[:3], 5.0)
+    with pytest.raises(ValueError, match=">= 0"):
+        creep_rule(actions, speeds, -1.0)
+
+
+def test_the_expert_applies_it_after_the_start_rule_and_only_when_asked():
+    speeds = np.array([0.0, 2.0, 4.0, 8.0, 40.0])
+    states = np.zeros((len(speeds), PRIVILEGED_DIM), np.float32)
+    plain = ExpertPolicy(_Constant(LEFT), start_rule=True)
+    assert plain.creep_speed == 0.0
+    assert plain.act_batch(states, speeds).tolist() == [GAS, LEFT, LEFT, LEFT, LEFT]  # the start rule alone
+    crept = ExpertPolicy(_Constant(LEFT), start_rule=True).use_creep_rule(5.0)
+    assert crept.act_batch(states, speeds).tolist() == [GAS, GAS, GAS, LEFT, LEFT]
+    # without the start rule too: the two rules are separate
+    assert ExpertPolicy(_Constant(BRAKE)).use_creep_rule(5.0).act_batch(states, speeds).tolist() == \
+        [GAS, GAS, GAS, BRAKE, BRAKE]
+    with pytest.raises(ValueError, match="discrete experts"):
+        ExpertPolicy(_Constant((0.3, -1.0))).use_creep_rule(5.0)
+    with pytest.raises(ValueError, match=">= 0"):
+        plain.use_creep_rule(-2.0)
+
+
+def _demos(speeds=None, continuous=False):
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 255, (4, 8, 8, 3), dtype=np.uint8), rng.integers(0, 255, (3, 8, 8, 3), dtype=np.uint8)]
+    if continuous:
+        actions = [np.zeros((4, 2), np.float32), np.zeros((3, 2), np.float32)]
+    else:
+        actions = [np.array([LEFT, RIGHT, LEFT, GAS]), np.array([NOTHING, BRAKE, LEFT])]
+    return Demonstrations(frames, actions, [0, 1], [0.0, 0.0], speeds=speeds)
+
+
+def test_relabel_creep_uses_the_recorded_speeds():
+    demos = _demos([np.array([1.0, 3.0, 9.0, 2.0], np.float32), np.array([np.nan, 4.0, 6.0], np.float32)])
+    new, changed = relabel_creep(demos, 5.0)
+    assert [a.tolist() for a in new.actions] == [[GAS, GAS, LEFT, GAS], [NOTHING, GAS, LEFT]]
+    assert changed == 3  # the gas already there is not counted
+    assert demos.actions[0].tolist() == [LEFT, RIGHT, LEFT, GAS]  # the input is left as it was
+    # episodes without speeds keep their labels; speeds travel through subset and extend
+    both = _demos().extend(demos)
+    assert both.subset([2]).speeds[0].tolist() == [1.0, 3.0, 9.0, 2.0]
+    assert relabel_creep(both, 5.0)[1] == 3
+    with pytest.raises(ValueError, match="discrete recordings"):
+        relabel_creep(_demos(continuous=True), 5.0)
+    with pytest.raises(ValueError, match="speeds must be"):
+        _demos([np.zeros(3, np.float32), np.zeros(3, np.float32)])
+
+
+def test_creep_speed_trains_through_the_cli_from_recorded_speeds(tiny_expert, tmp_path, capsys):
+    rec = tmp_path / "recordings" / "nac-drive" / "demo-v0"
+    assert main(["collect", "--expert", str(tiny_expert), "--episodes", "1", "--max-steps", "20", "--seed", "0",
+                 "--out", str(rec)]) == 0
+    demos = load_demonstrations(rec)
+    speeds = demos.speeds[0]
+    # the recording keeps the speed at every labelled frame: at rest at the reset, then moving or not
+    assert speeds.shape == (20,) and np.isfinite(speeds).all() and speeds[0] < 1.0
+    slow_not_gas = int(np.count_nonzero((speeds < 1e6) & (demos.actions[0] != GAS)))
+    out = tmp_path / "nac.pt"
+    rc = main(["train", "--data", str(rec), "--out", str(out), "--window", "2", "--epochs", "1", "--batch-frames", "8",
+               "--creep-speed", "1e6", "--tensorboard", ""])
+    assert rc == 0 and out.is_file()
+    log = " ".join(capsys.readouterr().err.split())
+    assert f"{slow_not_gas} of 20 recorded labels" in log
+    assert main(["train", "--data", str(rec), "--out", str(tmp_path / "x.pt"), "--creep-speed", "-1"]) == 2
+    assert "--creep-speed" in capsys.readouterr().err
+    assert main(["train", "--env", "udacity", "--data", str(tmp_path), "--out", str(tmp_path / "u.pt"),
+                 "--creep-speed", "5"]) == 2
+    assert "--creep-speed" in capsys.readouterr().err
+
+
+def test_the_longest_crawl_counts_slow_steps_that_the_standstill_figure_misses():
+    from agent.rollout import CRAWL_METRIC_SPEED, Episode
+
+    # at rest for 2 steps, then 60 steps circling at 3 units/s, then driving
+    after = np.r_[np.zeros(2), np.full(60, 3.0), np.full(10, 40.0)].astype(np.float32)
+    n = len(after)
+    ep = Episode(0, None, np.zeros(n, np.int64), None, np.zeros(n, np.float32), np.zeros(n, bool), np.zeros(n, bool),
+                 np.r_[np.float32(0.0), after])
+    assert CRAWL_METRIC_SPEED == 5.0
+    assert ep.longest_standstill == 2 and ep.longest_crawl == 62
+    unknown = Episode(0, None, np.zeros(2, np.int64), None, np.zeros(2), np.zeros(2, bool), np.zeros(2, bool),
+                      np.full(3, np.nan))
+    assert unknown.longest_crawl is None
+
+
+def test_evaluate_reports_crawls(tmp_path):
+    import json
+
+    import torch
+
+    from agent.nn.policy import DrivingPolicy, default_config
+    from agent.rollout import STALL_STEPS
+
+    torch.manual_seed(0)
+    p = DrivingPolicy(default_config("carracing", window=2)).eval()
+    with torch.no_grad():  # a head that always picks "left"
+        p.head.net[-1].weight.zero_()
+        p.head.net[-1].bias.zero_()
+        p.head.net[-1].bias[LEFT] = 10.0
+    pol = p.save(tmp_path / "left.pt")  # steers from rest: never moves, so it crawls throughout
+    js = tmp_path / "e.json"
+    assert main(["evaluate", "--policy", str(pol), "--episodes", "1", "--seed", "1000000", "--max-steps", "60",
+                 "--workers", "1", "--json", str(js)]) == 0
+    res = json.loads(js.read_text())
+    assert res["longest_crawl_steps"] == [60] and res["episodes_with_crawl"] == int(60 > STALL_STEPS) == 1
+    assert res["crawl_speed"] == 5.0
