@@ -283,6 +283,7 @@ class StallMeter:
         steps: steps measured since :meth:`reset`.
         standstill_run: consecutive standstill steps up to the last one (0 if it moved).
         longest_standstill: the longest run of standstill steps so far; None while no speed was known.
+        crawl_run, longest_crawl: the same for steps below :data:`CRAWL_METRIC_SPEED` (5 units/s).
         off_road_steps: steps with all four wheels off the road; None for an env without wheels.
         tiles_missed: road tiles not visited after the last step (:func:`tiles_missed`); None for
             an env without tiles or before the first step.
@@ -293,8 +294,9 @@ class StallMeter:
 
     def reset(self) -> None:
         """Start a new episode."""
-        self.steps = self.standstill_run = 0
+        self.steps = self.standstill_run = self.crawl_run = 0
         self.longest_standstill: int | None = None
+        self.longest_crawl: int | None = None
         self.off_road_steps: int | None = None
         self.tiles_missed: int | None = None
 
@@ -306,6 +308,8 @@ class StallMeter:
         if math.isfinite(speed):
             self.standstill_run = self.standstill_run + 1 if bool(standstill([speed])[0]) else 0
             self.longest_standstill = max(self.longest_standstill or 0, self.standstill_run)
+            self.crawl_run = self.crawl_run + 1 if speed < CRAWL_METRIC_SPEED else 0
+            self.longest_crawl = max(self.longest_crawl or 0, self.crawl_run)
         if off_road is not None:
             self.off_road_steps = (self.off_road_steps or 0) + int(bool(off_road))
 

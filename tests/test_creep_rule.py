@@ -143,3 +143,16 @@ def test_evaluate_reports_crawls(tmp_path):
     res = json.loads(js.read_text())
     assert res["longest_crawl_steps"] == [60] and res["episodes_with_crawl"] == int(60 > STALL_STEPS) == 1
     assert res["crawl_speed"] == 5.0
+
+
+def test_drive_prints_the_longest_crawl():
+    from agent.drive.session import stall_text
+    from agent.rollout import StallMeter
+
+    meter = StallMeter()
+    for speed in [0.0, 3.0, 3.0, 3.0, 40.0, 2.0]:
+        meter.update(speed, False, 10)
+    assert meter.longest_standstill == 1 and meter.longest_crawl == 4
+    assert stall_text(meter).endswith("longest crawl    4 steps")
+    meter.reset()
+    assert meter.longest_crawl is None and "crawl" not in stall_text(meter)
