@@ -107,6 +107,11 @@ def _add_expert(sub) -> None:
     r.add_argument("--start", type=int, default=250, help="step at which the disturbance begins")
     r.add_argument("--limit", type=int, default=250, help="steps after the disturbance within which it must recover")
     r.add_argument("--max-steps", type=int, default=None, help="cap on episode length")
+    r.add_argument("--start-rule", action=argparse.BooleanOptionalAction, default=False,
+                   help="the expert drives with its start rule, as it does as DAgger's teacher: " + _START_RULE_HELP)
+    r.add_argument("--creep-speed", type=float, default=0.0, metavar="V",
+                   help="the discrete expert drives with the creep rule (every action below V units/s is gas), as "
+                        "`agent train --creep-speed` teaches it; 0: off")
     r.add_argument("--json", default=None, help="write every episode and the summary here")
 
 
@@ -121,7 +126,14 @@ def _cmd_expert_recovery(args) -> int:
     from agent.train.expert import ExpertPolicy
 
     driver = load_policy(args.policy or args.expert)
+    if (args.start_rule or args.creep_speed) and not isinstance(driver, ExpertPolicy):
+        raise CLIError("--start-rule and --creep-speed are the PPO expert's rules; the policy checked is not one")
     if isinstance(driver, ExpertPolicy):
+        driver.use_start_rule(args.start_rule)
+        try:
+            driver.use_creep_rule(args.creep_speed)
+        except ValueError as exc:
+            raise CLIError(f"--creep-speed: {exc}") from exc
         env = make_carracing(privileged=True, continuous=driver.continuous)
     elif args.policy is None:
         raise CLIError(f"{args.expert} is not a PPO expert .zip (to check a student policy, pass it as --policy)")
@@ -139,7 +151,8 @@ def _cmd_expert_recovery(args) -> int:
               f"return {s['mean_disturbed_return']:.1f} disturbed vs {s['mean_undisturbed_return']:.1f} undisturbed")
     if args.json:
         _write_json(args.json, {"expert" if args.policy is None else "policy": str(args.policy or args.expert),
-                                "seed": args.seed, **out})
+                                "seed": args.seed, "start_rule": args.start_rule, "creep_speed": args.creep_speed,
+                                **out})
     return 0
 
 

@@ -156,3 +156,16 @@ def test_drive_prints_the_longest_crawl():
     assert stall_text(meter).endswith("longest crawl    4 steps")
     meter.reset()
     assert meter.longest_crawl is None and "crawl" not in stall_text(meter)
+
+
+def test_check_recovery_takes_the_teachers_rules(tiny_expert, tmp_path, capsys):
+    import json
+
+    js = tmp_path / "rec.json"
+    assert main(["expert", "check-recovery", "--expert", str(tiny_expert), "--episodes", "1", "--start", "5",
+                 "--limit", "10", "--max-steps", "40", "--start-rule", "--creep-speed", "5", "--json", str(js)]) == 0
+    res = json.loads(js.read_text())
+    assert res["start_rule"] is True and res["creep_speed"] == 5.0 and set(res["summary"]) == {"off-road", "stop"}
+    assert main(["expert", "check-recovery", "--expert", str(tiny_expert), "--episodes", "1", "--creep-speed",
+                 "-1"]) == 2
+    assert "--creep-speed" in capsys.readouterr().err
