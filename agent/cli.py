@@ -809,7 +809,9 @@ def _add_evaluate(sub) -> None:
     p.add_argument("--seed", type=int, default=EVAL_SEED_BASE, help="carracing: track seed of the first episode")
     p.add_argument("--max-steps", type=int, default=None, help="carracing: cap on episode length (default: 1000)")
     p.add_argument("--workers", type=int, default=None,
-                   help="carracing: parallel processes, one episode at a time each (default 2; 1 with --envs > 1)")
+                   help="carracing: parallel processes, one episode at a time each (default 2; 1 with --envs > 1). "
+                        "Give them one core each: on a 2-core machine, two evaluations at once with --workers 1 "
+                        "each ran several times slower than the two one after the other with --workers 2")
     p.add_argument("--envs", type=int, default=1, help="carracing: " + _ENVS_HELP + "; use with --workers 1")
     p.add_argument("--sample", action="store_true",
                    help="carracing: sample each action from the policy's softmax instead of taking the most "
