@@ -460,8 +460,10 @@ def _load_source(env: str, data: list[str], args):
     if env == "carracing":
         from agent.data.recordings import load_demonstrations
 
-        # RecordingError if they mix action kinds
-        return DemonstrationSource(load_demonstrations(data), skip_stalls=getattr(args, "skip_stalls", False),
+        demos = load_demonstrations(data)  # RecordingError if they mix action kinds
+        if getattr(args, "creep_speed", 0.0):
+            demos = _relabel_creep(demos, args.creep_speed)
+        return DemonstrationSource(demos, skip_stalls=getattr(args, "skip_stalls", False),
                                    standstills=getattr(args, "standstills", 0.0))
     from agent.data.udacity import AugmentConfig
 
@@ -486,17 +488,20 @@ def _load_source(env: str, data: list[str], args):
                          smooth_mode=args.smooth_mode, straight_keep=args.straight_keep, seed=args.seed)
 
 
-def _relabel_creep(source, creep_speed: float):
-    """The training source with the creep rule applied to its recorded labels
-    (:func:`agent.train.expert.relabel_creep`); logs how many labels changed."""
-    from agent.data.windows import DemonstrationSource
+def _relabel_creep(demos, creep_speed: float):
+    """The recorded demonstrations with the creep rule applied to their labels
+    (:func:`agent.train.expert.relabel_creep`); logs how many labels changed. Raises CLIError for
+    continuous recordings."""
     from agent.log import get_logger
     from agent.train.expert import relabel_creep
 
-    demos, changed = relabel_creep(source.demos, creep_speed)
+    if demos.continuous:
+        raise CLIError("--creep-speed is for discrete recordings (the continuous configuration steers and "
+                       "accelerates at once); leave it out")
+    demos, changed = relabel_creep(demos, creep_speed)
     get_logger("agent.train").info("--creep-speed %.1f: %d of %d recorded labels below %.1f units/s relabelled gas",
                                    creep_speed, changed, demos.n_frames, creep_speed)
-    return DemonstrationSource(demos, source.frame_dt, source.skip_stalls, source.standstills)
+    return demos
 
 
 def _parse_option_value(text: str):
@@ -652,11 +657,6 @@ def _cmd_train(args) -> int:
         raise CLIError(ddp.DAGGER_UNDER_TORCHRUN)
     source = _load_source(args.env, args.data, args)
     continuous = _carracing_continuous(source) if args.env == "carracing" else False
-    if args.creep_speed:
-        if continuous:
-            raise CLIError("--creep-speed is for discrete recordings (the continuous configuration steers and "
-                           "accelerates at once); leave it out")
-        source = _relabel_creep(source, args.creep_speed)
     pcfg = default_config(args.env, getattr(args, "core", None), continuous=continuous, seed=22222 + args.seed,
                           **given)
     expert = env = None

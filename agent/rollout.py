@@ -365,19 +365,21 @@ class Episode:
     def longest_standstill(self) -> int | None:
         """The longest run of consecutive steps after which the car's speed was below
         :data:`STANDSTILL_SPEED` (steps; 0 if it never stood still); None if the env reports no speed."""
-        after = np.asarray(self.speeds, dtype=np.float64)[1:]
-        if not len(after) or not np.isfinite(after).any():
-            return None if len(after) else 0
-        return longest_run(standstill(after))
+        return self._longest_below(STANDSTILL_SPEED)
 
     @property
     def longest_crawl(self) -> int | None:
         """The longest run of consecutive steps after which the car's speed was below
         :data:`CRAWL_METRIC_SPEED` (5 units/s; standstills included; steps); None if the env reports no speed."""
+        return self._longest_below(CRAWL_METRIC_SPEED)
+
+    def _longest_below(self, speed: float) -> int | None:
+        """The longest run of steps after which the speed was below ``speed`` units/s (0 for an
+        empty episode); None if no speed is known."""
         after = np.asarray(self.speeds, dtype=np.float64)[1:]
         if not len(after) or not np.isfinite(after).any():
             return None if len(after) else 0
-        return longest_run(standstill(after, CRAWL_METRIC_SPEED))
+        return longest_run(standstill(after, speed))
 
     @property
     def off_road_steps(self) -> int | None:
