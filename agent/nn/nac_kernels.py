@@ -115,10 +115,18 @@ def _np(t: Tensor) -> np.ndarray:
 _FASTMATH = {"contract", "reassoc", "nsz", "arcp"}
 
 
-def _jit(fn):
+def _jit(fn=None, *, inline: bool = False):
+    if fn is None:
+        return lambda f: _jit(f, inline=inline)
     if numba is None:  # pragma: no cover
         return fn
-    return numba.njit(cache=True, nogil=True, error_model="numpy", fastmath=_FASTMATH)(fn)
+    return numba.njit(cache=True, nogil=True, error_model="numpy", fastmath=_FASTMATH,
+                      inline="always" if inline else "never")(fn)
+
+
+#: :func:`_row_topk` ranks up to this many times K candidates by counting (branch-free, O(m^2));
+#: more (ties, or a guess that missed) go through the insertion
+RANK_SLOTS = 4
 
 
 #: the bisection of :func:`_row_topk` stops once at most this many times K entries lie at or above
@@ -139,8 +147,8 @@ def _guess_z(n_max, K):  # pragma: no cover - compiled
     return z
 
 
-@_jit
-def _row_topk(buf, L, K, bound, keys, vals, cand, zt):  # pragma: no cover - compiled
+@_jit(inline=True)  # numba inlines it into each caller: the call cost about a third of a row's
+def _row_topk(buf, L, K, bound, keys, vals, cand, zt, slots, cv):  # pragma: no cover - compiled
     """The K highest of buf[:L], whose finite entries lie in [-bound, bound] (NaN and -inf entries
     never count). A threshold with at least K and at most TOPK_SLACK * K entries at or above it is
     found by counting: each count is a loop the compiler vectorises, so there is no per-entry
@@ -204,6 +212,25 @@ def _row_topk(buf, L, K, bound, keys, vals, cand, zt):  # pragma: no cover - com
         for j in range(L):
             cand[m] = j
             m += buf[j] > -np.inf
+    if m <= len(slots):
+        # few candidates (the usual case: at most TOPK_SLACK * K): each one's rank among them,
+        # counted without a branch (the higher first, the earlier index first among equals), then
+        # written to its slot. Inserting them one by one mispredicted a branch or two per
+        # candidate, on every row: a third of the ranking's time on fresh inputs
+        for t in range(m):
+            cv[t] = buf[cand[t]]
+        for t in range(m):
+            x = cv[t]
+            r = 0
+            for u in range(m):
+                y = cv[u]
+                r += (y > x) | ((y == x) & (u < t))
+            slots[r] = cand[t]
+        n = min(m, K)
+        for t in range(n):
+            keys[t] = slots[t]
+            vals[t] = buf[slots[t]]
+        return n
     n = 0
     for t in range(m):  # in index order, so ties go to the earlier entries
         j = cand[t]
@@ -236,10 +263,13 @@ def _topk_exact_kernel(q, kT, qpos, key_mask, has_mask, causal, K, idx, valid): 
     B, H, Tq, d = q.shape
     Tk = kT.shape[3]
     QB = 4
-    b0, b1, b2, b3 = np.empty(Tk, q.dtype), np.empty(Tk, q.dtype), np.empty(Tk, q.dtype), np.empty(Tk, q.dtype)
+    bufs = np.empty((QB, Tk), q.dtype)  # the four queries' scores, a row each
+    b0, b1, b2, b3 = bufs[0], bufs[1], bufs[2], bufs[3]
     cand = np.empty(Tk, dtype=np.int64)
     vals = np.empty(K, dtype=q.dtype)
     keys = np.empty(K, dtype=np.int64)
+    slots = np.empty(RANK_SLOTS * K, dtype=np.int64)
+    cv = np.empty(RANK_SLOTS * K, dtype=q.dtype)
     Ls = np.empty(QB, np.int64)
     zt = _guess_z(Tk, K)
     for b in range(B):
@@ -292,22 +322,18 @@ def _topk_exact_kernel(q, kT, qpos, key_mask, has_mask, causal, K, idx, valid): 
                 for u in range(nb):
                     i = i0 + u
                     L = Ls[u]
-                    buf = b0 if u == 0 else (b1 if u == 1 else (b2 if u == 2 else b3))
-                    qi = q[b, h, i]
                     q2n = 0.0
                     for e in range(d):
-                        q2n += qi[e] * qi[e]
+                        q2n += q[b, h, i, e] * q[b, h, i, e]
                     if has_mask:
                         for j in range(L):
                             if not key_mask[b, j]:
-                                buf[j] = -np.inf
+                                bufs[u, j] = -np.inf
                     bound = math.sqrt(q2n * k2max) * (1.0 + 1e-4)
-                    n = _row_topk(buf, L, K, bound, keys, vals, cand, zt)
-                    out_i = idx[b, h, i]
-                    out_v = valid[b, h, i]
+                    n = _row_topk(bufs[u], L, K, bound, keys, vals, cand, zt, slots, cv)
                     for t in range(K):
-                        out_v[t] = t < n
-                        out_i[t] = keys[t] if t < n else 0
+                        valid[b, h, i, t] = t < n
+                        idx[b, h, i, t] = keys[t] if t < n else 0
 
 
 @_jit
@@ -327,6 +353,8 @@ def _topk_blocks_kernel(q, kT, qpos, key_mask, has_mask, causal, K, bs, m, idx, 
     cand = np.empty(max(nb, m * bs), dtype=np.int64)
     vals = np.empty(K, dtype=q.dtype)
     keys = np.empty(K, dtype=np.int64)
+    slots = np.empty(RANK_SLOTS * max(K, m), dtype=np.int64)
+    cv = np.empty(RANK_SLOTS * max(K, m), dtype=q.dtype)
     zt_blocks = _guess_z(nb, m - 1 if causal else m)
     zt = _guess_z(m * bs, K)
     for b in range(B):
@@ -378,7 +406,7 @@ def _topk_blocks_kernel(q, kT, qpos, key_mask, has_mask, causal, K, bs, m, idx, 
                 n_other = m - 1 if causal else m
                 if n_other > 0:
                     nfound = _row_topk(bbuf, nb, n_other, math.sqrt(q2 * c2max) * (1.0 + 1e-4) + 1e-30,
-                                       bkeys[nsel:], bvals[nsel:], cand, zt_blocks)
+                                       bkeys[nsel:], bvals[nsel:], cand, zt_blocks, slots, cv)
                     nsel += nfound
                 # the candidate keys of the chosen blocks, scored; then the K best of them
                 nc = 0
@@ -394,7 +422,7 @@ def _topk_blocks_kernel(q, kT, qpos, key_mask, has_mask, causal, K, bs, m, idx, 
                                 acc += qi[e] * kb[e, j]
                             cbuf[nc] = acc if acc == acc else -np.inf
                         nc += 1
-                n = _row_topk(cbuf, nc, K, math.sqrt(q2 * k2max) * (1.0 + 1e-4) + 1e-30, keys, vals, cand, zt)
+                n = _row_topk(cbuf, nc, K, math.sqrt(q2 * k2max) * (1.0 + 1e-4) + 1e-30, keys, vals, cand, zt, slots, cv)
                 out_i = idx[b, h, i]
                 out_v = valid[b, h, i]
                 for t in range(K):
@@ -615,10 +643,8 @@ def _tile_forward(r0, nq, q2, k2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, b
         r = r0 + p // K
         kr = (r // Tq) * Tk + idx2[r, p % K]
         krow[p] = kr
-        qr = q2[r]
-        kk = k2[kr]
-        for f in range(F):
-            pre[f, p] = qr[f] + kk[f]
+        for f in range(F):  # indexed in place, no row views (a view per pair costs more than its sum)
+            pre[f, p] = q2[r, f] + k2[kr, f]
     _tile_backbone(r0, nq, K, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_times, has_t, mode, delta_t, eps,
                    n_euler, krow, pre, inter, command, motor, gates, cast, phi, omega, tg, age, logit)
 
@@ -687,9 +713,9 @@ def _tile_softmax(r0, nq, valid2, logit, shift, keep, weight, like):  # pragma: 
         r = r0 + qi
         p0 = qi * K
         mx = -np.inf
-        for s in range(K):
-            if valid2[r, s] and logit[p0 + s] > mx:
-                mx = logit[p0 + s]
+        for s in range(K):  # selects, not branches: on fresh inputs the running maximum's branch
+            x = logit[p0 + s] if valid2[r, s] else -np.inf  # was mispredicted on most queries
+            mx = x if x > mx else mx
         for s in range(K):
             ok = valid2[r, s]
             keep[p0 + s] = 1.0 if ok else 0.0
@@ -795,31 +821,34 @@ def _backward_kernel(grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, 
         for qi in range(nq):
             r = r0 + qi
             p0 = qi * K
+            wsum = 0.0
             for p in range(p0, p0 + K):
                 d_w[p] = 0.0
                 d_tg[p] = 0.0
                 wdw_all[p] = 0.0
-            if weight[p0:p0 + K].sum() == 0.0:  # no valid key
+                wsum += weight[p]
+            if wsum == 0.0:  # no valid key
                 continue
             bh_ = r // Tq
-            go_row = grad_out[bh_ // H, r - bh_ * Tq, bh_ % H]  # (d,)
-            # o_r = sum_p w_p tg_p v_j: gradients of w_p, tg_p and v_j
+            b_, t_, h_ = bh_ // H, r - bh_ * Tq, bh_ % H  # grad_out's row (d,)
+            # o_r = sum_p w_p tg_p v_j: gradients of w_p, tg_p and v_j (indexed in place: a row
+            # view per pair cost more than its d multiply-adds)
             wdw = 0.0
             for p in range(p0, p0 + K):
                 if not valid2[r, p - p0]:
                     continue
                 dg = 0.0
                 g = weight[p] * tg[p]
-                v_row = v2[krow[p]]
-                dv_row = d_v2[krow[p]]
+                kr = krow[p]
                 for e in range(d):
-                    go = go_row[e]
-                    dg += go * v_row[e]
-                    dv_row[e] += g * go
+                    go = grad_out[b_, t_, h_, e]
+                    dg += go * v2[kr, e]
+                    d_v2[kr, e] += g * go
                 d_w[p] = dg * tg[p]
                 d_tg[p] = dg * weight[p]
                 wdw += weight[p] * d_w[p]
-            wdw_all[p0:p0 + K] = wdw
+            for p in range(p0, p0 + K):
+                wdw_all[p] = wdw
         # the ODE logit's backward, per pair (invalid pairs have weight 0, so every gradient below is
         # 0); one loop per mode, so the steady and exact ones vectorise
         if mode == 0:
@@ -1019,12 +1048,11 @@ def _fused_forward_kernel(qkv, wq, bq, wk, Wc, bc, Wm, bm, Wh, bh, B, T, H, K, b
                     if weight[p] != 0.0:  # invalid slots (weight 0) never touch the output
                         cast[0] = weight[p] * tg[p]
                         g = cast[0]
-                        vr = v2[krow[p]]
-                        for e in range(d):
-                            acc[e] += g * vr[e]
-                oo = o[b, t0 + qi, h]
+                        kr = krow[p]
+                        for e in range(d):  # indexed in place: a row view per pair cost 4x this loop
+                            acc[e] += g * v2[kr, e]
                 for e in range(d):
-                    oo[e] = acc[e]
+                    o[b, t0 + qi, h, e] = acc[e]
 
 
 # --------------------------------------------------------------------------------------------
