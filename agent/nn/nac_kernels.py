@@ -692,10 +692,17 @@ def _tile_backbone(r0, nq, K, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_time
         bg = bh[g]
         for p in range(n):
             gates[g, p] = bg
-        for m in range(Nm):
+        m = 0
+        while m + 4 <= Nm:  # four motor neurons a pass (as _dense_tanh)
+            w0, w1, w2, w3 = Wh[m, g], Wh[m + 1, g], Wh[m + 2, g], Wh[m + 3, g]
+            for p in range(n):
+                gates[g, p] += w0 * motor[m, p] + w1 * motor[m + 1, p] + w2 * motor[m + 2, p] + w3 * motor[m + 3, p]
+            m += 4
+        while m < Nm:
             w = Wh[m, g]
             for p in range(n):
                 gates[g, p] += w * motor[m, p]
+            m += 1
     # phi, omega, the key's age, the time gate and the ODE logit: one loop each, so they vectorise
     for p in range(n):
         phi[p] = _sigmoid(gates[0, p], pre)
@@ -994,13 +1001,14 @@ def _fused_forward_kernel(qkv, wq, bq, wk, Wc, bc, Wm, bm, Wh, bh, B, T, H, K, b
             for h in range(H):
                 for e in range(d):
                     v2[(b * H + h) * T + t, e] = qkv[r, 2 * dm + h * d + e]
-        for h in range(H):
-            for e in range(d):
-                c = h * d + e
-                qe, ke = qT[b, h, e], kT[b, h, e]
-                for t in range(T):
-                    qe[t] = qkv[b * T + t, c]
-                    ke[t] = qkv[b * T + t, dm + c]
+        for t0 in range(0, T, 32):  # transposed a block of 32 steps at a time (their rows stay cached)
+            t1 = min(t0 + 32, T)
+            for h in range(H):
+                for e in range(d):
+                    c = h * d + e
+                    for t in range(t0, t1):
+                        qT[b, h, e, t] = qkv[b * T + t, c]
+                        kT[b, h, e, t] = qkv[b * T + t, dm + c]
     qpos = np.arange(T)
     idx = np.empty((B, H, T, K), np.int64)  # 3. the exact top-K
     valid = np.empty((B, H, T, K), np.bool_)
@@ -1022,14 +1030,23 @@ def _fused_forward_kernel(qkv, wq, bq, wk, Wc, bc, Wm, bm, Wh, bh, B, T, H, K, b
                 krow_ = khT[bh_, f]
                 qrow[:] = bq[f]
                 krow_[:] = 0.0
-                for e in range(d):
+                e = 0
+                while e + 4 <= d:  # four features a pass: a quarter of the loads and stores of the rows
+                    a0, a1, a2, a3 = wq[e, f], wq[e + 1, f], wq[e + 2, f], wq[e + 3, f]
+                    c0, c1, c2, c3 = wk[e, f], wk[e + 1, f], wk[e + 2, f], wk[e + 3, f]
+                    for t in range(T):
+                        qrow[t] += (a0 * qT[b, h, e, t] + a1 * qT[b, h, e + 1, t] + a2 * qT[b, h, e + 2, t]
+                                    + a3 * qT[b, h, e + 3, t])
+                        krow_[t] += (c0 * kT[b, h, e, t] + c1 * kT[b, h, e + 1, t] + c2 * kT[b, h, e + 2, t]
+                                     + c3 * kT[b, h, e + 3, t])
+                    e += 4
+                while e < d:
                     wqe = wq[e, f]
                     wke = wk[e, f]
-                    qe = qT[b, h, e]
-                    ke = kT[b, h, e]
                     for t in range(T):
-                        qrow[t] += wqe * qe[t]
-                        krow_[t] += wke * ke[t]
+                        qrow[t] += wqe * qT[b, h, e, t]
+                        krow_[t] += wke * kT[b, h, e, t]
+                    e += 1
     Ni, Nc, Nm = Wc.shape[0], Wc.shape[1], Wm.shape[1]
     P = TILE_QUERIES * K
     krow, pre, inter, command, motor, gates, phi, omega, tg, age, logit = _activations(qhT, 1, P, F, Ni, Nc, Nm)
@@ -1051,9 +1068,8 @@ def _fused_forward_kernel(qkv, wq, bq, wk, Wc, bc, Wm, bm, Wh, bh, B, T, H, K, b
             r0 = bh_ * T + t0
             n = nq * K
             for qi in range(nq):  # the pairs' keys: local (kloc) and as rows of (B H T) (krow)
-                ir = idx2[r0 + qi]
                 for s in range(K):
-                    kloc[qi * K + s] = ir[s]
+                    kloc[qi * K + s] = idx2[r0 + qi, s]
             for p in range(n):
                 krow[p] = bh_ * T + kloc[p]
             for f in range(F):  # gather: query half + key half of every pair, feature by feature
