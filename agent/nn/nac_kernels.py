@@ -96,8 +96,7 @@ def applies(*tensors: Tensor) -> bool:
     if not available():
         return False
     dtype = tensors[0].dtype
-    return dtype in (torch.float32, torch.float64) and all(
-        t.device.type == "cpu" and t.dtype == dtype for t in tensors)
+    return dtype in (torch.float32, torch.float64) and all(t.is_cpu and t.dtype == dtype for t in tensors)
 
 
 def _np(t: Tensor) -> np.ndarray:
@@ -284,12 +283,13 @@ def _topk_exact_kernel(q, kT, qpos, key_mask, has_mask, causal, K, idx, valid): 
         for h in range(H):
             kb = kT[b, h]
             # |q . k| <= |q| max |k| (Cauchy-Schwarz) bounds every score of this head
+            b0[:Tk] = 0.0  # the keys' squared norms (in b0 before the scores use it), feature by
+            for e in range(d):  # feature, along the keys (a loop over a key's features is strided)
+                for j in range(Tk):
+                    b0[j] += kb[e, j] * kb[e, j]
             k2max = 0.0
             for j in range(Tk):
-                s2 = 0.0
-                for e in range(d):
-                    s2 += kb[e, j] * kb[e, j]
-                k2max = max(k2max, s2)
+                k2max = max(k2max, b0[j])
             for i0 in range(0, Tq, QB):
                 nb = min(QB, Tq - i0)
                 Lmax = 0
