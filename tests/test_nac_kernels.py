@@ -251,6 +251,26 @@ def test_topk_exact_with_many_ties_keeps_the_earliest_of_the_highest():
             assert idx[0, 0, i, :n].tolist() == order.tolist()
 
 
+def test_topk_exact_ranks_few_candidates_by_counting_and_many_by_insertion_alike():
+    # _row_topk ranks up to RANK_SLOTS * K candidates by counting and inserts more (many ties); both
+    # must keep the K highest, highest first, the earlier key first among equals
+    T, K = 200, 4
+    for dtype in (torch.float32, torch.float64):
+        q = torch.ones(1, 1, T, 1, dtype=dtype)
+        # all keys equal: every score ties, so the candidates outnumber RANK_SLOTS * K (insertion)
+        flat = torch.ones(1, 1, T, 1, dtype=dtype)
+        idx, valid = nac_kernels.topk_exact(q, flat, K, torch.arange(T), None, causal=True)
+        assert T - 1 > nac_kernels.RANK_SLOTS * K
+        assert idx[0, 0, T - 1].tolist() == [0, 1, 2, 3] and valid[0, 0, T - 1].all()
+        # a few ties among distinct scores (ranking by counting): 5.0 at keys 7 and 3, 4.0 at 11 and 5
+        kv = torch.zeros(1, 1, T, 1, dtype=dtype)
+        kv[0, 0, [3, 7], 0] = 5.0
+        kv[0, 0, [5, 11], 0] = 4.0
+        kv[0, 0, 12:, 0] = -torch.arange(1, T - 11, dtype=dtype)  # below the rest, all distinct
+        idx, valid = nac_kernels.topk_exact(q, kv, K, torch.arange(T), None, causal=True)
+        assert idx[0, 0, T - 1].tolist() == [3, 7, 5, 11] and valid[0, 0, T - 1].all()
+
+
 def test_float32_scalar_approximations_are_accurate():
     x = np.linspace(-30, 30, 20001).astype(np.float32)
     got = nac_kernels.float32_math(x)

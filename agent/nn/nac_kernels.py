@@ -430,7 +430,8 @@ def _topk_blocks_kernel(q, kT, qpos, key_mask, has_mask, causal, K, bs, m, idx, 
                                 acc += qi[e] * kb[e, j]
                             cbuf[nc] = acc if acc == acc else -np.inf
                         nc += 1
-                n = _row_topk(cbuf, nc, K, math.sqrt(q2 * k2max) * (1.0 + 1e-4) + 1e-30, keys, vals, cand, zt, slots, cv)
+                n = _row_topk(cbuf, nc, K, math.sqrt(q2 * k2max) * (1.0 + 1e-4) + 1e-30, keys, vals, cand, zt,
+                              slots, cv)
                 out_i = idx[b, h, i]
                 out_v = valid[b, h, i]
                 for t in range(K):
