@@ -590,12 +590,12 @@ TILE_QUERIES = 32
 
 
 @_jit
-def _dense_tanh(x, W, bias, y, n, nzk, nzw):  # pragma: no cover - compiled
-    """y[:, :n] = tanh(bias + W^T x[:, :n]) for x (N_in, P): one sparse layer for n pairs at once
-    (pairs innermost, so the loops vectorise; masked-out weights, exact zeros, are skipped). Each
-    output's nonzero inputs (listed in the work arrays nzk (>= N_in,) int64 and nzw (>= N_in,) of
-    W's dtype) are added four at a time: a quarter of the loads and stores of y that one input a
-    pass made (command layer, 256 pairs: 1.04 -> 0.67 us)."""
+def _sparse_linear(x, W, bias, y, n, nzk, nzw):  # pragma: no cover - compiled
+    """y[:, :n] = bias + W^T x[:, :n] for x (N_in, P), pairs innermost (the loops vectorise); exact
+    zeros of W (masked-out weights) are skipped. Each output's nonzero inputs (listed in the work
+    arrays nzk (>= N_in,) int64 and nzw (>= N_in,) of W's dtype, from :func:`_nz_work`) are added
+    four at a time: a quarter of the loads and stores of y that one input a pass made (command
+    layer, 256 pairs: 1.04 -> 0.67 us)."""
     n_in, n_out = W.shape
     for c in range(n_out):
         nz = 0
@@ -620,6 +620,21 @@ def _dense_tanh(x, W, bias, y, n, nzk, nzw):  # pragma: no cover - compiled
             for p in range(n):
                 y[c, p] += w0 * x[k0, p]
             j += 1
+
+
+@_jit
+def _nz_work(Wc, Wm, Wh):  # pragma: no cover - compiled
+    """The work arrays of :func:`_sparse_linear` for the backbone's three maps: (nzk int64, nzw of
+    the weights' dtype), each as long as the widest input."""
+    n = max(Wc.shape[0], Wm.shape[0], Wh.shape[0])
+    return np.empty(n, np.int64), np.empty(n, Wc.dtype)
+
+
+@_jit
+def _dense_tanh(x, W, bias, y, n, nzk, nzw):  # pragma: no cover - compiled
+    """y[:, :n] = tanh(bias + W^T x[:, :n]): one sparse layer for n pairs at once (:func:`_sparse_linear`)."""
+    _sparse_linear(x, W, bias, y, n, nzk, nzw)
+    for c in range(W.shape[1]):
         for p in range(n):
             y[c, p] = _tanh(y[c, p], y)
 
@@ -682,28 +697,13 @@ def _tile_backbone(r0, nq, K, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_time
     """The pairs of a tile from their first layer's pre-activations pre (F, P) (filled by the
     caller, with krow (P,), each pair's key row) on: the rest of :func:`_tile_forward`."""
     Ni = Wc.shape[0]
-    Nm = Wm.shape[1]
     n = nq * K
     for f in range(Ni):
         for p in range(n):
             inter[f, p] = _tanh(pre[f, p], pre)
     _dense_tanh(inter, Wc, bc, command, n, nzk, nzw)
     _dense_tanh(command, Wm, bm, motor, n, nzk, nzw)
-    for g in range(2):
-        bg = bh[g]
-        for p in range(n):
-            gates[g, p] = bg
-        m = 0
-        while m + 4 <= Nm:  # four motor neurons a pass (as _dense_tanh)
-            w0, w1, w2, w3 = Wh[m, g], Wh[m + 1, g], Wh[m + 2, g], Wh[m + 3, g]
-            for p in range(n):
-                gates[g, p] += w0 * motor[m, p] + w1 * motor[m + 1, p] + w2 * motor[m + 2, p] + w3 * motor[m + 3, p]
-            m += 4
-        while m < Nm:
-            w = Wh[m, g]
-            for p in range(n):
-                gates[g, p] += w * motor[m, p]
-            m += 1
+    _sparse_linear(motor, Wh, bh, gates, n, nzk, nzw)  # the gates [a_phi ; a_omega]
     # phi, omega, the key's age, the time gate and the ODE logit: one loop each, so they vectorise
     for p in range(n):
         phi[p] = _sigmoid(gates[0, p], pre)
@@ -801,7 +801,7 @@ def _forward_kernel(q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh,
     d = v2.shape[1]
     weight, shift, keep = np.empty(TILE_QUERIES * K), np.empty(TILE_QUERIES * K), np.empty(TILE_QUERIES * K)
     cast = np.empty(1, dtype=q2.dtype)
-    nzk, nzw = np.empty(max(Wc.shape[0], Wm.shape[0]), np.int64), np.empty(max(Wc.shape[0], Wm.shape[0]), Wc.dtype)
+    nzk, nzw = _nz_work(Wc, Wm, Wh)
     acc = np.empty(d)
     for r0 in range(0, R, TILE_QUERIES):
         nq = min(TILE_QUERIES, R - r0)
@@ -1055,7 +1055,7 @@ def _fused_forward_kernel(qkv, wq, bq, wk, Wc, bc, Wm, bm, Wh, bh, B, T, H, K, b
     phi, omega, tg, age, logit = phi[0], omega[0], tg[0], age[0], logit[0]
     weight, shift, keep = np.empty(P), np.empty(P), np.empty(P)
     cast = np.empty(1, dtype=dt)
-    nzk, nzw = np.empty(max(Wc.shape[0], Wm.shape[0]), np.int64), np.empty(max(Wc.shape[0], Wm.shape[0]), Wc.dtype)
+    nzk, nzw = _nz_work(Wc, Wm, Wh)
     kloc = np.empty(P, np.int64)
     acc = np.empty(d, dt)
     idx2 = idx.reshape(BH * T, K)
