@@ -149,8 +149,13 @@ def init_from_env(device: str = "cpu", threads: int = 0) -> DistContext:
 
 
 def close(ctx: DistContext) -> None:
-    """Leave the process group (``destroy_process_group``) if ``ctx`` joined one; else nothing."""
+    """Leave the process group if ``ctx`` joined one; else nothing. Every rank waits at a barrier
+    first, so the ranks destroy the group together, as torch's documentation of
+    ``destroy_process_group`` asks: the other ranks used to leave while rank 0 was still writing
+    the policy, and one CI run of tests/test_distributed.py saw rank 1 abort in that teardown
+    ("terminate called without an active exception", gloo)."""
     if ctx.distributed and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
 
 
