@@ -360,6 +360,12 @@ def _add_train(sub) -> None:
                         "wheels off the road now, or a wheel off within --dagger-edge-horizon steps), where the "
                         "student skips a bend's tiles; frames with all four wheels off the road, and the rest, weigh "
                         "1 (default 1: no weighting; README, 'Edge weights, tried')")
+    p.add_argument("--class-weights", type=float, nargs="+", default=None, metavar="W",
+                   help="discrete actions: loss weight of the frames by their target action, one weight per action "
+                        "in the head's order (carracing: nothing right left gas brake), e.g. 1 1 1 1 4 to weigh "
+                        "the teacher's rare brakes 4 times (class-weighted cross-entropy, a weighted mean); applies "
+                        "to behaviour cloning and the DAgger rounds, and multiplies --dagger-edge-weight "
+                        "(default: none, every frame 1)")
     p.add_argument("--dagger-edge-horizon", type=int, default=10,
                    help="carracing: steps ahead that make a frame 'near the edge' for --dagger-edge-weight (10 = 0.2 s)")
     p.add_argument("--envs", type=int, default=1, help="carracing, DAgger rollouts: " + _ENVS_HELP)
@@ -595,6 +601,10 @@ def _cmd_train(args) -> int:
     if not (args.dagger_edge_weight >= 0 and np.isfinite(args.dagger_edge_weight)) or args.dagger_edge_horizon < 0:
         raise CLIError(f"--dagger-edge-weight must be a finite weight >= 0 and --dagger-edge-horizon >= 0 steps, got "
                        f"{args.dagger_edge_weight} and {args.dagger_edge_horizon}")
+    cw = args.class_weights
+    if cw is not None and not (all(np.isfinite(w) and w >= 0 for w in cw) and any(w > 0 for w in cw)):
+        raise CLIError(f"--class-weights must be finite weights >= 0, one per action, not all 0; got "
+                       f"{' '.join(map(str, args.class_weights))}")
     if args.dagger_edge_weight != 1.0 and not args.dagger_rounds:
         raise CLIError("--dagger-edge-weight weighs DAgger's relabelled frames: it needs --dagger-rounds")
     if not args.creep_speed >= 0 or not np.isfinite(args.creep_speed):
@@ -634,7 +644,8 @@ def _cmd_train(args) -> int:
                       dagger_out=args.dagger_out,
                       **({"dagger_seed": args.dagger_seed} if args.dagger_seed is not None else {}),
                       dagger_max_steps=args.dagger_max_steps, dagger_edge_weight=args.dagger_edge_weight,
-                      dagger_edge_horizon=args.dagger_edge_horizon)
+                      dagger_edge_horizon=args.dagger_edge_horizon,
+                      class_weights=tuple(args.class_weights) if args.class_weights else None)
     cnn_options = {k: getattr(args, k) for k in ("dashboard", "motion") if hasattr(args, k)}  # CarRacingCNN's
     if cnn_options:
         if args.env != "carracing":

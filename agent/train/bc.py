@@ -65,6 +65,14 @@ class TrainConfig:
         time_limit_s: stop after the epoch that crosses this many seconds (None: no limit).
         dagger_*: see :mod:`agent.train.dagger` (CarRacing only); ``dagger_edge_weight`` and
             ``dagger_edge_horizon`` (steps): :func:`agent.train.dagger.edge_weights`.
+        class_weights: discrete heads: one loss weight per action (in the head's action order), given
+            to every frame by its target action (:func:`class_frame_weights`), e.g. ``(1, 1, 1, 1, 4)``
+            weighs CarRacing's rare brake labels 4 times; None: all 1. The usual class-weighted
+            cross-entropy of imbalanced classification, as a weighted mean (:meth:`ActionHead.loss`).
+
+    Raises:
+        ValueError: a setting out of range (epochs < 0, batch_frames < 1, an unknown schedule,
+            lr <= 0, workers < 0, class weights that are negative, not finite or all 0).
     """
 
     epochs: int = 8
@@ -90,8 +98,15 @@ class TrainConfig:
     dagger_out: str | None = None
     dagger_edge_weight: float = 1.0
     dagger_edge_horizon: int = 10
+    class_weights: tuple[float, ...] | None = None
 
     def __post_init__(self):
+        if self.class_weights is not None:
+            w = np.asarray(self.class_weights, dtype=np.float64)
+            if w.ndim != 1 or not len(w) or not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
+                raise ValueError(f"class_weights must be one finite weight >= 0 per action, not all 0; "
+                                 f"got {self.class_weights}")
+            self.class_weights = tuple(float(x) for x in w)
         if self.epochs < 0 or self.batch_frames < 1:
             raise ValueError(f"epochs must be >= 0 and batch_frames >= 1, got {self.epochs} and {self.batch_frames}")
         if self.schedule not in SCHEDULES:
@@ -174,6 +189,38 @@ def _loss_mask(policy: DrivingPolicy, mask: torch.Tensor) -> torch.Tensor:
     return out & mask
 
 
+
+def class_frame_weights(target: torch.Tensor, class_weights: torch.Tensor,
+                        weight: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-frame loss weights from the frames' target actions (class-weighted cross-entropy).
+
+    Args:
+        target: (B, T) int64 target actions; positions outside ``0..K-1`` (padding) get weight 0,
+            and the loss mask leaves them out anyway.
+        class_weights: (K,) float, one weight per action.
+        weight: (B, T) float per-frame weights to multiply (DAgger's edge weights), or None.
+
+    Returns:
+        (B, T) float: ``class_weights[target]`` (times ``weight``), on ``target``'s device.
+    """
+    k = class_weights.numel()
+    valid = (target >= 0) & (target < k)
+    w = class_weights.to(target.device)[target.clamp(0, k - 1)] * valid
+    return w if weight is None else w * weight.to(w.dtype)
+
+def _class_weight_table(head, class_weights, device) -> torch.Tensor | None:
+    """(K,) float32 tensor of ``class_weights`` on ``device`` (None for None), checked against ``head``."""
+    if class_weights is None:
+        return None
+    if head.kind != "discrete":
+        raise ValueError("class weights weigh discrete actions; this policy's head is continuous (drop "
+                         "--class-weights, or train the discrete configuration)")
+    if len(class_weights) != head.out_dim:
+        raise ValueError(f"class weights need one weight per action: this head has {head.out_dim} actions, "
+                         f"{len(class_weights)} weights were given ({list(class_weights)})")
+    return torch.tensor(class_weights, dtype=torch.float32, device=device)
+
+
 def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epochs: int, report: TrainReport,
         tb=None, tag: str = "bc", epoch_offset: int = 0, t_start: float | None = None,
         dist: DistContext | None = None) -> DrivingPolicy:
@@ -191,12 +238,14 @@ def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epoch
     is trained in place and returned. Without ``dist`` (or with a one-process one) nothing changes.
 
     Raises:
-        ValueError: a source without frames.
+        ValueError: a source without frames; ``cfg.class_weights`` for a continuous head, or not one
+            weight per action.
     """
     dist = dist if dist is not None else DistContext(device=cfg.device)
     device = torch.device(dist.device if dist.distributed else cfg.device)
     policy.to(device)
     head, T = policy.head, policy.config.window
+    class_weights = _class_weight_table(head, cfg.class_weights, device)
     bsz = max(1, cfg.batch_frames // T)  # windows per batch (all ranks together)
     dataset = WindowDataset(train_source, T, shuffle_borders=True, seed=cfg.seed + epoch_offset,
                             previous=policy.features.uses_previous)
@@ -244,7 +293,10 @@ def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epoch
                 loss = out.sum() * 0.0
             else:
                 weight = batch["weight"].to(device) if "weight" in batch else None  # (B, T): edge weights
-                loss = head.loss(out, batch["target"].to(device), counted, weight)
+                target = batch["target"].to(device)
+                if class_weights is not None:
+                    weight = class_frame_weights(target, class_weights, weight)
+                loss = head.loss(out, target, counted, weight)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
