@@ -189,10 +189,11 @@ def _loss_mask(policy: DrivingPolicy, mask: torch.Tensor) -> torch.Tensor:
     return out & mask
 
 
-
 def class_frame_weights(target: torch.Tensor, class_weights: torch.Tensor,
                         weight: torch.Tensor | None = None) -> torch.Tensor:
-    """Per-frame loss weights from the frames' target actions (class-weighted cross-entropy).
+    """Per-frame loss weights from the frames' target actions (class-weighted cross-entropy, the
+    usual remedy for imbalanced classes; here CarRacing's rare brake labels, README "Wider rounds
+    and class-weighted rounds").
 
     Args:
         target: (B, T) int64 target actions; positions outside ``0..K-1`` (padding) get weight 0,
@@ -207,6 +208,7 @@ def class_frame_weights(target: torch.Tensor, class_weights: torch.Tensor,
     valid = (target >= 0) & (target < k)
     w = class_weights.to(target.device)[target.clamp(0, k - 1)] * valid
     return w if weight is None else w * weight.to(w.dtype)
+
 
 def _class_weight_table(head, class_weights, device) -> torch.Tensor | None:
     """(K,) float32 tensor of ``class_weights`` on ``device`` (None for None), checked against ``head``."""
