@@ -21,7 +21,8 @@ import numpy as np
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("json", nargs="+", help="agent evaluate --json files, one per student")
+    p.add_argument("json", nargs="+", help="agent evaluate --json files, one per student; A.json,B.json joins the "
+                   "runs of one student on several track ranges")
     p.add_argument("--out", default="docs/validation-seeds.png")
     p.add_argument("--tracks", default="700,000-700,049", help="the track range, for the titles")
     p.add_argument("--label", nargs="*", default=None, help="one legend label per JSON (default: file stem)")
@@ -36,10 +37,10 @@ def main(argv=None) -> int:
     if args.label and len(args.label) != len(args.json):
         p.error(f"--label takes one label per JSON: got {len(args.label)} labels for {len(args.json)} files")
     for i, f in enumerate(args.json):
-        d = json.loads(Path(f).read_text())
-        r = np.sort(np.asarray(d["returns"], dtype=float))
-        stalls = int((np.asarray(d["longest_standstill_steps"]) > d.get("stall_steps", 50)).sum())
-        name = args.label[i] if args.label else Path(f).stem.replace("-val50", "")
+        parts = [json.loads(Path(x).read_text()) for x in f.split(",")]
+        r = np.sort(np.concatenate([np.asarray(d["returns"], dtype=float) for d in parts]))
+        stalls = sum(int((np.asarray(d["longest_standstill_steps"]) > d.get("stall_steps", 50)).sum()) for d in parts)
+        name = args.label[i] if args.label else Path(f.split(",")[0]).stem.replace("-val50", "")
         ax.plot(np.arange(1, len(r) + 1), r, marker=".", label=f"{name} ({stalls} stalls)")
         names.append(name)
         means.append(r.mean())
