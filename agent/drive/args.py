@@ -62,6 +62,20 @@ def add_drive_arguments(parser: argparse.ArgumentParser) -> None:
                     help="cruise speed of the throttle controller, mph (default: %(default)s)")
     ud.add_argument("--connect-timeout", type=float, default=300.0, metavar="S",
                     help="seconds to wait for the simulator to connect (default: %(default)s)")
+    te = parser.add_argument_group("teacher", "CarRacing: label every step with what the PPO expert would do in the "
+                                    "same state (the DAgger teacher's view of the run): the HUD shows its action "
+                                    "beside the policy's, each episode's line prints how often they agree, and "
+                                    "--dump-traces stores it (teacher_action, teacher_class). Find where a "
+                                    "failure starts: the first steps where the two part before the car leaves "
+                                    "the road")
+    te.add_argument("--teacher", default=None, metavar="EXPERT",
+                    help="the expert .zip that labels the steps, with its start rule (gas at a standstill, no "
+                         "brake below 10 units/s), as DAgger uses it; a bare name is looked up in policies/, e.g. "
+                         "carracing-expert-discrete-margin.zip (the teacher of nac.pt). The env then runs in this "
+                         "process (the expert reads its state)")
+    te.add_argument("--teacher-creep-speed", type=float, default=0.0, metavar="V",
+                    help="the teacher's creep rule: below V units/s its label is gas (discrete experts; nac.pt's "
+                         "DAgger rounds used 10). 0: off, the expert's own action (default: %(default)s)")
     ov = parser.add_argument_group("overlays", "live interpretability: Grad-CAM saliency over the frame and the "
                                     "NAC neuron traces (phi, omega, logits, weights, NCP neuron groups) in the "
                                     "right panel. Keys in the window: P/space pause, N/. single step, S saliency, "
@@ -101,6 +115,18 @@ def check_drive_args(args) -> str | None:
         return f"--record writes an mp4 video; give a path ending in .mp4, got {args.record!r}"
     if not 0.0 <= args.cam_opacity <= 1.0:
         return f"--cam-opacity must be in 0..1, got {args.cam_opacity}"
+    teacher = getattr(args, "teacher", None)
+    creep = getattr(args, "teacher_creep_speed", 0.0)
+    if teacher is not None and args.env != "carracing":
+        return "--teacher labels CarRacing steps with the PPO expert; the Udacity simulator has no expert"
+    if teacher is not None and Path(teacher).suffix.lower() != ".zip":
+        return f"--teacher takes the PPO expert's .zip (e.g. carracing-expert-discrete-margin.zip), got {teacher!r}"
+    if not creep >= 0:
+        return f"--teacher-creep-speed must be a speed >= 0 units/s (0: off), got {creep}"
+    if creep and teacher is None:
+        return "--teacher-creep-speed sets the teacher's creep rule; give the teacher with --teacher EXPERT.zip"
+    if teacher is not None and getattr(args, "env_worker", "auto") == "on":
+        return "--teacher reads the env's state in this process; use --env-worker auto or off with it"
     if args.dump_traces is not None and Path(args.dump_traces).suffix.lower() != ".npz":
         return f"--dump-traces writes a .npz file; give a path ending in .npz, got {args.dump_traces!r}"
     return None

@@ -154,7 +154,8 @@ class Overlays:
         return "   ".join(status)
 
     def record(self, extras: dict, d: Decision, reward: float, episode: int, step: int, time_s: float,
-               speed: float = float("nan"), off_road: bool | None = None) -> None:
+               speed: float = float("nan"), off_road: bool | None = None,
+               teacher: tuple[float, int] | None = None) -> None:
         """Keep this step for ``--dump-traces`` (steps without NAC traces are not kept).
 
         Args:
@@ -163,13 +164,15 @@ class Overlays:
             episode, step: 1-based; ``time_s`` the frame time in seconds.
             speed: the car's speed after the step, simulator units per second (NaN if unknown).
             off_road: all four wheels off the road after the step (None for an env without wheels).
+            teacher: ``--teacher``'s label of the step's state, (its action as one number: the
+                index or the normalised steering, its class), or None.
         """
         if self.recorder is not None and "traces" in extras:
             action = d.action if np.isscalar(d.action) else float(np.asarray(d.action).reshape(-1)[0])
             sal = extras.get("saliency")
             self.recorder.add(extras["traces"], action=action, action_class=d.action_class, reward=reward,
                               episode=episode, step=step, time_s=time_s, speed=speed, off_road=off_road,
-                              cam=None if sal is None else sal.cam)
+                              cam=None if sal is None else sal.cam, teacher=teacher)
 
     def close(self) -> None:
         """Release Grad-CAM's hooks (and detach the driver from them)."""

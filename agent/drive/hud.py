@@ -40,6 +40,8 @@ class StepView:
             :data:`agent.rollout.STANDSTILL_SPEED` (0 while it moves).
         longest_standstill: the episode's longest such run so far, steps (None: the env reports no speed).
         off_road_steps: steps so far with all four wheels off the road (None: the env has no wheels).
+        teacher_class: ``drive --teacher``: the class of the expert's action for this frame (an
+            action index, or the steering class of a steering policy); None without a teacher.
     """
 
     frame: np.ndarray
@@ -62,6 +64,7 @@ class StepView:
     standstill_steps: int = 0
     longest_standstill: int | None = None
     off_road_steps: int | None = None
+    teacher_class: int | None = None
 
 
 #: An overlay: draws onto its region (a subsurface of the composed Surface) for one step.
@@ -271,7 +274,14 @@ class Renderer:
         else:
             name = self.action_names[v.action] if v.action is not None and 0 <= v.action < len(self.action_names) \
                 else "-"
-        c.blit(self._text(self.font_big, name.upper(), _ACCENT), (x, y))
+        big = self._text(self.font_big, name.upper(), _ACCENT)
+        c.blit(big, (x, y))
+        if v.teacher_class is not None:  # drive --teacher: highlighted where the teacher would do otherwise
+            names = STEERING_CLASSES if self.steering else self.action_names
+            mine = steering_class(v.steering) if self.steering and v.steering is not None else v.action
+            t = names[v.teacher_class] if 0 <= v.teacher_class < len(names) else "-"
+            c.blit(self._text(self.font_small, f"teacher: {t}", _ACCENT if v.teacher_class != mine else _DIM),
+                   (x + max(120, big.get_width() + 16), y + 6))
         y += self.font_big.get_linesize() + 4
         c.blit(self._text(self.font, f"speed   {v.speed:6.1f} {self.speed_unit}".rstrip()), (x, y))
         y += lh

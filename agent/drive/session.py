@@ -37,6 +37,7 @@ from agent.drive.args import DEFAULT_SCALE, ENV_FPS, check_drive_args
 from agent.drive.envworker import use_env_worker
 from agent.drive.explain import Overlays
 from agent.drive.hud import STEERING_CLASSES, Renderer, StepView
+from agent.drive.teacher import steering_of
 from agent.drive.video import VideoWriter
 from agent.drive.window import HELP_TEXT, Window, display_unavailable_reason
 
@@ -89,6 +90,7 @@ def run_drive(args: argparse.Namespace) -> int:
         print(f"policy {path} ({session.driver.label}); env {args.env}; {where}"
               f"{'; headless' if session.window is None else ''}"
               f"{'; env in a worker process' if session.env_worker else ''}"
+              f"{f'; teacher {session.teacher.name}' if session.teacher else ''}"
               f"{f'; recording {args.record}' if session.writer else ''}", flush=True)
         return session.run()
     except TimeoutError as exc:  # no simulator connected
@@ -174,6 +176,8 @@ class DriveSession:
             env is stepped (the policy and the overlays).
         stalls: the "no stalls" figures of the current (or last) episode (:class:`agent.rollout.StallMeter`):
             the longest standstill and the steps with all four wheels off the road.
+        teacher: with ``--teacher``, the expert that labels every step and counts the current (or
+            last) episode's agreement (:class:`agent.drive.teacher.Teacher`); else None.
     """
 
     def __init__(self, args, policy, name: str, headless: bool, force_draw: bool = False):
@@ -187,10 +191,17 @@ class DriveSession:
             raise ValueError(f"{name} is a {policy_env} policy; drive it with --env {policy_env} "
                              f"(or choose a {args.env} policy)")
         self.driver = make_actor(policy, label=name)
+        #: the expert that labels every step (``--teacher``; :class:`agent.drive.teacher.Teacher`), or None
+        self.teacher = None
+        if getattr(args, "teacher", None):
+            from agent.drive.teacher import Teacher
+
+            self.teacher = Teacher.load(args.teacher, is_continuous(policy), getattr(args, "teacher_creep_speed", 0.0))
         overlay = not args.no_overlay
         draw = force_draw or not headless or args.record is not None
         self.env_worker, self.env_worker_reason = use_env_worker(
-            getattr(args, "env_worker", "auto"), args.env, _is_expert(policy), draw, os.cpu_count())
+            getattr(args, "env_worker", "auto"), args.env, _is_expert(policy) or self.teacher is not None, draw,
+            os.cpu_count())
         self.env = self._make_env(args, policy, self.env_worker)
         self.env_fps = int(self.env.metadata.get("render_fps", ENV_FPS))
         obs_shape = self.env.observation_space.shape  # (H, W, C)
@@ -309,6 +320,9 @@ class DriveSession:
         driver.reset()
         ov.new_episode()
         self.stalls.reset()
+        teacher = self.teacher
+        if teacher is not None:
+            teacher.reset()
         ep_return, steps = 0.0, 0
         if window is not None and window.pacer is not None:
             window.pacer.start()  # the episode's frames are due from now (the reset above is not paced)
@@ -320,7 +334,12 @@ class DriveSession:
             if loop_start is None:
                 loop_start = t0
             speed = self._speed_of(info)
+            t_action = teacher.label(env) if teacher is not None else None  # the state the policy acts on
             d = driver.act(obs, None if self.env_worker else env, info)
+            t_class = None
+            if teacher is not None:
+                t_class = teacher.action_class(t_action)
+                teacher.count(t_class, d.action_class)
             if self.env_worker:  # the worker steps while Grad-CAM and the drawing of frame t run below
                 env.step_async(d.action)
                 latency = time.perf_counter() - t0
@@ -338,7 +357,7 @@ class DriveSession:
                                 throttle=info.get("throttle_command", info.get("throttle", _throttle_of(d.action))),
                                 standstill_steps=self.stalls.standstill_run,
                                 longest_standstill=self.stalls.longest_standstill,
-                                off_road_steps=self.stalls.off_road_steps)
+                                off_road_steps=self.stalls.off_road_steps, teacher_class=t_class)
                 canvas = renderer.compose(view)
                 if self.writer is not None:
                     self.writer.append(renderer.to_rgb())
@@ -357,7 +376,8 @@ class DriveSession:
             steps += 1
             self.stalls.update(speed_after, off_road, missed)
             ov.record(extras, d, float(reward), episode, steps, float(info.get("time_s", steps / self.env_fps)),
-                      speed=speed_after, off_road=off_road)
+                      speed=speed_after, off_road=off_road,
+                      teacher=None if teacher is None else (steering_of(t_action), t_class))
             ep_return += float(reward)
             now = time.perf_counter()
             ticks.append(now)
@@ -399,7 +419,8 @@ class DriveSession:
                 how, ep_return, steps = self.play_episode(seed, ep + 1)
                 note = {"quit": "  (stopped)", "restart": "  (restarted)"}.get(how, "")
                 print(f"episode {ep + 1}/{args.episodes}  seed {seed}  return {ep_return:8.1f}  steps {steps:4d}  "
-                      f"mean FPS {self.episode_fps:6.1f}{note}{stall_text(self.stalls)}", flush=True)
+                      f"mean FPS {self.episode_fps:6.1f}{note}{stall_text(self.stalls)}"
+                      f"{self.teacher.text() if self.teacher is not None else ''}", flush=True)
                 if how == "quit":
                     break
                 if how == "restart":
@@ -434,7 +455,8 @@ class DriveSession:
 
                     names = tuple(getattr(self.driver.policy.config, "action_names", ()))
                     out = save_traces(self.args.dump_traces, rec, action_names=names, class_names=self.class_names,
-                                      policy=self.driver.label, env=self.args.env)
+                                      policy=self.driver.label, env=self.args.env,
+                                      teacher=self.teacher.name if self.teacher is not None else "")
                     print(f"wrote {out} (NAC traces of {len(rec)} steps)")
                 else:
                     why = getattr(self.driver, "traces_reason", None) or "no step ran"

@@ -227,18 +227,20 @@ class TraceRecorder:
 
     def add(self, tr: StepTraces, *, action: float, action_class: int, reward: float, episode: int, step: int,
             time_s: float, speed: float = float("nan"), off_road: bool | None = None,
-            cam: np.ndarray | None = None) -> None:
+            cam: np.ndarray | None = None, teacher: tuple[float, int] | None = None) -> None:
         """Record one step: its traces, the action taken (an action index or normalised steering),
         the reward that followed, the 1-based episode and step, the frame time in seconds, the car's
         speed after the step (simulator units per second, NaN if unknown), whether all four wheels
         were off the road after it (None if unknown) and the step's Grad-CAM map, (H, W) float in
-        [0, 1] over the raw frame (None if it was not computed)."""
+        [0, 1] over the raw frame (None if it was not computed) and the teacher's label of the state
+        the step acted on, (action as one number, its class), from ``drive --teacher`` (None without)."""
         row = {name: getattr(tr, name) for name in (*PAIR_QUANTITIES, "t_gate", "indices", "valid", "ages")}
         row.update({"neuron_" + g: x for g, x in tr.neurons.items()})
         row.update(action=float(action), action_class=int(action_class), reward=float(reward), episode=int(episode),
                    step=int(step), time_s=float(time_s), speed=float(speed),
                    off_road=None if off_road is None else bool(off_road),
-                   cam=None if cam is None else np.asarray(cam, np.float32))
+                   cam=None if cam is None else np.asarray(cam, np.float32),
+                   teacher=None if teacher is None else (float(teacher[0]), int(teacher[1])))
         self.rows.append(row)
 
 
@@ -250,7 +252,7 @@ def _episode_blocks(step: np.ndarray) -> list[slice]:
 
 
 def save_traces(path: str | Path, recorder: TraceRecorder, *, action_names: tuple[str, ...], class_names: tuple[str, ...],
-                policy: str = "", env: str = "") -> Path:
+                policy: str = "", env: str = "", teacher: str = "") -> Path:
     """Write the recorded steps to ``path`` (.npz, written to a temporary name and renamed).
 
     Arrays (S steps, H heads, K kept keys): ``phi``, ``omega``, ``logits``, ``weights``, ``t_gate``
@@ -272,6 +274,11 @@ def save_traces(path: str | Path, recorder: TraceRecorder, *, action_names: tupl
     (a restarted episode counts again): ``episodes`` (E,) its 1-based number, ``longest_standstill_steps``
     and ``off_road_steps`` (E,) int64.
 
+    Teacher (``drive --teacher``; absent without it): ``teacher_action`` (S,) float64, the expert's
+    action for the state each step acted on (an action index or normalised steering),
+    ``teacher_class`` (S,) int64 (the class ``action_class`` is compared with) and the string
+    ``teacher``, the expert's file name.
+
     Raises:
         ValueError: nothing was recorded.
     """
@@ -284,6 +291,11 @@ def save_traces(path: str | Path, recorder: TraceRecorder, *, action_names: tupl
         path = path.with_name(path.name + ".npz")
     rows = recorder.rows
     arrays = {k: np.stack([r[k] for r in rows]) for k in rows[0] if isinstance(rows[0][k], np.ndarray) and k != "cam"}
+    labels = [r.get("teacher") for r in rows]
+    if all(t is not None for t in labels):
+        arrays["teacher_action"] = np.array([t[0] for t in labels], np.float64)
+        arrays["teacher_class"] = np.array([t[1] for t in labels], np.int64)
+        arrays["teacher"] = np.array(teacher)
     for k in ("action", "reward", "time_s"):
         arrays[k] = np.array([r[k] for r in rows], np.float64)
     for k in ("action_class", "episode", "step"):

@@ -1,0 +1,133 @@
+"""``drive --teacher``: the expert's label of every state a policy visits (HUD, printed agreement,
+``--dump-traces``), checked against a replay of the same episode with the expert asked directly."""
+
+from __future__ import annotations
+
+import os
+
+os.environ["SDL_VIDEODRIVER"] = "dummy"
+os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+
+import argparse
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from agent.drive.args import add_drive_arguments, check_drive_args
+from agent.drive.session import run_drive
+
+POLICIES = Path(__file__).resolve().parents[1] / "policies"
+TEACHER = POLICIES / "carracing-expert-discrete-margin.zip"
+SEED = 700_010  # a validation track; within 100 steps the expert both drives on and turns
+
+
+def _parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="drive")
+    add_drive_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+@pytest.fixture(scope="module")
+def policy_file(tmp_path_factory):
+    from agent.nn.policy import DrivingPolicy, default_config
+
+    torch.manual_seed(0)
+    return DrivingPolicy(default_config("carracing", window=4)).save(tmp_path_factory.mktemp("policy") / "tiny.pt")
+
+
+def _agreement(printed: str) -> list[float]:
+    return [float(x) for x in re.findall(r"teacher's action on\s+([\d.]+) % of steps", printed)]
+
+
+def test_teacher_labels_are_the_experts_actions_in_the_visited_states(tmp_path, capsys):
+    from agent.drive.traces import load_traces
+    from agent.rollout import all_wheels_off_road
+    from agent.train.expert import ExpertPolicy
+    from envs.carracing import make_carracing
+
+    out = tmp_path / "t.npz"
+    # the shipped student drives (a random policy stands still, and at a standstill the start rule
+    # makes every label gas)
+    assert run_drive(_parse("--policy", "nac.pt", "--headless", "--no-saliency", "--seed", str(SEED),
+                            "--max-steps", "100", "--teacher", str(TEACHER), "--dump-traces", str(out))) == 0
+    printed = capsys.readouterr().out
+    assert f"teacher {TEACHER.name}" in printed
+    d = load_traces(out)
+    assert str(d["teacher"]) == TEACHER.name
+    assert d["teacher_action"].shape == (100,) and d["teacher_class"].dtype == np.int64
+    assert len(np.unique(d["teacher_class"])) >= 2  # gas and a turn: a constant label would prove little
+    # the same episode replayed with the policy's actions; the expert (start rule on, as DAgger's
+    # teacher) asked directly in each state gives the recorded labels
+    expert = ExpertPolicy.load(TEACHER).use_start_rule(True)
+    env = make_carracing()
+    env.reset(seed=SEED)
+    labels, off = [], []
+    for a in d["action"].astype(int):
+        labels.append(expert.act(env))
+        env.step(a)
+        off.append(all_wheels_off_road(env))
+    env.close()
+    np.testing.assert_array_equal(d["teacher_action"].astype(int), labels)
+    np.testing.assert_array_equal(d["teacher_class"], labels)
+    np.testing.assert_array_equal(d["off_road"], off)  # the replay did follow the run
+    # the printed agreement is the share of steps where the policy chose the teacher's action
+    assert _agreement(printed) == [pytest.approx(100 * np.mean(d["teacher_class"] == d["action_class"]), abs=0.05)]
+
+
+def test_creep_rule_makes_every_slow_label_gas(policy_file, tmp_path, capsys):
+    from agent.drive.traces import load_traces
+    from envs.carracing import ACTION_NAMES
+
+    out = tmp_path / "t.npz"
+    # 40 steps from the start never reach 1000 units/s: with the creep rule at 1000 every label is gas
+    assert run_drive(_parse("--policy", str(policy_file), "--headless", "--no-saliency", "--seed", str(SEED),
+                            "--max-steps", "40", "--teacher", TEACHER.name, "--teacher-creep-speed", "1000",
+                            "--dump-traces", str(out))) == 0
+    d = load_traces(out)
+    gas = ACTION_NAMES.index("gas")
+    np.testing.assert_array_equal(d["teacher_class"], np.full(40, gas))
+    assert _agreement(capsys.readouterr().out) == [pytest.approx(100 * np.mean(d["action_class"] == gas), abs=0.05)]
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--env", "udacity", "--teacher", "x.zip"], "Udacity simulator has no expert"),
+    (["--teacher", "nac.pt"], "expert's .zip"),
+    (["--teacher-creep-speed", "10"], "give the teacher with --teacher"),
+    (["--teacher", "x.zip", "--teacher-creep-speed", "-1"], ">= 0 units/s"),
+    (["--teacher", "x.zip", "--env-worker", "on"], "--env-worker auto or off"),
+])
+def test_bad_teacher_options_are_refused_with_a_reason(argv, words):
+    assert words in check_drive_args(_parse(*argv))
+
+
+def test_teacher_of_the_other_action_space_is_refused(policy_file, capsys):
+    code = run_drive(_parse("--policy", str(policy_file), "--headless", "--max-steps", "3",
+                            "--teacher", "carracing-expert-continuous.zip"))
+    err = capsys.readouterr().err
+    assert code == 2 and "continuous" in err and "carracing-expert-discrete-margin.zip" in err
+
+
+def test_missing_teacher_file_is_a_clear_error(policy_file, capsys):
+    code = run_drive(_parse("--policy", str(policy_file), "--headless", "--max-steps", "3",
+                            "--teacher", "no-such-expert.zip"))
+    err = capsys.readouterr().err
+    assert code == 2 and "--teacher" in err and "no-such-expert.zip" in err
+
+
+def test_hud_shows_the_teacher_in_another_colour_where_it_disagrees():
+    from agent.drive.hud import Renderer, StepView
+
+    r = Renderer((96, 96), scale=2, panel_width=0)
+    frame = np.zeros((96, 96, 3), np.uint8)
+    probs = np.full(5, 0.2)
+
+    def hud(teacher):
+        r.compose(StepView(frame=frame, step=1, action=3, probs=probs, teacher_class=teacher))
+        return r.to_rgb()[r.hud_rect.top:r.hud_rect.bottom].copy()
+
+    none, same, other = hud(None), hud(3), hud(4)
+    assert (same != none).any()  # the teacher's label is drawn
+    assert (other != same).any()  # another label, another colour
