@@ -37,7 +37,7 @@ from agent.drive.args import DEFAULT_SCALE, ENV_FPS, check_drive_args
 from agent.drive.envworker import use_env_worker
 from agent.drive.explain import Overlays
 from agent.drive.hud import STEERING_CLASSES, Renderer, StepView
-from agent.drive.teacher import steering_of
+from agent.drive.teacher import action_number
 from agent.drive.video import VideoWriter
 from agent.drive.window import HELP_TEXT, Window, display_unavailable_reason
 
@@ -377,7 +377,7 @@ class DriveSession:
             self.stalls.update(speed_after, off_road, missed)
             ov.record(extras, d, float(reward), episode, steps, float(info.get("time_s", steps / self.env_fps)),
                       speed=speed_after, off_road=off_road,
-                      teacher=None if teacher is None else (steering_of(t_action), t_class))
+                      teacher=None if teacher is None else (action_number(t_action), t_class))
             ep_return += float(reward)
             now = time.perf_counter()
             ticks.append(now)

@@ -65,9 +65,7 @@ class Teacher:
         try:
             path = resolve_policy_path(name)
             expert = ExpertPolicy.load(path)
-        except FileNotFoundError as exc:
-            raise ValueError(f"--teacher: {exc}") from exc
-        except ValueError as exc:
+        except (FileNotFoundError, ValueError) as exc:
             raise ValueError(f"--teacher: {exc}") from exc
         return cls(expert, continuous_policy, creep_speed, name=path.name)
 
@@ -107,10 +105,10 @@ class Teacher:
         return f"  teacher's {what} on {100 * self.agreement:5.1f} % of steps"
 
 
-def steering_of(action) -> float:
+def action_number(action) -> float:
     """The action as one number for the trace file: the discrete index, or the normalised steering."""
     a = np.asarray(action, dtype=np.float64).reshape(-1)
     return float(a[0])
 
 
-__all__ = ["Teacher", "steering_of"]
+__all__ = ["Teacher", "action_number"]
