@@ -38,6 +38,13 @@ STANDSTILL_SPEED = 1.0
 #: steps (README, "The creep rule"), which :data:`STANDSTILL_SPEED` never counts. A crawl longer
 #: than :data:`STALL_STEPS` counts in ``episodes_with_crawl``.
 CRAWL_METRIC_SPEED = 5.0
+#: The car is slow while its speed is below this, in simulator units per second (the teacher's
+#: start rule turns brake into gas below the same speed, :data:`agent.train.expert.CRAWL_SPEED`).
+#: A student in the "brake trap" brakes each time the car reaches it and accelerates below it, a
+#: saw-tooth between 3 and 10 units/s for hundreds of steps that neither a standstill nor a crawl
+#: counts (README, "Where the last failures begin"); :attr:`Episode.slow_steps` does. An episode
+#: with more than :data:`STALL_STEPS` slow steps counts in ``episodes_slow``.
+SLOW_SPEED = 10.0
 #: A standstill longer than this many consecutive steps (1 s at CarRacing's 50 FPS) counts as a
 #: stall in the evaluation summary (``episodes_with_stall``).
 STALL_STEPS = 50
@@ -273,6 +280,21 @@ def tiles_missed(env: gym.Env) -> int | None:
     return int(u.tiles_missed)
 
 
+def slow_steps(speeds) -> int:
+    """Steps slower than :data:`SLOW_SPEED` after the first step at or above it (0 if none is).
+
+    Args:
+        speeds: (N,) the car's speed after each step, simulator units per second; NaN counts as
+            neither slow nor fast.
+    """
+    s = np.asarray(speeds, dtype=np.float64).reshape(-1)
+    with np.errstate(invalid="ignore"):
+        fast = s >= SLOW_SPEED
+        if not fast.any():
+            return 0
+        return int(np.count_nonzero(s[int(np.argmax(fast)):] < SLOW_SPEED))
+
+
 class StallMeter:
     """The "no stalls" figures of one episode, updated step by step (``drive`` shows them live).
 
@@ -284,6 +306,8 @@ class StallMeter:
         standstill_run: consecutive standstill steps up to the last one (0 if it moved).
         longest_standstill: the longest run of standstill steps so far; None while no speed was known.
         crawl_run, longest_crawl: the same for steps below :data:`CRAWL_METRIC_SPEED` (5 units/s).
+        slow_steps: steps below :data:`SLOW_SPEED` (10 units/s) since the car first reached it
+            (:attr:`Episode.slow_steps`); None while no speed was known.
         off_road_steps: steps with all four wheels off the road; None for an env without wheels.
         tiles_missed: road tiles not visited after the last step (:func:`tiles_missed`); None for
             an env without tiles or before the first step.
@@ -297,6 +321,8 @@ class StallMeter:
         self.steps = self.standstill_run = self.crawl_run = 0
         self.longest_standstill: int | None = None
         self.longest_crawl: int | None = None
+        self.slow_steps: int | None = None
+        self._reached_slow_speed = False
         self.off_road_steps: int | None = None
         self.tiles_missed: int | None = None
 
@@ -310,6 +336,8 @@ class StallMeter:
             self.longest_standstill = max(self.longest_standstill or 0, self.standstill_run)
             self.crawl_run = self.crawl_run + 1 if speed < CRAWL_METRIC_SPEED else 0
             self.longest_crawl = max(self.longest_crawl or 0, self.crawl_run)
+            self._reached_slow_speed = self._reached_slow_speed or speed >= SLOW_SPEED
+            self.slow_steps = (self.slow_steps or 0) + int(self._reached_slow_speed and speed < SLOW_SPEED)
         if off_road is not None:
             self.off_road_steps = (self.off_road_steps or 0) + int(bool(off_road))
 
@@ -372,6 +400,16 @@ class Episode:
         """The longest run of consecutive steps after which the car's speed was below
         :data:`CRAWL_METRIC_SPEED` (5 units/s; standstills included; steps); None if the env reports no speed."""
         return self._longest_below(CRAWL_METRIC_SPEED)
+
+    @property
+    def slow_steps(self) -> int | None:
+        """Steps after which the car was slower than :data:`SLOW_SPEED` (10 units/s), counted from
+        the first step at which it had reached that speed (the start of the lap is not counted;
+        0 if it never did); None if the env reports no speed."""
+        after = np.asarray(self.speeds, dtype=np.float64)[1:]
+        if not len(after) or not np.isfinite(after).any():
+            return None if len(after) else 0
+        return slow_steps(after)
 
     def _longest_below(self, speed: float) -> int | None:
         """The longest run of steps after which the speed was below ``speed`` units/s (0 for an
@@ -480,6 +518,6 @@ def _stack_labels(labels: list) -> np.ndarray:
     return np.asarray([int(a) for a in labels], dtype=np.int64)
 
 
-__all__ = ["Actor", "Decision", "Episode", "ExpertActor", "MixtureActor", "PolicyActor", "STALL_STEPS",
+__all__ = ["Actor", "Decision", "Episode", "ExpertActor", "MixtureActor", "PolicyActor", "SLOW_SPEED", "STALL_STEPS",
            "STANDSTILL_SPEED", "STEERING_CLASSES", "StallMeter", "all_wheels_off_road", "car_speed", "longest_run",
-           "rollout", "standstill", "steering_class", "tiles_missed", "wheels_off_road"]
+           "rollout", "slow_steps", "standstill", "steering_class", "tiles_missed", "wheels_off_road"]

@@ -102,9 +102,10 @@ def run_drive(args: argparse.Namespace) -> int:
 
 def stall_text(meter: StallMeter) -> str:
     """The end-of-episode stall figures as printed by ``drive``: "  longest standstill L steps  off-road N
-    steps  tiles missed M  longest crawl C steps" (each left out where the env does not report it,
-    e.g. Udacity; a crawl is below :data:`agent.rollout.CRAWL_METRIC_SPEED`, 5 units/s; a lap ends
-    only once no tile is missed, :func:`agent.rollout.tiles_missed`)."""
+    steps  tiles missed M  longest crawl C steps  slow S steps" (each left out where the env does not
+    report it, e.g. Udacity; a crawl is below :data:`agent.rollout.CRAWL_METRIC_SPEED`, 5 units/s; slow
+    steps are below :data:`agent.rollout.SLOW_SPEED`, 10 units/s, after the car first reached it; a
+    lap ends only once no tile is missed, :func:`agent.rollout.tiles_missed`)."""
     out = ""
     if meter.longest_standstill is not None:
         out += f"  longest standstill {meter.longest_standstill:4d} steps"
@@ -114,6 +115,8 @@ def stall_text(meter: StallMeter) -> str:
         out += f"  tiles missed {meter.tiles_missed:3d}"
     if meter.longest_crawl is not None:
         out += f"  longest crawl {meter.longest_crawl:4d} steps"
+    if meter.slow_steps is not None:
+        out += f"  slow {meter.slow_steps:4d} steps"
     return out
 
 

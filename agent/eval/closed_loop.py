@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.rollout import CRAWL_METRIC_SPEED, STALL_STEPS, STANDSTILL_SPEED
+from agent.rollout import CRAWL_METRIC_SPEED, SLOW_SPEED, STALL_STEPS, STANDSTILL_SPEED
 
 
 @dataclass
@@ -32,7 +32,10 @@ class EvalResult:
     ``longest_crawl_steps``, the longest run of steps slower than
     :data:`agent.rollout.CRAWL_METRIC_SPEED` (5 units/s: a car circling slowly on the grass, which
     the standstill figure misses), with its aggregate ``episodes_with_crawl`` (longer than
-    ``stall_steps``) and threshold ``crawl_speed``;
+    ``stall_steps``) and threshold ``crawl_speed``; ``slow_steps``, the steps slower than
+    :data:`agent.rollout.SLOW_SPEED` (10 units/s) after the car first reached it (the saw-tooth of
+    a student braking at 10 units/s, which neither figure above counts), with its aggregate
+    ``episodes_slow`` (more than ``stall_steps``) and threshold ``slow_speed``;
     ``deterministic`` (argmax or sampled actions) and ``start_rule`` (an expert with its start
     rule) how the policy acted; ``envs`` how many envs were stepped at once (``--envs``).
     """
@@ -57,6 +60,9 @@ class EvalResult:
     mean_edge_steps: float = 0.0
     longest_crawl_steps: list[int] = field(default_factory=list)
     episodes_with_crawl: int = 0
+    slow_steps: list[int] = field(default_factory=list)
+    episodes_slow: int = 0
+    slow_speed: float = SLOW_SPEED
     standstill_speed: float = STANDSTILL_SPEED
     crawl_speed: float = CRAWL_METRIC_SPEED
     stall_steps: int = STALL_STEPS
@@ -83,6 +89,9 @@ class EvalResult:
         if self.longest_crawl_steps:
             lines.append(f"crawls: longest {max(self.longest_crawl_steps)} steps below {self.crawl_speed:g} units/s; "
                          f"{self.episodes_with_crawl}/{len(self.seeds)} episodes crawled > {self.stall_steps} steps")
+        if self.slow_steps:
+            lines.append(f"slow: most {max(self.slow_steps)} steps below {self.slow_speed:g} units/s after first reaching "
+                         f"it; {self.episodes_slow}/{len(self.seeds)} episodes slow > {self.stall_steps} steps")
         if self.tiles_missed:
             lines.append(f"laps: {self.laps_finished}/{len(self.seeds)} finished (every tile visited); "
                          f"{sum(m > 0 for m in self.tiles_missed)} episodes missed tiles (a lap ends only once every tile is "
@@ -146,10 +155,10 @@ def _run_seeds_vector(policy_path, seeds: list[int], max_steps: int | None, envs
 
 
 def _row(ep) -> tuple:
-    """(seed, return, steps, longest standstill, off-road steps, tiles missed, edge steps, longest crawl)
-    of an episode."""
+    """(seed, return, steps, longest standstill, off-road steps, tiles missed, edge steps, longest crawl,
+    slow steps) of an episode."""
     return (ep.seed, ep.episode_return, ep.steps, ep.longest_standstill, ep.off_road_steps, ep.tiles_missed,
-            ep.edge_steps, ep.longest_crawl)
+            ep.edge_steps, ep.longest_crawl, ep.slow_steps)
 
 
 def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carracing", max_steps: int | None = None,
@@ -226,6 +235,7 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
     missed = [int(r[5]) for r in results]
     edge = [int(r[6]) for r in results]
     crawls = [int(r[7]) for r in results]
+    slow = [int(r[8]) for r in results]
     dt = time.time() - t0
     return EvalResult(env=env, policy=str(path), seeds=seeds, returns=returns, steps=steps,
                       mean_return=float(np.mean(returns)), std_return=float(np.std(returns)), seconds=dt,
@@ -235,5 +245,6 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
                       mean_off_road_steps=float(np.mean(off_road)), tiles_missed=missed, edge_steps=edge,
                       laps_finished=sum(m == 0 for m in missed), mean_edge_steps=float(np.mean(edge)),
                       longest_crawl_steps=crawls, episodes_with_crawl=sum(c > STALL_STEPS for c in crawls),
+                      slow_steps=slow, episodes_slow=sum(s > STALL_STEPS for s in slow),
                       deterministic=deterministic,
                       start_rule=start_rule, envs=envs)
