@@ -406,18 +406,19 @@ class Episode:
         """Steps after which the car was slower than :data:`SLOW_SPEED` (10 units/s), counted from
         the first step at which it had reached that speed (the start of the lap is not counted;
         0 if it never did); None if the env reports no speed."""
-        after = np.asarray(self.speeds, dtype=np.float64)[1:]
-        if not len(after) or not np.isfinite(after).any():
-            return None if len(after) else 0
-        return slow_steps(after)
+        return self._from_speeds(slow_steps)
 
     def _longest_below(self, speed: float) -> int | None:
         """The longest run of steps after which the speed was below ``speed`` units/s (0 for an
         empty episode); None if no speed is known."""
+        return self._from_speeds(lambda after: longest_run(standstill(after, speed)))
+
+    def _from_speeds(self, measure) -> int | None:
+        """``measure`` of the (N,) speeds after each step; 0 for an empty episode, None if no speed is known."""
         after = np.asarray(self.speeds, dtype=np.float64)[1:]
         if not len(after) or not np.isfinite(after).any():
             return None if len(after) else 0
-        return longest_run(standstill(after, speed))
+        return measure(after)
 
     @property
     def off_road_steps(self) -> int | None:

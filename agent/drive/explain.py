@@ -10,7 +10,7 @@ import numpy as np
 from agent.rollout import Actor, Decision, PolicyActor
 from agent.drive.saliency import PendingSaliency
 from agent.drive.hud import DEFAULT_ACTION_NAMES, Renderer
-from agent.drive.traces import step_traces
+from agent.drive.traces import action_number, step_traces
 
 
 class Overlays:
@@ -168,9 +168,8 @@ class Overlays:
                 index or the normalised steering, its class), or None.
         """
         if self.recorder is not None and "traces" in extras:
-            action = d.action if np.isscalar(d.action) else float(np.asarray(d.action).reshape(-1)[0])
             sal = extras.get("saliency")
-            self.recorder.add(extras["traces"], action=action, action_class=d.action_class, reward=reward,
+            self.recorder.add(extras["traces"], action=action_number(d.action), action_class=d.action_class, reward=reward,
                               episode=episode, step=step, time_s=time_s, speed=speed, off_road=off_road,
                               cam=None if sal is None else sal.cam, teacher=teacher)
 

@@ -37,7 +37,7 @@ from agent.drive.args import DEFAULT_SCALE, ENV_FPS, check_drive_args
 from agent.drive.envworker import use_env_worker
 from agent.drive.explain import Overlays
 from agent.drive.hud import STEERING_CLASSES, Renderer, StepView
-from agent.drive.teacher import action_number
+from agent.drive.traces import action_number
 from agent.drive.video import VideoWriter
 from agent.drive.window import HELP_TEXT, Window, display_unavailable_reason
 

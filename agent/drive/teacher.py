@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 
 class Teacher:
     """An expert that labels the states of a run, and the per-episode agreement with the policy.
@@ -82,9 +80,10 @@ class Teacher:
         """The class of a teacher action, as :attr:`agent.rollout.Decision.action_class` counts it."""
         if not self.continuous:
             return int(action)
+        from agent.drive.traces import action_number
         from agent.rollout import steering_class
 
-        return steering_class(float(np.asarray(action).reshape(-1)[0]))
+        return steering_class(action_number(action))
 
     def count(self, teacher_class: int, policy_class: int) -> bool:
         """Count one step; returns whether the policy chose the teacher's class."""
@@ -105,10 +104,4 @@ class Teacher:
         return f"  teacher's {what} on {100 * self.agreement:5.1f} % of steps"
 
 
-def action_number(action) -> float:
-    """The action as one number for the trace file: the discrete index, or the normalised steering."""
-    a = np.asarray(action, dtype=np.float64).reshape(-1)
-    return float(a[0])
-
-
-__all__ = ["Teacher", "action_number"]
+__all__ = ["Teacher"]

@@ -213,6 +213,12 @@ class TraceHistory:
         return masked_mean(np.nan_to_num(v), np.isfinite(v))
 
 
+def action_number(action) -> float:
+    """An action as the one number the trace file keeps: the discrete index, or the first component
+    of a continuous action (the normalised steering, +1 = full right)."""
+    return float(np.asarray(action, dtype=np.float64).reshape(-1)[0])
+
+
 class TraceRecorder:
     """Every step of a run, for ``--dump-traces``: written by :func:`save_traces` at the end.
 
@@ -434,4 +440,4 @@ def plot_traces(path: str | Path, out: str | Path, head: int | None = None, size
 
 
 __all__ = ["CLASS_COLORS", "NEURON_GROUPS", "PAIR_QUANTITIES", "StepTraces", "TraceHistory", "TraceRecorder",
-           "load_traces", "masked_mean", "plot_traces", "save_traces", "step_traces"]
+           "action_number", "load_traces", "masked_mean", "plot_traces", "save_traces", "step_traces"]
