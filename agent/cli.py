@@ -112,6 +112,9 @@ def _add_expert(sub) -> None:
     r.add_argument("--creep-speed", type=float, default=0.0, metavar="V",
                    help="the discrete expert drives with the creep rule (every action below V units/s is gas), as "
                         "`agent train --creep-speed` teaches it; 0: off")
+    r.add_argument("--brake-floor", type=float, default=None, metavar="V",
+                   help="with --start-rule: the rule turns brake into gas below V units/s (default 10), as "
+                        "`agent train --brake-floor` teaches it")
     r.add_argument("--json", default=None, help="write every episode and the summary here")
 
 
@@ -126,14 +129,22 @@ def _cmd_expert_recovery(args) -> int:
     from agent.train.expert import ExpertPolicy
 
     driver = load_policy(args.policy or args.expert)
-    if (args.start_rule or args.creep_speed) and not isinstance(driver, ExpertPolicy):
-        raise CLIError("--start-rule and --creep-speed are the PPO expert's rules; the policy checked is not one")
+    if (args.start_rule or args.creep_speed or args.brake_floor is not None) and not isinstance(driver, ExpertPolicy):
+        raise CLIError("--start-rule, --creep-speed and --brake-floor are the PPO expert's rules; the policy checked "
+                       "is not one")
+    if args.brake_floor is not None and not args.start_rule:
+        raise CLIError("--brake-floor is the start rule's floor: add --start-rule")
     if isinstance(driver, ExpertPolicy):
         driver.use_start_rule(args.start_rule)
         try:
             driver.use_creep_rule(args.creep_speed)
         except ValueError as exc:
             raise CLIError(f"--creep-speed: {exc}") from exc
+        if args.brake_floor is not None:
+            try:
+                driver.use_brake_floor(args.brake_floor)
+            except ValueError as exc:
+                raise CLIError(f"--brake-floor: {exc}") from exc
         env = make_carracing(privileged=True, continuous=driver.continuous)
     elif args.policy is None:
         raise CLIError(f"{args.expert} is not a PPO expert .zip (to check a student policy, pass it as --policy)")
@@ -152,6 +163,7 @@ def _cmd_expert_recovery(args) -> int:
     if args.json:
         _write_json(args.json, {"expert" if args.policy is None else "policy": str(args.policy or args.expert),
                                 "seed": args.seed, "start_rule": args.start_rule, "creep_speed": args.creep_speed,
+                                "brake_floor": getattr(driver, "brake_floor", None) if args.start_rule else None,
                                 **out})
     return 0
 
@@ -336,6 +348,13 @@ def _add_train(sub) -> None:
                         "CarRacing cannot steer and accelerate at once, and off the road the expert steers a car at "
                         "1-4 units/s, which then circles on the grass for hundreds of steps; the start rule acts "
                         "only below 1 unit/s (README, 'The creep rule'). 0: off")
+    p.add_argument("--brake-floor", type=float, default=None, metavar="V",
+                   help="carracing, discrete: the start rule's brake floor: below V units/s a brake label becomes "
+                        "gas, in the recordings (relabelled from their recorded speeds) and in DAgger's relabelling "
+                        "(which needs --start-rule). Without it the start rule's floor is 10 units/s and recordings "
+                        "keep their labels; the expert's brake labels just above 10 in its students' states teach a "
+                        "slow student to brake each time it reaches 10 (README, 'The brake floor'). 20 is the "
+                        "setting that removes them")
     p.add_argument("--dagger-rounds", type=int, default=0, help="carracing: DAgger rounds after BC")
     p.add_argument("--dagger-episodes", type=int, default=8, help="carracing: student episodes per DAgger round")
     p.add_argument("--dagger-epochs", type=int, default=3, help="carracing: epochs on the aggregate after each round")
@@ -435,7 +454,8 @@ _ENV_ONLY = {"udacity": {"augment_prob": 0.6, "smooth_labels": 1, "on_bad_row": 
                            "dagger_disturb": 0.0, "dagger_disturb_kinds": "off-road,stop", "dagger_out": None,
                            "dagger_max_steps": None, "dagger_seed": None, "dagger_edge_weight": 1.0,
                            "dagger_edge_horizon": 10,
-                           "save_bc": None, "start_rule": False, "creep_speed": 0.0, "envs": 1}}
+                           "save_bc": None, "start_rule": False, "creep_speed": 0.0, "brake_floor": None,
+                           "envs": 1}}
 
 
 def _udacity_loader(args, n_recordings: int):
@@ -469,6 +489,8 @@ def _load_source(env: str, data: list[str], args):
         demos = load_demonstrations(data)  # RecordingError if they mix action kinds
         if getattr(args, "creep_speed", 0.0):
             demos = _relabel_creep(demos, args.creep_speed)
+        if getattr(args, "brake_floor", None) is not None:
+            demos = _relabel_brake_floor(demos, args.brake_floor)
         return DemonstrationSource(demos, skip_stalls=getattr(args, "skip_stalls", False),
                                    standstills=getattr(args, "standstills", 0.0))
     from agent.data.udacity import AugmentConfig
@@ -507,6 +529,21 @@ def _relabel_creep(demos, creep_speed: float):
     demos, changed = relabel_creep(demos, creep_speed)
     get_logger("agent.train").info("--creep-speed %.1f: %d of %d recorded labels below %.1f units/s relabelled gas",
                                    creep_speed, changed, demos.n_frames, creep_speed)
+    return demos
+
+
+def _relabel_brake_floor(demos, floor: float):
+    """The recorded demonstrations with the brake floor applied to their labels
+    (:func:`agent.train.expert.relabel_brake_floor`); logs how many labels changed. Raises CLIError
+    for continuous recordings."""
+    from agent.log import get_logger
+    from agent.train.expert import relabel_brake_floor
+
+    if demos.continuous:
+        raise CLIError("--brake-floor relabels discrete recordings (continuous ones keep their throttle); leave it out")
+    demos, changed = relabel_brake_floor(demos, floor)
+    get_logger("agent.train").info("--brake-floor %.1f: %d of %d recorded brake labels below %.1f units/s relabelled "
+                                   "gas", floor, changed, demos.n_frames, floor)
     return demos
 
 
@@ -609,6 +646,11 @@ def _cmd_train(args) -> int:
         raise CLIError("--dagger-edge-weight weighs DAgger's relabelled frames: it needs --dagger-rounds")
     if not args.creep_speed >= 0 or not np.isfinite(args.creep_speed):
         raise CLIError(f"--creep-speed must be a speed >= 0 units/s (0: off), got {args.creep_speed}")
+    if args.brake_floor is not None:
+        if not (args.brake_floor >= 0 and np.isfinite(args.brake_floor)):
+            raise CLIError(f"--brake-floor must be a speed >= 0 units/s, got {args.brake_floor}")
+        if args.dagger_rounds and not args.start_rule:
+            raise CLIError("--brake-floor is the start rule's floor: DAgger's teacher uses it only with --start-rule")
     if args.dagger_rounds and not args.expert:
         raise CLIError("--dagger-rounds needs --expert (the PPO expert that relabels the student's states)")
     if args.envs < 1 or (args.envs != 1 and not args.dagger_rounds):
@@ -675,6 +717,8 @@ def _cmd_train(args) -> int:
         expert = _use_start_rule(load_policy(args.expert), args.start_rule)
         if args.creep_speed and not is_continuous(expert):
             expert.use_creep_rule(args.creep_speed)
+        if args.brake_floor is not None:
+            expert.use_brake_floor(args.brake_floor)
         if is_continuous(expert) != continuous:
             kinds = {True: "continuous (steering, throttle)", False: "discrete"}
             raise CLIError(f"--expert {args.expert} drives with {kinds[is_continuous(expert)]} actions but the "

@@ -98,6 +98,8 @@ def test_creep_rule_makes_every_slow_label_gas(policy_file, tmp_path, capsys):
     (["--teacher-creep-speed", "10"], "give the teacher with --teacher"),
     (["--teacher", "x.zip", "--teacher-creep-speed", "-1"], ">= 0 units/s"),
     (["--teacher", "x.zip", "--env-worker", "on"], "--env-worker auto or off"),
+    (["--teacher-brake-floor", "20"], "give the teacher with --teacher"),
+    (["--teacher", "x.zip", "--teacher-brake-floor", "-1"], "--teacher-brake-floor must be a speed"),
 ])
 def test_bad_teacher_options_are_refused_with_a_reason(argv, words):
     assert words in check_drive_args(_parse(*argv))
@@ -131,3 +133,12 @@ def test_hud_shows_the_teacher_in_another_colour_where_it_disagrees():
     none, same, other = hud(None), hud(3), hud(4)
     assert (same != none).any()  # the teacher's label is drawn
     assert (other != same).any()  # another label, another colour
+
+
+def test_the_teachers_brake_floor_reaches_its_start_rule():
+    from agent.drive.teacher import Teacher
+    from agent.train.expert import CRAWL_SPEED
+
+    assert Teacher.load(TEACHER.name, False).expert.brake_floor == CRAWL_SPEED
+    t = Teacher.load(TEACHER.name, False, creep_speed=10.0, brake_floor=20.0)
+    assert t.expert.brake_floor == 20.0 and t.expert.start_rule and t.expert.creep_speed == 10.0

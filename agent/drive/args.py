@@ -7,6 +7,7 @@ Nothing heavy is imported here (no pygame, torch or gymnasium), so building the 
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from envs.tracks import EVAL_SEED_BASE
@@ -76,6 +77,9 @@ def add_drive_arguments(parser: argparse.ArgumentParser) -> None:
     te.add_argument("--teacher-creep-speed", type=float, default=0.0, metavar="V",
                     help="the teacher's creep rule: below V units/s its label is gas (discrete experts; nac.pt's "
                          "DAgger rounds used 10). 0: off, the expert's own action (default: %(default)s)")
+    te.add_argument("--teacher-brake-floor", type=float, default=None, metavar="V",
+                    help="the teacher's start rule turns brake into gas below V units/s instead of 10, as `agent "
+                         "train --brake-floor` teaches it (README, 'The brake floor')")
     ov = parser.add_argument_group("overlays", "live interpretability: Grad-CAM saliency over the frame and the "
                                     "NAC neuron traces (phi, omega, logits, weights, NCP neuron groups) in the "
                                     "right panel. Keys in the window: P/space pause, N/. single step, S saliency, "
@@ -125,6 +129,11 @@ def check_drive_args(args) -> str | None:
         return f"--teacher-creep-speed must be a speed >= 0 units/s (0: off), got {creep}"
     if creep and teacher is None:
         return "--teacher-creep-speed sets the teacher's creep rule; give the teacher with --teacher EXPERT.zip"
+    floor = getattr(args, "teacher_brake_floor", None)
+    if floor is not None and not (floor >= 0 and math.isfinite(floor)):
+        return f"--teacher-brake-floor must be a speed >= 0 units/s, got {floor}"
+    if floor is not None and teacher is None:
+        return "--teacher-brake-floor sets the teacher's start rule; give the teacher with --teacher EXPERT.zip"
     if teacher is not None and getattr(args, "env_worker", "auto") == "on":
         return "--teacher reads the env's state in this process; use --env-worker auto or off with it"
     if args.dump_traces is not None and Path(args.dump_traces).suffix.lower() != ".npz":

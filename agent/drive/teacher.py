@@ -27,6 +27,8 @@ class Teacher:
             throttle) actions); the expert must then be continuous too, and vice versa.
         creep_speed: the creep rule's speed, units/s (:func:`agent.train.expert.creep_rule`; discrete
             experts only); 0: off.
+        brake_floor: the start rule's brake floor, units/s (:meth:`agent.train.expert.ExpertPolicy.use_brake_floor`);
+            None: the rule's own, :data:`agent.train.expert.CRAWL_SPEED`.
         name: the expert's file name, for messages and the trace file.
 
     Agreement is counted on action classes: the discrete action index (0..4), or for continuous
@@ -34,23 +36,27 @@ class Teacher:
 
     Raises:
         ValueError: the expert's action space does not match the policy's, or a creep rule for a
-            continuous expert or below 0.
+            continuous expert or below 0, or a brake floor below 0.
     """
 
-    def __init__(self, expert, continuous_policy: bool, creep_speed: float = 0.0, name: str = "expert"):
+    def __init__(self, expert, continuous_policy: bool, creep_speed: float = 0.0, name: str = "expert",
+                 brake_floor: float | None = None):
         if bool(expert.continuous) != bool(continuous_policy):
             kind = ("continuous (steering, throttle)" if expert.continuous else "five discrete actions")
             want = "a continuous expert" if continuous_policy else "a discrete expert"
             raise ValueError(f"--teacher {name} drives with {kind}, but the policy does not; give {want} "
                              f"(e.g. {'carracing-expert-continuous.zip' if continuous_policy else 'carracing-expert-discrete-margin.zip'})")
         self.expert = expert.use_start_rule(True).use_creep_rule(creep_speed)
+        if brake_floor is not None:
+            self.expert.use_brake_floor(brake_floor)
         self.continuous = bool(expert.continuous)
         self.name = name
         self.steps = 0
         self.agreed = 0
 
     @classmethod
-    def load(cls, name: str | Path, continuous_policy: bool, creep_speed: float = 0.0) -> "Teacher":
+    def load(cls, name: str | Path, continuous_policy: bool, creep_speed: float = 0.0,
+             brake_floor: float | None = None) -> "Teacher":
         """Load the expert ``name`` (a path, or a bare name looked up in ``policies/``).
 
         Raises:
@@ -65,7 +71,7 @@ class Teacher:
             expert = ExpertPolicy.load(path)
         except (FileNotFoundError, ValueError) as exc:
             raise ValueError(f"--teacher: {exc}") from exc
-        return cls(expert, continuous_policy, creep_speed, name=path.name)
+        return cls(expert, continuous_policy, creep_speed, name=path.name, brake_floor=brake_floor)
 
     def reset(self) -> None:
         """Start a new episode's count."""

@@ -28,6 +28,11 @@ BRAKE = ACTION_NAMES.index("brake")
 #: below this speed (simulator units per second) the start rule turns the expert's brake into gas
 #: (:meth:`ExpertPolicy.act`); the car cruises at 30-90 units/s and reaches 43 after 2 s of gas
 CRAWL_SPEED = 10.0
+#: the brake floor a DAgger teacher can be given instead of :data:`CRAWL_SPEED` (``agent train --brake-floor``):
+#: the expert's brake labels at 10-15 units/s in its students' states (431 of the 2,575 brake labels of 19
+#: clean DAgger rounds, half of them on the grass) teach a slow student to brake each time it reaches
+#: 10 units/s (README, "The brake floor"); the expert's own laps and recoveries never brake below 20 on the road
+BRAKE_FLOOR_SPEED = 20.0
 #: the continuous expert's throttle under the start rule (full gas, as on the first steps of its laps)
 START_THROTTLE = 1.0
 
@@ -63,6 +68,65 @@ def creep_rule(actions: np.ndarray, speeds, creep_speed: float) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         slow = speeds < creep_speed
     return np.where(slow, GAS, actions)
+
+
+def brake_floor_rule(actions: np.ndarray, speeds, floor: float) -> np.ndarray:
+    """The start rule's brake floor on discrete labels: below ``floor`` a brake label becomes gas.
+
+    The start rule (:meth:`ExpertPolicy.act`) does this below :data:`CRAWL_SPEED`; a DAgger teacher
+    can be given a higher floor (:data:`BRAKE_FLOOR_SPEED`, ``agent train --brake-floor``), and
+    recordings labelled under the old floor get the new one from their recorded speeds
+    (:func:`relabel_brake_floor`). Other labels are kept.
+
+    Args:
+        actions: (N,) int64 discrete actions (0..4, :data:`envs.carracing.ACTION_NAMES`).
+        speeds: (N,) car speeds in simulator units per second at those frames; NaN never triggers.
+        floor: units/s; 0 turns the rule off.
+
+    Returns:
+        (N,) int64: a new array.
+
+    Raises:
+        ValueError: ``actions`` and ``speeds`` of different lengths, or a negative ``floor``.
+    """
+    actions = np.asarray(actions, dtype=np.int64).reshape(-1)
+    speeds = np.asarray(speeds, dtype=np.float64).reshape(-1)
+    if len(speeds) != len(actions):
+        raise ValueError(f"brake_floor_rule needs one speed per action: {len(speeds)} speeds for {len(actions)} "
+                         "actions")
+    if not floor >= 0:
+        raise ValueError(f"the brake floor must be >= 0 units/s, got {floor}")
+    with np.errstate(invalid="ignore"):
+        slow = speeds < floor
+    return np.where(slow & (actions == BRAKE), GAS, actions)
+
+
+def relabel_brake_floor(demos, floor: float):
+    """Recorded discrete demonstrations with :func:`brake_floor_rule` applied to their labels.
+
+    Like :func:`relabel_creep`, it needs only the label and the recorded speed
+    (:attr:`agent.data.recordings.Demonstrations.speeds`); frames without a known speed keep
+    their label.
+
+    Args:
+        demos: :class:`agent.data.recordings.Demonstrations` with discrete actions.
+        floor: units/s (see :func:`brake_floor_rule`).
+
+    Returns:
+        (new Demonstrations, the number of labels changed).
+
+    Raises:
+        ValueError: continuous demonstrations, or a negative ``floor``.
+    """
+    import dataclasses
+
+    if demos.continuous:
+        raise ValueError("relabelling recordings with a brake floor is for discrete recordings (continuous ones "
+                         "keep their throttle); leave --brake-floor out for continuous data")
+    speeds = demos.frame_speeds()
+    actions = [brake_floor_rule(a, v, floor) for a, v in zip(demos.actions, speeds)]
+    changed = int(sum(np.count_nonzero(a != b) for a, b in zip(actions, demos.actions)))
+    return dataclasses.replace(demos, actions=actions), changed
 
 
 def relabel_creep(demos, creep_speed: float):
@@ -306,6 +370,8 @@ class ExpertPolicy:
             train`` and ``agent evaluate``, and ``agent compare``'s protocol has it on.
         creep_speed: the creep rule's speed in units/s (:func:`creep_rule`; discrete experts;
             0, off, after :meth:`load`); ``agent train --creep-speed`` sets it for DAgger.
+        brake_floor: the start rule's brake floor in units/s: below it a brake becomes gas
+            (:data:`CRAWL_SPEED` after :meth:`load`; ``agent train --brake-floor`` raises it for DAgger).
     """
 
     def __init__(self, policy, start_rule: bool = False):
@@ -316,6 +382,7 @@ class ExpertPolicy:
         self.continuous = isinstance(policy.action_space, spaces.Box)
         self.start_rule = False
         self.creep_speed = 0.0
+        self.brake_floor = CRAWL_SPEED
         self.use_start_rule(start_rule)
 
     def use_start_rule(self, on: bool = True) -> "ExpertPolicy":
@@ -335,6 +402,19 @@ class ExpertPolicy:
             raise ValueError("the creep rule is for discrete experts (the continuous one steers and accelerates "
                              "at once)")
         self.creep_speed = float(creep_speed)
+        return self
+
+    def use_brake_floor(self, floor: float) -> "ExpertPolicy":
+        """Set the start rule's brake floor (units/s; see :meth:`act`, :func:`brake_floor_rule`); returns the expert.
+
+        It acts only with the start rule on (:meth:`use_start_rule`).
+
+        Raises:
+            ValueError: a negative or non-finite floor.
+        """
+        if not (floor >= 0 and np.isfinite(floor)):
+            raise ValueError(f"the brake floor must be a speed >= 0 units/s, got {floor}")
+        self.brake_floor = float(floor)
         return self
 
     @property
@@ -481,7 +561,8 @@ class ExpertPolicy:
           standing car, and gas is the only discrete action that does: no gas while steering); a
           continuous throttle becomes :data:`START_THROTTLE` (full gas, what the expert itself
           uses on the first steps of every lap), its steering kept;
-        - below :data:`CRAWL_SPEED` (10 units/s) brake becomes gas: the discrete brake action
+        - below the brake floor (:attr:`brake_floor`, :data:`CRAWL_SPEED` = 10 units/s unless
+          :meth:`use_brake_floor` changed it) brake becomes gas: the discrete brake action
           becomes gas, a negative continuous throttle becomes :data:`START_THROTTLE`.
 
         With :attr:`creep_speed` above 0 (discrete), :func:`creep_rule` then makes every action
@@ -549,11 +630,11 @@ class ExpertPolicy:
         with np.errstate(invalid="ignore"):
             still = speeds < STANDSTILL_SPEED
             if self.continuous:
-                rule = still | ((actions[:, -1] < 0) & (speeds < CRAWL_SPEED))
+                rule = still | ((actions[:, -1] < 0) & (speeds < self.brake_floor))
                 actions = actions.copy()
                 actions[rule, -1] = np.maximum(actions[rule, -1], START_THROTTLE)
                 return actions
-            rule = (actions != GAS) & (still | ((actions == BRAKE) & (speeds < CRAWL_SPEED)))
+            rule = (actions != GAS) & (still | ((actions == BRAKE) & (speeds < self.brake_floor)))
         return np.where(rule, GAS, actions)
 
     def predict(self, obs, state=None, episode_start=None, deterministic=True):
