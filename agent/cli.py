@@ -115,6 +115,9 @@ def _add_expert(sub) -> None:
     r.add_argument("--brake-floor", type=float, default=None, metavar="V",
                    help="with --start-rule: the rule turns brake into gas below V units/s (default 10), as "
                         "`agent train --brake-floor` teaches it")
+    r.add_argument("--grass-rule", action="store_true",
+                   help="the discrete expert drives with the grass rule (brake becomes gas with all four wheels on "
+                        "the grass), as `agent train --grass-rule` teaches it")
     r.add_argument("--json", default=None, help="write every episode and the summary here")
 
 
@@ -129,9 +132,10 @@ def _cmd_expert_recovery(args) -> int:
     from agent.train.expert import ExpertPolicy
 
     driver = load_policy(args.policy or args.expert)
-    if (args.start_rule or args.creep_speed or args.brake_floor is not None) and not isinstance(driver, ExpertPolicy):
-        raise CLIError("--start-rule, --creep-speed and --brake-floor are the PPO expert's rules; the policy checked "
-                       "is not one")
+    if (args.start_rule or args.creep_speed or args.brake_floor is not None or args.grass_rule) and \
+            not isinstance(driver, ExpertPolicy):
+        raise CLIError("--start-rule, --creep-speed, --brake-floor and --grass-rule are the PPO expert's rules; the "
+                       "policy checked is not one")
     if args.brake_floor is not None and not args.start_rule:
         raise CLIError("--brake-floor is the start rule's floor: add --start-rule")
     if isinstance(driver, ExpertPolicy):
@@ -145,6 +149,10 @@ def _cmd_expert_recovery(args) -> int:
                 driver.use_brake_floor(args.brake_floor)
             except ValueError as exc:
                 raise CLIError(f"--brake-floor: {exc}") from exc
+        try:
+            driver.use_grass_rule(args.grass_rule)
+        except ValueError as exc:
+            raise CLIError(f"--grass-rule: {exc}") from exc
         env = make_carracing(privileged=True, continuous=driver.continuous)
     elif args.policy is None:
         raise CLIError(f"{args.expert} is not a PPO expert .zip (to check a student policy, pass it as --policy)")
@@ -164,6 +172,7 @@ def _cmd_expert_recovery(args) -> int:
         _write_json(args.json, {"expert" if args.policy is None else "policy": str(args.policy or args.expert),
                                 "seed": args.seed, "start_rule": args.start_rule, "creep_speed": args.creep_speed,
                                 "brake_floor": getattr(driver, "brake_floor", None) if args.start_rule else None,
+                                "grass_rule": args.grass_rule,
                                 **out})
     return 0
 
@@ -355,6 +364,12 @@ def _add_train(sub) -> None:
                         "keep their labels; the expert's brake labels just above 10 in its students' states teach a "
                         "slow student to brake each time it reaches 10 (README, 'The brake floor'). 20 is the "
                         "setting that removes them")
+    p.add_argument("--grass-rule", action="store_true",
+                   help="carracing, discrete: the teacher's grass rule: with the car on the grass a brake label "
+                        "becomes gas, in DAgger's relabelling (all four wheels on the grass) and in the recordings "
+                        "(the grass read from the pixels around the car). The expert brakes slow cars on the grass, "
+                        "which teaches its students to brake at that speed on the road too (README, 'The brake "
+                        "floor')")
     p.add_argument("--dagger-rounds", type=int, default=0, help="carracing: DAgger rounds after BC")
     p.add_argument("--dagger-episodes", type=int, default=8, help="carracing: student episodes per DAgger round")
     p.add_argument("--dagger-epochs", type=int, default=3, help="carracing: epochs on the aggregate after each round")
@@ -455,7 +470,7 @@ _ENV_ONLY = {"udacity": {"augment_prob": 0.6, "smooth_labels": 1, "on_bad_row": 
                            "dagger_max_steps": None, "dagger_seed": None, "dagger_edge_weight": 1.0,
                            "dagger_edge_horizon": 10,
                            "save_bc": None, "start_rule": False, "creep_speed": 0.0, "brake_floor": None,
-                           "envs": 1}}
+                           "grass_rule": False, "envs": 1}}
 
 
 def _udacity_loader(args, n_recordings: int):
@@ -491,6 +506,8 @@ def _load_source(env: str, data: list[str], args):
             demos = _relabel_creep(demos, args.creep_speed)
         if getattr(args, "brake_floor", None) is not None:
             demos = _relabel_brake_floor(demos, args.brake_floor)
+        if getattr(args, "grass_rule", False):
+            demos = _relabel_grass(demos)
         return DemonstrationSource(demos, skip_stalls=getattr(args, "skip_stalls", False),
                                    standstills=getattr(args, "standstills", 0.0))
     from agent.data.udacity import AugmentConfig
@@ -544,6 +561,22 @@ def _relabel_brake_floor(demos, floor: float):
     demos, changed = relabel_brake_floor(demos, floor)
     get_logger("agent.train").info("--brake-floor %.1f: %d of %d recorded brake labels below %.1f units/s relabelled "
                                    "gas", floor, changed, demos.n_frames, floor)
+    return demos
+
+
+def _relabel_grass(demos):
+    """The recorded demonstrations with the grass rule applied to their labels
+    (:func:`agent.train.expert.relabel_grass`); logs how many labels changed. Raises CLIError for
+    continuous recordings or frames that are not CarRacing's."""
+    from agent.log import get_logger
+    from agent.train.expert import relabel_grass
+
+    try:
+        demos, changed = relabel_grass(demos)
+    except ValueError as exc:
+        raise CLIError(f"--grass-rule: {exc}") from exc
+    get_logger("agent.train").info("--grass-rule: %d of %d recorded brake labels on the grass (read from the pixels) "
+                                   "relabelled gas", changed, demos.n_frames)
     return demos
 
 
@@ -719,6 +752,8 @@ def _cmd_train(args) -> int:
             expert.use_creep_rule(args.creep_speed)
         if args.brake_floor is not None:
             expert.use_brake_floor(args.brake_floor)
+        if args.grass_rule and not is_continuous(expert):
+            expert.use_grass_rule(True)
         if is_continuous(expert) != continuous:
             kinds = {True: "continuous (steering, throttle)", False: "discrete"}
             raise CLIError(f"--expert {args.expert} drives with {kinds[is_continuous(expert)]} actions but the "

@@ -77,6 +77,9 @@ def add_drive_arguments(parser: argparse.ArgumentParser) -> None:
     te.add_argument("--teacher-creep-speed", type=float, default=0.0, metavar="V",
                     help="the teacher's creep rule: below V units/s its label is gas (discrete experts; nac.pt's "
                          "DAgger rounds used 10). 0: off, the expert's own action (default: %(default)s)")
+    te.add_argument("--teacher-grass-rule", action="store_true",
+                    help="the teacher's grass rule: with all four wheels on the grass its brake becomes gas, as "
+                         "`agent train --grass-rule` teaches it (discrete experts)")
     te.add_argument("--teacher-brake-floor", type=float, default=None, metavar="V",
                     help="the teacher's start rule turns brake into gas below V units/s instead of 10, as `agent "
                          "train --brake-floor` teaches it (README, 'The brake floor')")
@@ -134,6 +137,8 @@ def check_drive_args(args) -> str | None:
         return f"--teacher-brake-floor must be a speed >= 0 units/s, got {floor}"
     if floor is not None and teacher is None:
         return "--teacher-brake-floor sets the teacher's start rule; give the teacher with --teacher EXPERT.zip"
+    if getattr(args, "teacher_grass_rule", False) and teacher is None:
+        return "--teacher-grass-rule sets the teacher's grass rule; give the teacher with --teacher EXPERT.zip"
     if teacher is not None and getattr(args, "env_worker", "auto") == "on":
         return "--teacher reads the env's state in this process; use --env-worker auto or off with it"
     if args.dump_traces is not None and Path(args.dump_traces).suffix.lower() != ".npz":

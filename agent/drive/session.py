@@ -200,7 +200,8 @@ class DriveSession:
             from agent.drive.teacher import Teacher
 
             self.teacher = Teacher.load(args.teacher, is_continuous(policy), getattr(args, "teacher_creep_speed", 0.0),
-                                        getattr(args, "teacher_brake_floor", None))
+                                        getattr(args, "teacher_brake_floor", None),
+                                        getattr(args, "teacher_grass_rule", False))
         overlay = not args.no_overlay
         draw = force_draw or not headless or args.record is not None
         self.env_worker, self.env_worker_reason = use_env_worker(

@@ -29,6 +29,8 @@ class Teacher:
             experts only); 0: off.
         brake_floor: the start rule's brake floor, units/s (:meth:`agent.train.expert.ExpertPolicy.use_brake_floor`);
             None: the rule's own, :data:`agent.train.expert.CRAWL_SPEED`.
+        grass_rule: the expert's grass rule (:meth:`agent.train.expert.ExpertPolicy.use_grass_rule`;
+            discrete experts).
         name: the expert's file name, for messages and the trace file.
 
     Agreement is counted on action classes: the discrete action index (0..4), or for continuous
@@ -36,11 +38,11 @@ class Teacher:
 
     Raises:
         ValueError: the expert's action space does not match the policy's, or a creep rule for a
-            continuous expert or below 0, or a brake floor below 0.
+            continuous expert or below 0, a brake floor below 0, or a grass rule for a continuous expert.
     """
 
     def __init__(self, expert, continuous_policy: bool, creep_speed: float = 0.0, name: str = "expert",
-                 brake_floor: float | None = None):
+                 brake_floor: float | None = None, grass_rule: bool = False):
         if bool(expert.continuous) != bool(continuous_policy):
             kind = ("continuous (steering, throttle)" if expert.continuous else "five discrete actions")
             want = "a continuous expert" if continuous_policy else "a discrete expert"
@@ -49,6 +51,7 @@ class Teacher:
         self.expert = expert.use_start_rule(True).use_creep_rule(creep_speed)
         if brake_floor is not None:
             self.expert.use_brake_floor(brake_floor)
+        self.expert.use_grass_rule(grass_rule)
         self.continuous = bool(expert.continuous)
         self.name = name
         self.steps = 0
@@ -56,7 +59,7 @@ class Teacher:
 
     @classmethod
     def load(cls, name: str | Path, continuous_policy: bool, creep_speed: float = 0.0,
-             brake_floor: float | None = None) -> "Teacher":
+             brake_floor: float | None = None, grass_rule: bool = False) -> "Teacher":
         """Load the expert ``name`` (a path, or a bare name looked up in ``policies/``).
 
         Raises:
@@ -71,7 +74,8 @@ class Teacher:
             expert = ExpertPolicy.load(path)
         except (FileNotFoundError, ValueError) as exc:
             raise ValueError(f"--teacher: {exc}") from exc
-        return cls(expert, continuous_policy, creep_speed, name=path.name, brake_floor=brake_floor)
+        return cls(expert, continuous_policy, creep_speed, name=path.name, brake_floor=brake_floor,
+                   grass_rule=grass_rule)
 
     def reset(self) -> None:
         """Start a new episode's count."""

@@ -129,6 +129,43 @@ def relabel_brake_floor(demos, floor: float):
     return dataclasses.replace(demos, actions=actions), changed
 
 
+def relabel_grass(demos):
+    """Recorded discrete demonstrations with the grass rule (:meth:`ExpertPolicy.use_grass_rule`)
+    applied to their labels: a brake label on a frame where the car is on the grass becomes gas.
+
+    Recordings keep no wheel flags, so the grass is read from the frame's pixels
+    (:func:`envs.carracing.car_on_grass`), which misses about 4 % of the grass frames and marked
+    no road frame as grass when it was measured.
+
+    Args:
+        demos: :class:`agent.data.recordings.Demonstrations` with discrete actions and CarRacing's
+            (96, 96, 3) frames.
+
+    Returns:
+        (new Demonstrations, the number of labels changed).
+
+    Raises:
+        ValueError: continuous demonstrations, or frames that are not CarRacing's.
+    """
+    import dataclasses
+
+    from envs.carracing import car_on_grass
+
+    if demos.continuous:
+        raise ValueError("the grass rule is for discrete recordings (continuous ones keep their throttle); leave "
+                         "--grass-rule out for continuous data")
+    actions = []
+    for frames, a in zip(demos.frames, demos.actions):
+        a = np.asarray(a, dtype=np.int64)
+        brake = np.flatnonzero(a == BRAKE)
+        new = a.copy()
+        if brake.size:
+            new[brake[car_on_grass(frames[brake])]] = GAS
+        actions.append(new)
+    changed = int(sum(np.count_nonzero(a != b) for a, b in zip(actions, demos.actions)))
+    return dataclasses.replace(demos, actions=actions), changed
+
+
 def relabel_creep(demos, creep_speed: float):
     """Recorded discrete demonstrations with :func:`creep_rule` applied to their labels.
 
@@ -372,6 +409,8 @@ class ExpertPolicy:
             0, off, after :meth:`load`); ``agent train --creep-speed`` sets it for DAgger.
         brake_floor: the start rule's brake floor in units/s: below it a brake becomes gas
             (:data:`CRAWL_SPEED` after :meth:`load`; ``agent train --brake-floor`` raises it for DAgger).
+        grass_rule: with all four wheels on the grass, a brake becomes gas (:meth:`use_grass_rule`;
+            discrete experts; off after :meth:`load`).
     """
 
     def __init__(self, policy, start_rule: bool = False):
@@ -383,6 +422,7 @@ class ExpertPolicy:
         self.start_rule = False
         self.creep_speed = 0.0
         self.brake_floor = CRAWL_SPEED
+        self.grass_rule = False
         self.use_start_rule(start_rule)
 
     def use_start_rule(self, on: bool = True) -> "ExpertPolicy":
@@ -415,6 +455,25 @@ class ExpertPolicy:
         if not (floor >= 0 and np.isfinite(floor)):
             raise ValueError(f"the brake floor must be a speed >= 0 units/s, got {floor}")
         self.brake_floor = float(floor)
+        return self
+
+    def use_grass_rule(self, on: bool = True) -> "ExpertPolicy":
+        """Turn the grass rule on or off; returns the expert.
+
+        With all four wheels on the grass (the flags :data:`envs.carracing.WHEEL_GRASS` of the
+        privileged state), a brake label becomes gas. The expert's network brakes slow cars on the
+        grass in states its own laps never reach, and those labels, just above the start rule's
+        brake floor, teach its students to brake at that speed on the road too: the brake trap
+        (README, "The brake floor"). With the rule on, the expert's own recovery check
+        (tracks 600,000-019) was unchanged.
+
+        Raises:
+            ValueError: a continuous expert (the rule is for the discrete one).
+        """
+        if on and self.continuous:
+            raise ValueError("the grass rule is for discrete experts (the continuous one brakes with a negative "
+                             "throttle, which the start rule's brake floor governs)")
+        self.grass_rule = bool(on)
         return self
 
     @property
@@ -566,7 +625,8 @@ class ExpertPolicy:
           becomes gas, a negative continuous throttle becomes :data:`START_THROTTLE`.
 
         With :attr:`creep_speed` above 0 (discrete), :func:`creep_rule` then makes every action
-        below that speed gas.
+        below that speed gas. With :attr:`grass_rule` (discrete), a brake with all four wheels on
+        the grass becomes gas.
 
         Without them the expert has a fixed point in states its own laps rarely reach: it brakes a
         slow car to a halt, then brakes or steers at rest until the time limit. The discrete
@@ -578,7 +638,7 @@ class ExpertPolicy:
         the frames where the student's car stood still (README, "The continuous start rule").
         """
         state = env.unwrapped.privileged_observation()
-        if self.start_rule or self.creep_speed:  # one rule for both paths: act_batch's, on a batch of one
+        if self.start_rule or self.creep_speed or self.grass_rule:  # one path for the rules: act_batch's, batch of 1
             from agent.rollout import car_speed
 
             action = self.act_batch(state[None], [car_speed(env)], deterministic)[0]
@@ -595,7 +655,8 @@ class ExpertPolicy:
         Args:
             states: (B, PRIVILEGED_DIM) float32 privileged states (``info["privileged_state"]``).
             speeds: (B,) car speeds in simulator units per second (``info["speed"]``), used by the
-                start rule (:attr:`start_rule`) and the creep rule (:attr:`creep_speed`).
+                start rule (:attr:`start_rule`) and the creep rule (:attr:`creep_speed`); the grass
+                rule (:attr:`grass_rule`) reads the wheel flags from ``states``.
             deterministic: the network's most probable action.
 
         Returns:
@@ -620,6 +681,11 @@ class ExpertPolicy:
             actions = self._apply_start_rule(actions, speeds)
         if self.creep_speed and not self.continuous:
             actions = creep_rule(actions, speeds, self.creep_speed)
+        if self.grass_rule and not self.continuous:
+            from envs.carracing import WHEEL_GRASS
+
+            on_grass = (states[:, WHEEL_GRASS] > 0.5).all(axis=1)
+            actions = np.where(on_grass & (actions == BRAKE), GAS, actions)
         return actions
 
     def _apply_start_rule(self, actions: np.ndarray, speeds: np.ndarray) -> np.ndarray:
