@@ -3,9 +3,10 @@
 
 import numpy as np
 import pytest
+from expert_fixture import ConstantNet, small_demos
 
 from agent.cli import main
-from agent.data.recordings import Demonstrations, RecordingWriter, load_demonstrations
+from agent.data.recordings import RecordingWriter, load_demonstrations
 from agent.rollout import Episode
 from agent.train.expert import (BRAKE, BRAKE_FLOOR_SPEED, CRAWL_SPEED, GAS, START_THROTTLE, ExpertPolicy,
                                 brake_floor_rule, relabel_brake_floor)
@@ -14,21 +15,7 @@ from envs.carracing import ACTION_NAMES, PRIVILEGED_DIM
 LEFT, NOTHING = ACTION_NAMES.index("left"), ACTION_NAMES.index("nothing")
 
 
-class _Constant:
-    """Stands in for SB3's ActorCriticPolicy inside ExpertPolicy: always the same action."""
-
-    def __init__(self, action):
-        import gymnasium as gym
-
-        self.action = action
-        self.action_space = (gym.spaces.Box(-1.0, 1.0, (2,), np.float32) if isinstance(action, tuple)
-                             else gym.spaces.Discrete(5))
-
-    def predict(self, obs, state=None, episode_start=None, deterministic=True):
-        n = np.shape(obs)[:-1]
-        if isinstance(self.action, tuple):
-            return np.broadcast_to(np.float32(self.action), n + (2,)).copy(), None
-        return np.full(n, self.action, dtype=np.int64), None
+_Constant = ConstantNet
 
 
 def test_the_rule_turns_only_slow_brakes_into_gas():
@@ -66,13 +53,7 @@ def test_the_expert_uses_its_floor_only_under_the_start_rule():
 
 
 def _demos(speeds=None, continuous=False):
-    rng = np.random.default_rng(0)
-    frames = [rng.integers(0, 255, (4, 8, 8, 3), dtype=np.uint8), rng.integers(0, 255, (3, 8, 8, 3), dtype=np.uint8)]
-    if continuous:
-        actions = [np.zeros((4, 2), np.float32), np.zeros((3, 2), np.float32)]
-    else:
-        actions = [np.array([BRAKE, BRAKE, LEFT, BRAKE]), np.array([BRAKE, NOTHING, BRAKE])]
-    return Demonstrations(frames, actions, [0, 1], [0.0, 0.0], speeds=speeds)
+    return small_demos(([BRAKE, BRAKE, LEFT, BRAKE], [BRAKE, NOTHING, BRAKE]), speeds, continuous)
 
 
 def test_relabel_brake_floor_uses_the_recorded_speeds():

@@ -3,30 +3,17 @@ in recorded labels (relabelled from the speeds the recordings keep)."""
 
 import numpy as np
 import pytest
+from expert_fixture import ConstantNet, small_demos
 
 from agent.cli import main
-from agent.data.recordings import Demonstrations, load_demonstrations
+from agent.data.recordings import load_demonstrations
 from agent.train.expert import GAS, ExpertPolicy, creep_rule, relabel_creep
 from envs.carracing import ACTION_NAMES, PRIVILEGED_DIM
 
 LEFT, RIGHT, NOTHING, BRAKE = (ACTION_NAMES.index(n) for n in ("left", "right", "nothing", "brake"))
 
 
-class _Constant:
-    """Stands in for SB3's ActorCriticPolicy inside ExpertPolicy: always the same action."""
-
-    def __init__(self, action):
-        import gymnasium as gym
-
-        self.action = action
-        self.action_space = (gym.spaces.Box(-1.0, 1.0, (2,), np.float32) if isinstance(action, tuple)
-                             else gym.spaces.Discrete(5))
-
-    def predict(self, obs, state=None, episode_start=None, deterministic=True):
-        n = np.shape(obs)[:-1]
-        if isinstance(self.action, tuple):
-            return np.broadcast_to(np.float32(self.action), n + (2,)).copy(), None
-        return np.full(n, self.action, dtype=np.int64), None
+_Constant = ConstantNet
 
 
 def test_creep_rule_turns_every_slow_label_into_gas_and_keeps_the_rest():
@@ -60,13 +47,7 @@ def test_the_expert_applies_it_after_the_start_rule_and_only_when_asked():
 
 
 def _demos(speeds=None, continuous=False):
-    rng = np.random.default_rng(0)
-    frames = [rng.integers(0, 255, (4, 8, 8, 3), dtype=np.uint8), rng.integers(0, 255, (3, 8, 8, 3), dtype=np.uint8)]
-    if continuous:
-        actions = [np.zeros((4, 2), np.float32), np.zeros((3, 2), np.float32)]
-    else:
-        actions = [np.array([LEFT, RIGHT, LEFT, GAS]), np.array([NOTHING, BRAKE, LEFT])]
-    return Demonstrations(frames, actions, [0, 1], [0.0, 0.0], speeds=speeds)
+    return small_demos(([LEFT, RIGHT, LEFT, GAS], [NOTHING, BRAKE, LEFT]), speeds, continuous)
 
 
 def test_relabel_creep_uses_the_recorded_speeds():

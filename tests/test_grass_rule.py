@@ -4,6 +4,7 @@ read from the pixels around the car)."""
 
 import numpy as np
 import pytest
+from expert_fixture import ConstantNet
 
 from agent.cli import main
 from agent.data.recordings import Demonstrations
@@ -14,21 +15,7 @@ LEFT = ACTION_NAMES.index("left")
 GRASS, ROAD = (100, 228, 100), (105, 105, 105)
 
 
-class _Constant:
-    """Stands in for SB3's ActorCriticPolicy inside ExpertPolicy: always the same action."""
-
-    def __init__(self, action):
-        import gymnasium as gym
-
-        self.action = action
-        self.action_space = (gym.spaces.Box(-1.0, 1.0, (2,), np.float32) if isinstance(action, tuple)
-                             else gym.spaces.Discrete(5))
-
-    def predict(self, obs, state=None, episode_start=None, deterministic=True):
-        n = np.shape(obs)[:-1]
-        if isinstance(self.action, tuple):
-            return np.broadcast_to(np.float32(self.action), n + (2,)).copy(), None
-        return np.full(n, self.action, dtype=np.int64), None
+_Constant = ConstantNet
 
 
 def _frame(ground, grass_cols=0):

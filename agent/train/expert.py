@@ -37,6 +37,35 @@ BRAKE_FLOOR_SPEED = 20.0
 START_THROTTLE = 1.0
 
 
+def _below(actions, speeds, speed: float, rule: str, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(N,) int64 actions and (N,) bool "speed below ``speed``" (NaN: False) for a speed rule.
+
+    Raises:
+        ValueError: actions and speeds of different lengths, or a negative ``speed``.
+    """
+    actions = np.asarray(actions, dtype=np.int64).reshape(-1)
+    speeds = np.asarray(speeds, dtype=np.float64).reshape(-1)
+    if len(speeds) != len(actions):
+        raise ValueError(f"{rule} needs one speed per action: {len(speeds)} speeds for {len(actions)} actions")
+    if not speed >= 0:
+        raise ValueError(f"{name} must be >= 0 units/s, got {speed}")
+    with np.errstate(invalid="ignore"):
+        return actions, speeds < speed
+
+
+def _relabel(demos, rule, what: str):
+    """``demos`` with ``rule(actions, speeds)`` applied to each discrete episode's labels; (new
+    demos, labels changed). Raises ValueError for continuous demonstrations, naming ``what``."""
+    import dataclasses
+
+    if demos.continuous:
+        raise ValueError(f"{what} is for discrete recordings (the continuous configuration steers and accelerates "
+                         "at once, and keeps its throttle)")
+    actions = [rule(a, v) for a, v in zip(demos.actions, demos.frame_speeds())]
+    changed = int(sum(np.count_nonzero(a != b) for a, b in zip(actions, demos.actions)))
+    return dataclasses.replace(demos, actions=actions), changed
+
+
 def creep_rule(actions: np.ndarray, speeds, creep_speed: float) -> np.ndarray:
     """The teacher's creep rule on discrete labels: below ``creep_speed`` every label becomes gas.
 
@@ -59,14 +88,7 @@ def creep_rule(actions: np.ndarray, speeds, creep_speed: float) -> np.ndarray:
     Raises:
         ValueError: ``actions`` and ``speeds`` of different lengths, or a negative ``creep_speed``.
     """
-    actions = np.asarray(actions, dtype=np.int64).reshape(-1)
-    speeds = np.asarray(speeds, dtype=np.float64).reshape(-1)
-    if len(speeds) != len(actions):
-        raise ValueError(f"creep_rule needs one speed per action: {len(speeds)} speeds for {len(actions)} actions")
-    if not creep_speed >= 0:
-        raise ValueError(f"creep_speed must be >= 0 units/s, got {creep_speed}")
-    with np.errstate(invalid="ignore"):
-        slow = speeds < creep_speed
+    actions, slow = _below(actions, speeds, creep_speed, "creep_rule", "creep_speed")
     return np.where(slow, GAS, actions)
 
 
@@ -89,15 +111,7 @@ def brake_floor_rule(actions: np.ndarray, speeds, floor: float) -> np.ndarray:
     Raises:
         ValueError: ``actions`` and ``speeds`` of different lengths, or a negative ``floor``.
     """
-    actions = np.asarray(actions, dtype=np.int64).reshape(-1)
-    speeds = np.asarray(speeds, dtype=np.float64).reshape(-1)
-    if len(speeds) != len(actions):
-        raise ValueError(f"brake_floor_rule needs one speed per action: {len(speeds)} speeds for {len(actions)} "
-                         "actions")
-    if not floor >= 0:
-        raise ValueError(f"the brake floor must be >= 0 units/s, got {floor}")
-    with np.errstate(invalid="ignore"):
-        slow = speeds < floor
+    actions, slow = _below(actions, speeds, floor, "brake_floor_rule", "the brake floor")
     return np.where(slow & (actions == BRAKE), GAS, actions)
 
 
@@ -118,15 +132,7 @@ def relabel_brake_floor(demos, floor: float):
     Raises:
         ValueError: continuous demonstrations, or a negative ``floor``.
     """
-    import dataclasses
-
-    if demos.continuous:
-        raise ValueError("relabelling recordings with a brake floor is for discrete recordings (continuous ones "
-                         "keep their throttle); leave --brake-floor out for continuous data")
-    speeds = demos.frame_speeds()
-    actions = [brake_floor_rule(a, v, floor) for a, v in zip(demos.actions, speeds)]
-    changed = int(sum(np.count_nonzero(a != b) for a, b in zip(actions, demos.actions)))
-    return dataclasses.replace(demos, actions=actions), changed
+    return _relabel(demos, lambda a, v: brake_floor_rule(a, v, floor), "relabelling with a brake floor")
 
 
 def relabel_grass(demos):
@@ -185,15 +191,7 @@ def relabel_creep(demos, creep_speed: float):
         ValueError: continuous demonstrations (the continuous configuration can steer and
             accelerate at once; the rule is for the discrete one), or a negative ``creep_speed``.
     """
-    import dataclasses
-
-    if demos.continuous:
-        raise ValueError("the creep rule is for discrete recordings (the continuous configuration steers and "
-                         "accelerates at once); leave --creep-speed at 0 for continuous data")
-    speeds = demos.frame_speeds()
-    actions = [creep_rule(a, v, creep_speed) for a, v in zip(demos.actions, speeds)]
-    changed = int(sum(np.count_nonzero(a != b) for a, b in zip(actions, demos.actions)))
-    return dataclasses.replace(demos, actions=actions), changed
+    return _relabel(demos, lambda a, v: creep_rule(a, v, creep_speed), "the creep rule")
 
 
 class ActionRepeat(gym.Wrapper):
