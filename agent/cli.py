@@ -502,12 +502,18 @@ def _load_source(env: str, data: list[str], args):
         from agent.data.recordings import load_demonstrations
 
         demos = load_demonstrations(data)  # RecordingError if they mix action kinds
-        if getattr(args, "creep_speed", 0.0):
-            demos = _relabel_creep(demos, args.creep_speed)
-        if getattr(args, "brake_floor", None) is not None:
-            demos = _relabel_brake_floor(demos, args.brake_floor)
+        from agent.train.expert import relabel_brake_floor, relabel_creep, relabel_grass
+
+        creep, floor = getattr(args, "creep_speed", 0.0), getattr(args, "brake_floor", None)
+        if creep:
+            demos = _relabel_recorded(demos, lambda d: relabel_creep(d, creep), f"--creep-speed {creep:.1f}",
+                                      f"labels below {creep:.1f} units/s relabelled gas")
+        if floor is not None:
+            demos = _relabel_recorded(demos, lambda d: relabel_brake_floor(d, floor), f"--brake-floor {floor:.1f}",
+                                      f"brake labels below {floor:.1f} units/s relabelled gas")
         if getattr(args, "grass_rule", False):
-            demos = _relabel_grass(demos)
+            demos = _relabel_recorded(demos, relabel_grass, "--grass-rule",
+                                      "brake labels on the grass (read from the pixels) relabelled gas")
         return DemonstrationSource(demos, skip_stalls=getattr(args, "skip_stalls", False),
                                    standstills=getattr(args, "standstills", 0.0))
     from agent.data.udacity import AugmentConfig
@@ -533,50 +539,17 @@ def _load_source(env: str, data: list[str], args):
                          smooth_mode=args.smooth_mode, straight_keep=args.straight_keep, seed=args.seed)
 
 
-def _relabel_creep(demos, creep_speed: float):
-    """The recorded demonstrations with the creep rule applied to their labels
-    (:func:`agent.train.expert.relabel_creep`); logs how many labels changed. Raises CLIError for
-    continuous recordings."""
+def _relabel_recorded(demos, relabel, flag: str, what: str):
+    """``relabel(demos)`` (one of :mod:`agent.train.expert`'s ``relabel_*``: the teacher's rules
+    applied to recorded labels), logging "<flag>: N of M recorded <what>". Raises CLIError, naming
+    ``flag``, where the rule does not apply (continuous recordings, frames that are not CarRacing's)."""
     from agent.log import get_logger
-    from agent.train.expert import relabel_creep
-
-    if demos.continuous:
-        raise CLIError("--creep-speed is for discrete recordings (the continuous configuration steers and "
-                       "accelerates at once); leave it out")
-    demos, changed = relabel_creep(demos, creep_speed)
-    get_logger("agent.train").info("--creep-speed %.1f: %d of %d recorded labels below %.1f units/s relabelled gas",
-                                   creep_speed, changed, demos.n_frames, creep_speed)
-    return demos
-
-
-def _relabel_brake_floor(demos, floor: float):
-    """The recorded demonstrations with the brake floor applied to their labels
-    (:func:`agent.train.expert.relabel_brake_floor`); logs how many labels changed. Raises CLIError
-    for continuous recordings."""
-    from agent.log import get_logger
-    from agent.train.expert import relabel_brake_floor
-
-    if demos.continuous:
-        raise CLIError("--brake-floor relabels discrete recordings (continuous ones keep their throttle); leave it out")
-    demos, changed = relabel_brake_floor(demos, floor)
-    get_logger("agent.train").info("--brake-floor %.1f: %d of %d recorded brake labels below %.1f units/s relabelled "
-                                   "gas", floor, changed, demos.n_frames, floor)
-    return demos
-
-
-def _relabel_grass(demos):
-    """The recorded demonstrations with the grass rule applied to their labels
-    (:func:`agent.train.expert.relabel_grass`); logs how many labels changed. Raises CLIError for
-    continuous recordings or frames that are not CarRacing's."""
-    from agent.log import get_logger
-    from agent.train.expert import relabel_grass
 
     try:
-        demos, changed = relabel_grass(demos)
+        demos, changed = relabel(demos)
     except ValueError as exc:
-        raise CLIError(f"--grass-rule: {exc}") from exc
-    get_logger("agent.train").info("--grass-rule: %d of %d recorded brake labels on the grass (read from the pixels) "
-                                   "relabelled gas", changed, demos.n_frames)
+        raise CLIError(f"{flag}: {exc}") from exc
+    get_logger("agent.train").info("%s: %d of %d recorded %s", flag, changed, demos.n_frames, what)
     return demos
 
 

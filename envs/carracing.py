@@ -49,6 +49,9 @@ def _grass_ring() -> np.ndarray:
     return ring
 
 
+_GRASS_RING = _grass_ring()
+
+
 def car_on_grass(frames: np.ndarray, share: float = GRASS_SHARE) -> np.ndarray:
     """Whether the car is on the grass in each frame, from the pixels around it.
 
@@ -77,7 +80,7 @@ def car_on_grass(frames: np.ndarray, share: float = GRASS_SHARE) -> np.ndarray:
         raise ValueError(f"car_on_grass needs (N, 96, 96, 3) RGB frames as CarRacing renders them, got {frames.shape}")
     if not 0.0 <= share <= 1.0:
         raise ValueError(f"share must be in 0..1, got {share}")
-    px = frames[:, _grass_ring()].astype(np.int16)  # (N, P, 3)
+    px = frames[:, _GRASS_RING].astype(np.int16)  # (N, P, 3)
     green = (px[..., 1] - px[..., 0]) > 50
     out = green.mean(axis=1) >= share
     return bool(out[0]) if one else out

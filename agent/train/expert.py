@@ -54,14 +54,14 @@ def _below(actions, speeds, speed: float, rule: str, name: str) -> tuple[np.ndar
 
 
 def _relabel(demos, rule, what: str):
-    """``demos`` with ``rule(actions, speeds)`` applied to each discrete episode's labels; (new
-    demos, labels changed). Raises ValueError for continuous demonstrations, naming ``what``."""
+    """``demos`` with ``rule(actions, speeds, frames)`` applied to each discrete episode's labels;
+    (new demos, labels changed). Raises ValueError for continuous demonstrations, naming ``what``."""
     import dataclasses
 
     if demos.continuous:
         raise ValueError(f"{what} is for discrete recordings (the continuous configuration steers and accelerates "
                          "at once, and keeps its throttle)")
-    actions = [rule(a, v) for a, v in zip(demos.actions, demos.frame_speeds())]
+    actions = [rule(a, v, f) for a, v, f in zip(demos.actions, demos.frame_speeds(), demos.frames)]
     changed = int(sum(np.count_nonzero(a != b) for a, b in zip(actions, demos.actions)))
     return dataclasses.replace(demos, actions=actions), changed
 
@@ -132,7 +132,7 @@ def relabel_brake_floor(demos, floor: float):
     Raises:
         ValueError: continuous demonstrations, or a negative ``floor``.
     """
-    return _relabel(demos, lambda a, v: brake_floor_rule(a, v, floor), "relabelling with a brake floor")
+    return _relabel(demos, lambda a, v, _: brake_floor_rule(a, v, floor), "relabelling with a brake floor")
 
 
 def relabel_grass(demos):
@@ -153,23 +153,16 @@ def relabel_grass(demos):
     Raises:
         ValueError: continuous demonstrations, or frames that are not CarRacing's.
     """
-    import dataclasses
-
     from envs.carracing import car_on_grass
 
-    if demos.continuous:
-        raise ValueError("the grass rule is for discrete recordings (continuous ones keep their throttle); leave "
-                         "--grass-rule out for continuous data")
-    actions = []
-    for frames, a in zip(demos.frames, demos.actions):
-        a = np.asarray(a, dtype=np.int64)
-        brake = np.flatnonzero(a == BRAKE)
-        new = a.copy()
-        if brake.size:
+    def rule(actions, speeds, frames):
+        new = np.asarray(actions, dtype=np.int64).copy()
+        brake = np.flatnonzero(new == BRAKE)
+        if brake.size:  # the pixel test only where it can change a label
             new[brake[car_on_grass(frames[brake])]] = GAS
-        actions.append(new)
-    changed = int(sum(np.count_nonzero(a != b) for a, b in zip(actions, demos.actions)))
-    return dataclasses.replace(demos, actions=actions), changed
+        return new
+
+    return _relabel(demos, rule, "the grass rule")
 
 
 def relabel_creep(demos, creep_speed: float):
@@ -191,7 +184,7 @@ def relabel_creep(demos, creep_speed: float):
         ValueError: continuous demonstrations (the continuous configuration can steer and
             accelerate at once; the rule is for the discrete one), or a negative ``creep_speed``.
     """
-    return _relabel(demos, lambda a, v: creep_rule(a, v, creep_speed), "the creep rule")
+    return _relabel(demos, lambda a, v, _: creep_rule(a, v, creep_speed), "the creep rule")
 
 
 class ActionRepeat(gym.Wrapper):
