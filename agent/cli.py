@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -884,6 +885,10 @@ def _add_evaluate(sub) -> None:
                    help="carracing, an expert .zip: evaluate it with the start rule that agent collect and DAgger "
                         "use as the teacher (gas at a standstill, no brake below 10 units/s); off by default, so the "
                         "expert is scored as trained")
+    p.add_argument("--slow-speed", type=float, default=None, metavar="UNITS_PER_S",
+                   help="carracing: the slow-steps figure counts the steps below this speed after the car first "
+                        "reached it (default 10, the start rule's floor; 25 also counts a brake/gas saw-tooth above "
+                        "a brake floor of 20: README, 'The brake floor')")
     p.add_argument("--json", default=None,
                    help="write the results as JSON here (carracing: per-episode returns, steps, "
                         "longest_standstill_steps and off_road_steps, and their aggregates)")
@@ -921,16 +926,20 @@ def _cmd_evaluate(args) -> int:
     if args.data:
         raise CLIError("--data is for --env udacity; CarRacing policies are evaluated in closed loop on tracks")
     from agent.eval.closed_loop import evaluate
+    from agent.rollout import SLOW_SPEED
 
     if args.start_rule and kind != "sb3-ppo-expert":
         raise CLIError("--start-rule is the PPO expert's start rule; pass an expert .zip as --policy")
     if args.envs < 1:
         raise CLIError(f"--envs must be >= 1, got {args.envs}")
+    slow_speed = SLOW_SPEED if args.slow_speed is None else args.slow_speed
+    if not (math.isfinite(slow_speed) and slow_speed > 0):
+        raise CLIError(f"--slow-speed must be a positive number of units/s, got {args.slow_speed}")
     workers = args.workers if args.workers is not None else (2 if args.envs == 1 else 1)
     if args.envs > 1 and workers > 1:
         raise CLIError(f"--envs {args.envs} steps its envs from one process: drop --workers {workers} (or pass 1)")
     res = evaluate(path, args.episodes, args.seed, env=args.env, max_steps=args.max_steps, workers=workers,
-                   deterministic=not args.sample, start_rule=args.start_rule, envs=args.envs)
+                   deterministic=not args.sample, start_rule=args.start_rule, envs=args.envs, slow_speed=slow_speed)
     print("\n".join(res.summary_lines()))
     if args.json:
         res.to_json(args.json)

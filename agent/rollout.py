@@ -280,19 +280,26 @@ def tiles_missed(env: gym.Env) -> int | None:
     return int(u.tiles_missed)
 
 
-def slow_steps(speeds) -> int:
-    """Steps slower than :data:`SLOW_SPEED` after the first step at or above it (0 if none is).
+def slow_steps(speeds, threshold: float = SLOW_SPEED) -> int:
+    """Steps slower than ``threshold`` after the first step at or above it (0 if none is).
 
     Args:
         speeds: (N,) the car's speed after each step, simulator units per second; NaN counts as
             neither slow nor fast.
+        threshold: units/s; :data:`SLOW_SPEED` (10) by default. A higher one (e.g. 25) also counts
+            a saw-tooth above the start rule's brake floor (README, "The brake floor").
+
+    Raises:
+        ValueError: a threshold that is not a positive finite number.
     """
+    if not (np.isfinite(threshold) and threshold > 0):
+        raise ValueError(f"the slow-speed threshold must be a positive number of units/s, got {threshold}")
     s = np.asarray(speeds, dtype=np.float64).reshape(-1)
     with np.errstate(invalid="ignore"):
-        fast = s >= SLOW_SPEED
+        fast = s >= threshold
         if not fast.any():
             return 0
-        return int(np.count_nonzero(s[int(np.argmax(fast)):] < SLOW_SPEED))
+        return int(np.count_nonzero(s[int(np.argmax(fast)):] < threshold))
 
 
 class StallMeter:
@@ -407,6 +414,15 @@ class Episode:
         the first step at which it had reached that speed (the start of the lap is not counted;
         0 if it never did); None if the env reports no speed."""
         return self._from_speeds(slow_steps)
+
+    def slow_steps_below(self, threshold: float) -> int | None:
+        """:attr:`slow_steps` with another threshold (units/s): the steps after which the car was
+        slower than it, from the first step at which it had reached it; None if no speed is known.
+
+        Raises:
+            ValueError: a threshold that is not a positive finite number.
+        """
+        return self._from_speeds(lambda after: slow_steps(after, threshold))
 
     def _longest_below(self, speed: float) -> int | None:
         """The longest run of steps after which the speed was below ``speed`` units/s (0 for an

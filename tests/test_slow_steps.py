@@ -66,3 +66,34 @@ def test_evaluate_reports_slow_steps(tmp_path):
     assert res["slow_speed"] == SLOW_SPEED and len(res["slow_steps"]) == 2
     assert res["episodes_slow"] == sum(s > STALL_STEPS for s in res["slow_steps"])
     assert all(s <= 120 for s in res["slow_steps"])
+
+
+# the moved saw-tooth (README, "The brake floor"): between 12 and 24 units/s, never below 10
+HIGH_TRAP = np.tile(np.r_[np.linspace(12.0, 24.0, 5), 13.0], 10)
+
+
+def test_a_higher_threshold_counts_the_saw_tooth_above_the_floor():
+    after = np.r_[START, HIGH_TRAP, np.full(20, 40.0)]
+    assert slow_steps(after) == 0  # at 10 units/s it goes uncounted
+    assert slow_steps(after, 25.0) == len(HIGH_TRAP)  # the climb to 28 at the start is not counted
+    ep = _episode(after)
+    assert ep.slow_steps_below(25.0) == len(HIGH_TRAP) and ep.slow_steps_below(SLOW_SPEED) == ep.slow_steps == 0
+    assert _episode(np.full(3, np.nan)).slow_steps_below(25.0) is None
+
+
+@pytest.mark.parametrize("bad", [0.0, -5.0, float("nan"), float("inf")])
+def test_a_threshold_that_is_not_a_positive_speed_is_refused(bad):
+    with pytest.raises(ValueError, match="slow-speed threshold"):
+        slow_steps(SPEEDS, bad)
+
+
+def test_evaluate_takes_the_slow_speed(tmp_path, capsys):
+    js = tmp_path / "e.json"
+    args = ["evaluate", "--policy", "carracing-expert-discrete-margin.zip", "--start-rule", "--episodes", "1",
+            "--seed", "700000", "--max-steps", "120", "--workers", "1"]
+    assert main([*args, "--slow-speed", "50", "--json", str(js)]) == 0
+    res = json.loads(js.read_text())
+    assert res["slow_speed"] == 50.0 and len(res["slow_steps"]) == 1
+    assert "steps below 50 units/s after first reaching it" in capsys.readouterr().out
+    assert main([*args, "--slow-speed", "0"]) == 2
+    assert "--slow-speed must be a positive number" in capsys.readouterr().err

@@ -33,9 +33,10 @@ class EvalResult:
     :data:`agent.rollout.CRAWL_METRIC_SPEED` (5 units/s: a car circling slowly on the grass, which
     the standstill figure misses), with its aggregate ``episodes_with_crawl`` (longer than
     ``stall_steps``) and threshold ``crawl_speed``; ``slow_steps``, the steps slower than
-    :data:`agent.rollout.SLOW_SPEED` (10 units/s) after the car first reached it (the saw-tooth of
-    a student braking at 10 units/s, which neither figure above counts), with its aggregate
-    ``episodes_slow`` (more than ``stall_steps``) and threshold ``slow_speed``;
+    ``slow_speed`` after the car first reached it (:data:`agent.rollout.SLOW_SPEED`, 10 units/s,
+    unless ``--slow-speed`` says otherwise: the saw-tooth of a student braking at the start rule's
+    floor, which neither figure above counts), with its aggregate ``episodes_slow`` (more than
+    ``stall_steps``) and threshold ``slow_speed``;
     ``deterministic`` (argmax or sampled actions) and ``start_rule`` (an expert with its start
     rule) how the policy acted; ``envs`` how many envs were stepped at once (``--envs``).
     """
@@ -101,7 +102,7 @@ class EvalResult:
 
 def _run_seeds(args, on_episode=None) -> list[tuple]:
     """Worker: load the policy once, run each seed; returns :func:`_row` per episode."""
-    policy_path, seeds, max_steps, threads, deterministic, start_rule = args
+    policy_path, seeds, max_steps, threads, deterministic, start_rule, slow_speed = args
     import torch
 
     from agent.loading import make_actor, make_carracing_for
@@ -121,7 +122,7 @@ def _run_seeds(args, on_episode=None) -> list[tuple]:
         if not deterministic:  # sampled actions: the draws are seeded by the track, so a run repeats
             torch.manual_seed(int(s))
         ep = rollout(env, actor, s, max_steps=max_steps, keep_frames=False)
-        out.append(_row(ep))
+        out.append(_row(ep, slow_speed))
         if on_episode is not None:
             on_episode(out[-1])
     env.close()
@@ -142,7 +143,7 @@ def _load_for_eval(policy_path, start_rule: bool):
 
 
 def _run_seeds_vector(policy_path, seeds: list[int], max_steps: int | None, envs: int, deterministic: bool,
-                      start_rule: bool, on_episode=None) -> list[tuple]:
+                      start_rule: bool, slow_speed: float = SLOW_SPEED, on_episode=None) -> list[tuple]:
     """:func:`_run_seeds` on ``envs`` envs stepped at once (:mod:`agent.vector`), the policy acting
     on the batch of their observations; the same tuples, in seed order."""
     from agent.vector import batch_actor_for, envs_for, run_episodes
@@ -150,20 +151,20 @@ def _run_seeds_vector(policy_path, seeds: list[int], max_steps: int | None, envs
     policy = _load_for_eval(policy_path, start_rule)
     actor = batch_actor_for(policy, deterministic=deterministic)  # sampled: one generator per track
     done = run_episodes(envs_for(policy, envs), actor, seeds, max_steps=max_steps, keep_frames=False,
-                        on_episode=None if on_episode is None else (lambda i, ep: on_episode(_row(ep))))
-    return [_row(ep) for ep in done]
+                        on_episode=None if on_episode is None else (lambda i, ep: on_episode(_row(ep, slow_speed))))
+    return [_row(ep, slow_speed) for ep in done]
 
 
-def _row(ep) -> tuple:
+def _row(ep, slow_speed: float = SLOW_SPEED) -> tuple:
     """(seed, return, steps, longest standstill, off-road steps, tiles missed, edge steps, longest crawl,
-    slow steps) of an episode."""
+    slow steps below ``slow_speed`` units/s) of an episode."""
     return (ep.seed, ep.episode_return, ep.steps, ep.longest_standstill, ep.off_road_steps, ep.tiles_missed,
-            ep.edge_steps, ep.longest_crawl, ep.slow_steps)
+            ep.edge_steps, ep.longest_crawl, ep.slow_steps_below(slow_speed))
 
 
 def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carracing", max_steps: int | None = None,
              workers: int = 1, progress: bool = True, deterministic: bool = True,
-             start_rule: bool = False, envs: int = 1) -> EvalResult:
+             start_rule: bool = False, envs: int = 1, slow_speed: float = SLOW_SPEED) -> EvalResult:
     """Run ``episodes`` episodes on seeds seed .. seed+episodes-1, split over ``workers`` processes
     or stepped ``envs`` at a time.
 
@@ -184,13 +185,16 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
             one after another (split over ``workers``). Each episode keeps its track and its
             metrics' definitions; a deterministic policy gives the same episodes as with one env
             up to argmax near-ties that the batched forward's float rounding can flip.
+        slow_speed: the slow-steps threshold, units/s (:func:`agent.rollout.slow_steps`; 10 by
+            default; 25 also counts a saw-tooth above the brake floor of 20).
 
     Returns:
         the :class:`EvalResult` (per-episode lists in seed order).
 
     Raises:
         ValueError: an unknown env or a bad episode count; ``start_rule`` for a file that is
-            not a discrete expert; ``envs`` > 1 together with ``workers`` > 1, or ``envs`` < 1.
+            not a discrete expert; ``envs`` > 1 together with ``workers`` > 1, or ``envs`` < 1;
+            a ``slow_speed`` that is not a positive number.
     """
     from agent.log import progress as bar_for
 
@@ -202,6 +206,8 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
         raise ValueError(f"--episodes must be >= 1, got {episodes}")
     if envs < 1:
         raise ValueError(f"--envs must be >= 1, got {envs}")
+    if not (np.isfinite(slow_speed) and slow_speed > 0):
+        raise ValueError(f"--slow-speed must be a positive number of units/s, got {slow_speed}")
     if envs > 1 and workers > 1:
         raise ValueError(f"--envs {envs} steps the envs from one process; use it with --workers 1 (got --workers "
                          f"{workers})")
@@ -217,14 +223,15 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
         bar.set_postfix(mean=f"{np.mean([x[1] for x in results]):.0f}")
 
     if envs > 1:
-        _run_seeds_vector(str(path), seeds, max_steps, envs, deterministic, start_rule, on_episode=tick)
+        _run_seeds_vector(str(path), seeds, max_steps, envs, deterministic, start_rule, slow_speed, on_episode=tick)
     elif workers == 1:
-        _run_seeds((str(path), seeds, max_steps, 0, deterministic, start_rule), on_episode=tick)
+        _run_seeds((str(path), seeds, max_steps, 0, deterministic, start_rule, slow_speed), on_episode=tick)
     else:
         import multiprocessing as mp
 
         with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            for out in pool.map(_run_seeds, [(str(path), [s], max_steps, 1, deterministic, start_rule) for s in seeds]):
+            jobs = [(str(path), [s], max_steps, 1, deterministic, start_rule, slow_speed) for s in seeds]
+            for out in pool.map(_run_seeds, jobs):
                 tick(out[0])
     bar.close()
     results.sort()
@@ -245,6 +252,6 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
                       mean_off_road_steps=float(np.mean(off_road)), tiles_missed=missed, edge_steps=edge,
                       laps_finished=sum(m == 0 for m in missed), mean_edge_steps=float(np.mean(edge)),
                       longest_crawl_steps=crawls, episodes_with_crawl=sum(c > STALL_STEPS for c in crawls),
-                      slow_steps=slow, episodes_slow=sum(s > STALL_STEPS for s in slow),
+                      slow_steps=slow, episodes_slow=sum(s > STALL_STEPS for s in slow), slow_speed=slow_speed,
                       deterministic=deterministic,
                       start_rule=start_rule, envs=envs)
