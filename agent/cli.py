@@ -314,10 +314,12 @@ def _add_train(sub) -> None:
                    help="policy file to write (per env: policies/nac.pt, policies/udacity-nac.pt)")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     p.add_argument("--window", type=int, default=argparse.SUPPRESS, help="T: frames the core sees (per env: 4; 8)")
-    p.add_argument("--dashboard", choices=["visible", "speed", "hidden"], default=argparse.SUPPRESS,
+    p.add_argument("--dashboard", choices=["visible", "speed", "hidden", "speedometer"], default=argparse.SUPPRESS,
                    help="carracing: what the CNN sees of the dashboard strip (bottom 12 rows, which shows the car's "
-                        "own controls): visible (the paper's input), speed (blanked except the speed bar; the default) "
-                        "or hidden (cropped)")
+                        "own controls): visible (the paper's input), speed (blanked except the speed bar; the default), "
+                        "hidden (cropped) or speedometer (as speed, plus a legible speed bar drawn into the strip: "
+                        "gymnasium's grows one pixel per ~21 units/s; recorded frames are redrawn from their speeds). "
+                        "With --init: switch a visible/speed/speedometer policy's mode, its weights kept")
     p.add_argument("--motion", action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
                    help="carracing: the CNN also reads each frame's difference from the previous one (motion "
                         "channels: speed and turning, and an unmistakable standstill); on by default, "
@@ -733,25 +735,32 @@ def _cmd_train(args) -> int:
             raise CLIError(f"--expert {args.expert} drives with {kinds[is_continuous(expert)]} actions but the "
                            f"recordings hold {kinds[continuous]} actions; DAgger needs an expert of the same kind "
                            "as the data (record with that expert, or pass the matching one)")
-        env = make_carracing_for(expert)  # the continuous configuration for a continuous expert
-        if args.envs > 1:  # the student's rollouts on --envs envs at once, the expert labelling from info
-            from agent.vector import envs_for
-
-            env.close()
-            env = envs_for(expert, args.envs, render_pixels=True)
     init = None
     if args.init:
         init = load_policy(args.init)
         if not isinstance(init, DrivingPolicy) or init.config.env != args.env:
             raise CLIError(f"--init {args.init} is not a {args.env} policy made by `agent train`")
-        clash = [o for o in ("core", "window", "d_model", "dashboard", "motion") if hasattr(args, o)]
+        clash = [o for o in ("core", "window", "d_model", "motion") if hasattr(args, o)]
         if clash:
             raise CLIError(f"--init keeps the policy's own {', '.join('--' + c.replace('_', '-') for c in clash)}; "
                            "drop those options")
         if init.config.action_space != pcfg.action_space:
             raise CLIError(f"--init {args.init} has actions {init.config.action_space}, the data has {pcfg.action_space}")
+        if hasattr(args, "dashboard") and args.dashboard != init.features.dashboard:
+            try:
+                init = init.with_dashboard(args.dashboard)
+            except ValueError as exc:
+                raise CLIError(f"--init {args.init} --dashboard {args.dashboard}: {exc}") from exc
     elif cfg.epochs == 0:
         raise CLIError("--epochs 0 (no behaviour cloning) needs --init POLICY")
+    if args.dagger_rounds:  # the student's env: its frames carry the speedometer if the student reads one
+        speedometer = (init.config if init is not None else pcfg).features_kwargs.get("dashboard") == "speedometer"
+        env = make_carracing_for(expert, speedometer=speedometer)  # continuous for a continuous expert
+        if args.envs > 1:  # the student's rollouts on --envs envs at once, the expert labelling from info
+            from agent.vector import envs_for
+
+            env.close()
+            env = envs_for(expert, args.envs, render_pixels=True, speedometer=speedometer)
     policy, report = train(source, pcfg, cfg, tensorboard_dir=args.tensorboard or None, expert=expert, env=env,
                            bc_checkpoint=args.save_bc, init=init, dist=dist)
     if not dist.is_main:  # torchrun: rank 0 alone writes the policy, the report and the results

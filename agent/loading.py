@@ -137,10 +137,17 @@ def is_continuous(policy) -> bool:
     return isinstance(action_space_of(policy), gym.spaces.Box)
 
 
+def reads_speedometer(policy) -> bool:
+    """Whether a loaded policy's CNN reads the speedometer drawn into its frames
+    (``--dashboard speedometer``: :func:`envs.carracing.draw_speedometer`); False for the expert."""
+    return getattr(getattr(policy, "features", None), "dashboard", None) == "speedometer"
+
+
 def make_carracing_for(policy, **kwargs):
     """The CarRacing env ``policy`` drives: :func:`envs.carracing.make_carracing` with
     ``continuous=True`` when :func:`is_continuous` (actions Box(-1, 1, (2,)): steering, throttle),
-    else the default five discrete actions. ``kwargs`` go to ``make_carracing``.
+    else the default five discrete actions, and ``speedometer=True`` when :func:`reads_speedometer`.
+    ``kwargs`` go to ``make_carracing`` (an explicit ``speedometer`` wins).
 
     Raises:
         ValueError: a continuous policy whose action space is not CarRacing's continuous
@@ -157,4 +164,5 @@ def make_carracing_for(policy, **kwargs):
         if space.shape != (2,) or not (np.allclose(space.low, -1.0) and np.allclose(space.high, 1.0)):
             raise ValueError(f"this policy's actions are {space}, but CarRacing's continuous configuration takes "
                              f"{gym.spaces.Box(-1.0, 1.0, (2,), np.float32)} (steering, throttle)")
+    kwargs.setdefault("speedometer", reads_speedometer(policy))
     return make_carracing(continuous=continuous, **kwargs)

@@ -72,6 +72,7 @@ class CarRacingEnvs:
         render_pixels: render the 96x96 frames (off for the expert, which reads privileged state).
         privileged_info: each ``info`` carries the expert's ``privileged_state``.
         max_episode_steps: the env's time limit in steps (1000).
+        speedometer: draw the car's speed into each frame (:class:`envs.carracing.Speedometer`).
         context: the ``multiprocessing`` start method of the subprocesses (None: the platform's default).
 
     Raises:
@@ -84,6 +85,7 @@ class CarRacingEnvs:
     privileged_info: bool = False
     max_episode_steps: int | None = None
     context: str | None = None
+    speedometer: bool = False
 
     def __post_init__(self):
         if not 1 <= int(self.n) <= MAX_ENVS:
@@ -94,7 +96,7 @@ class CarRacingEnvs:
         from envs.carracing import EPISODE_STEPS
 
         return dict(continuous=self.continuous, render_pixels=self.render_pixels,
-                    max_episode_steps=self.max_episode_steps or EPISODE_STEPS)
+                    max_episode_steps=self.max_episode_steps or EPISODE_STEPS, speedometer=self.speedometer)
 
     def make_vector(self, n: int | None = None) -> gym.vector.AsyncVectorEnv:
         """An ``AsyncVectorEnv`` of ``n`` (default :attr:`n`) envs, autoreset disabled, each env's
@@ -121,12 +123,13 @@ def envs_for(policy, n: int, **kwargs) -> CarRacingEnvs:
     Raises:
         ValueError: a continuous policy whose actions are not CarRacing's (steering, throttle).
     """
-    from agent.loading import is_continuous, make_carracing_for
+    from agent.loading import is_continuous, make_carracing_for, reads_speedometer
     from agent.train.expert import ExpertPolicy
 
     make_carracing_for(policy).close()  # validates the action space with the one-env path's message
     expert = isinstance(policy, ExpertPolicy)
-    fields = dict(continuous=is_continuous(policy), render_pixels=not expert, privileged_info=expert)
+    fields = dict(continuous=is_continuous(policy), render_pixels=not expert, privileged_info=expert,
+                  speedometer=reads_speedometer(policy))
     fields.update(kwargs)
     return CarRacingEnvs(n, **fields)
 

@@ -86,6 +86,91 @@ def car_on_grass(frames: np.ndarray, share: float = GRASS_SHARE) -> np.ndarray:
     return bool(out[0]) if one else out
 
 
+#: The speedometer (:func:`draw_speedometer`): speed at which its bar fills its width, units/s.
+SPEEDOMETER_FULL_SCALE = 100.0
+
+
+def dashboard_rows(height: int) -> int:
+    """Rows of CarRacing's dashboard strip at the bottom of a frame of ``height`` rows: 12 of 96.
+
+    gymnasium's ``CarRacing._render_indicators`` draws it 5/40 of the window high.
+    """
+    return int(round(height * 5 / 40))
+
+
+def speed_bar_columns(width: int) -> tuple[int, int]:
+    """[first, last + 1) columns of the dashboard's speed bar in a frame ``width`` wide: 12-14 of 96.
+
+    gymnasium draws the speed bar at place 5 of 40 (``vertical_ind(5, ...)``), one place wide.
+    """
+    return int(np.floor(width * 5 / 40)), int(np.ceil(width * 6 / 40))
+
+
+def speedometer_region(height: int, width: int) -> tuple[int, int, int, int]:
+    """(top, bottom, left, right) of the speedometer bar in a ``height`` x ``width`` frame: rows
+    86-93 and columns 16-95 of 96x96, inside the dashboard strip, right of the speed bar."""
+    strip = dashboard_rows(height)
+    top = height - strip + max(1, strip // 6)
+    return top, top + max(1, (2 * strip) // 3), speed_bar_columns(width)[1] + 1, width
+
+
+def draw_speedometer(frames: np.ndarray, speeds) -> np.ndarray:
+    """Draw the car's speed into the dashboard strip of CarRacing frames, in place, legibly.
+
+    gymnasium's own speed bar (columns 12-14) grows 0.048 pixels per unit/s at 96x96 (2.4 rows
+    x 0.02 x speed, drawn without anti-aliasing), so 10 and 29 units/s look alike: a student that
+    reads it cannot tell whether the car is at a brake floor of 20 units/s (README, "The brake
+    floor"). This draws a horizontal white bar instead, across :func:`speedometer_region` (80
+    columns of 96): its length is ``speed / SPEEDOMETER_FULL_SCALE`` of the width, 0.8 columns per
+    unit/s, and its last column is grey in proportion to the remainder (anti-aliased), so any
+    speed up to 100 units/s has its own picture. The region is cleared first (it covers the ABS,
+    steering and gyroscope indicators there), so drawing again is idempotent.
+
+    Args:
+        frames: (N, H, W, 3) or (H, W, 3) uint8 frames, changed in place.
+        speeds: (N,) or a scalar: the car's speed at each frame, units/s (above full scale: full).
+
+    Returns:
+        ``frames``.
+
+    Raises:
+        ValueError: frames that are not uint8 (N, H, W, 3); a speed count that does not match;
+            a speed that is not finite (a recording without speeds cannot be drawn).
+    """
+    one = frames.ndim == 3
+    f = frames[None] if one else frames
+    if f.ndim != 4 or f.shape[-1] != 3 or f.dtype != np.uint8:
+        raise ValueError(f"draw_speedometer needs uint8 frames (N, H, W, 3), got {frames.dtype} {frames.shape}")
+    v = np.asarray(speeds, dtype=np.float64).reshape(-1)
+    if len(v) != len(f):
+        raise ValueError(f"one speed per frame: {len(v)} speeds for {len(f)} frames")
+    if not np.all(np.isfinite(v)):
+        raise ValueError("speeds must be finite to draw the speedometer (a recording without speeds, NaN, "
+                         "cannot be shown one: record it again with this project's recorder)")
+    top, bottom, left, right = speedometer_region(f.shape[1], f.shape[2])
+    width = right - left
+    fill = np.clip(v / SPEEDOMETER_FULL_SCALE, 0.0, 1.0) * width  # (N,) columns, fractional
+    cols = np.arange(width, dtype=np.float64)
+    level = np.clip(fill[:, None] - cols[None, :], 0.0, 1.0)  # (N, width): 1 full, the last one partial
+    f[:, top:bottom, left:right, :] = np.rint(level * 255.0).astype(np.uint8)[:, None, :, None]
+    return frames
+
+
+class Speedometer(gym.ObservationWrapper):
+    """Every frame carries :func:`draw_speedometer`'s bar of the car's current speed (for a
+    student whose CNN reads it: ``--dashboard speedometer``, :class:`agent.nn.features.CarRacingCNN`).
+
+    The speed is the one :attr:`CarRacingEnv.speed` reports after ``reset`` or ``step``, the same
+    that recordings keep for each frame (``infos["speed"]``), so a recorded frame redrawn from its
+    speed is the frame this wrapper would have given.
+    """
+
+    def observation(self, observation):
+        if observation.ndim != 3:
+            raise ValueError("the speedometer draws into pixel observations; the privileged view has none")
+        return draw_speedometer(np.array(observation, copy=True), [self.env.unwrapped.speed])
+
+
 class CarRacingEnv(CarRacing):
     """gymnasium's ``CarRacing`` with an optional skip of the pixel rendering and privileged state.
 
@@ -312,6 +397,7 @@ def make_carracing(
     continuous: bool = False,
     state_info: bool = False,
     privileged_info: bool = False,
+    speedometer: bool = False,
 ) -> gym.Env:
     """Create CarRacing-v3, by default with the paper's five discrete actions; ``reset(seed=s)``
     always gives track s.
@@ -326,9 +412,13 @@ def make_carracing(
         state_info: add the car's speed and off-road flag to every ``info`` (:class:`StateInfo`),
             for envs stepped in another process (:mod:`agent.vector`).
         privileged_info: with ``state_info``, also the expert's view, ``info["privileged_state"]``.
+        speedometer: draw the car's speed into each frame's dashboard strip (:class:`Speedometer`).
 
     Returns:
         A ``gymnasium.Env`` whose ``unwrapped`` is a :class:`CarRacingEnv`.
+
+    Raises:
+        ValueError: ``privileged_info`` without ``state_info``; ``speedometer`` with ``privileged``.
     """
     if render_pixels is None:
         render_pixels = not privileged
@@ -336,6 +426,10 @@ def make_carracing(
                    continuous=continuous)
     if continuous:
         env = ThrottleAction(env)
+    if speedometer:
+        if privileged:
+            raise ValueError("speedometer=True draws into the pixels; privileged observations have none")
+        env = Speedometer(env)
     if privileged:
         env = PrivilegedObservation(env)
     if state_info:
@@ -350,6 +444,7 @@ if ENV_ID not in gym.registry:
 
 __all__ = [
     "ACTION_NAMES", "CarRacingEnv", "DOCUMENTED_ACTION_NAMES", "EPISODE_STEPS", "EVAL_SEED_BASE", "FPS", "GRASS_SHARE",
-    "OffTrackTermination", "PRIVILEGED_DIM", "PrivilegedObservation", "StateInfo", "ThrottleAction", "WHEEL_GRASS",
-    "car_on_grass", "make_carracing",
+    "OffTrackTermination", "PRIVILEGED_DIM", "PrivilegedObservation", "SPEEDOMETER_FULL_SCALE", "Speedometer",
+    "StateInfo", "ThrottleAction", "WHEEL_GRASS", "car_on_grass", "dashboard_rows", "draw_speedometer", "make_carracing",
+    "speed_bar_columns", "speedometer_region",
 ]

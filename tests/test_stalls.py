@@ -406,6 +406,9 @@ def test_standstill_window_repeats_one_frame_blanks_the_speed_bar_and_labels_go(
     from agent.data.recordings import Demonstrations
     from agent.data.windows import CARRACING_GAS, DemonstrationSource, WindowDataset
     from agent.nn.features import dashboard_rows, speed_bar_columns
+    from envs.carracing import speedometer_region
+
+    top, bottom, left, right = speedometer_region(96, 96)
 
     rng = np.random.default_rng(1)
     frames = rng.integers(1, 256, (40, 96, 96, 3), dtype=np.uint8)  # no pixel is 0: blanking shows
@@ -423,9 +426,11 @@ def test_standstill_window_repeats_one_frame_blanks_the_speed_bar_and_labels_go(
             obs, prev = item["obs"][:n].numpy(), item["prev"].numpy()
             assert (obs == prev).all(), "every frame equals the previous one: the motion channels are zero"
             assert (prev[strip:, c0:c1] == 0).all() and (prev[strip:, :c0] > 0).all(), "only the speed bar is blanked"
-            # the repeated frame is one of the recording's frames, speed bar aside
+            assert (prev[top:bottom, left:right] == 0).all(), "and the speedometer (at rest)"
+            # the repeated frame is one of the recording's frames, speed bar and speedometer aside
             src = frames.copy()
             src[:, strip:, c0:c1] = 0
+            src[:, top:bottom, left:right] = 0
             k = int(np.flatnonzero((src == prev).reshape(40, -1).all(1))[0])
             tgt = item["target"][:n].numpy()
             if labels.ndim == 2:

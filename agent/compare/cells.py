@@ -373,7 +373,7 @@ def run_cell(variant: Variant | str, seed: int, protocol: Protocol, out: str | P
             if is_continuous(expert):
                 raise ValueError(f"{protocol.expert} is a continuous expert; the comparison uses the discrete one")
             expert.use_start_rule(protocol.start_rule)
-            env = make_carracing_for(expert)
+            env = make_carracing_for(expert, speedometer=pcfg.features_kwargs.get("dashboard") == "speedometer")
         t0 = time.time()
         log.info("cell %s: training (%s, width %d, %d core parameters)", name, variant.core, width, params)
         policy, report = train(source, pcfg, cfg, tensorboard_dir=None, expert=expert, env=env,

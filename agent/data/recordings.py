@@ -278,6 +278,34 @@ class Demonstrations:
             return [np.asarray(v, dtype=np.float32) for v in self.speeds]
         return [np.full(len(a), np.nan, np.float32) for a in self.actions]
 
+    def with_speedometer(self) -> "Demonstrations":
+        """Draw each frame's recorded speed into its dashboard strip, in place
+        (:func:`envs.carracing.draw_speedometer`): the frames a student with ``--dashboard
+        speedometer`` would have seen. Idempotent (frames recorded with the speedometer on are
+        redrawn the same), and checked before any frame changes.
+
+        Returns:
+            these demonstrations.
+
+        Raises:
+            ValueError: an episode whose speeds were not recorded (NaN), or frames that are not
+                CarRacing's (N, H, W, 3) uint8; nothing has been drawn then.
+        """
+        from envs.carracing import draw_speedometer
+
+        speeds = self.frame_speeds()
+        for i, (f, v) in enumerate(zip(self.frames, speeds)):
+            if not np.all(np.isfinite(v)):
+                raise ValueError(f"episode {i} (track {self.seeds[i]}) has frames without a recorded speed, so "
+                                 "--dashboard speedometer cannot draw them: record them again with `agent collect` "
+                                 "or leave that recording out")
+            if np.ndim(f) != 4 or np.shape(f)[-1] != 3 or np.asarray(f).dtype != np.uint8:
+                raise ValueError(f"episode {i}: the speedometer draws into (N, H, W, 3) uint8 frames, got "
+                                 f"{np.asarray(f).dtype} {np.shape(f)}")
+        for f, v in zip(self.frames, speeds):
+            draw_speedometer(f, v)
+        return self
+
     def frame_weights(self) -> list[np.ndarray]:
         """(N_e,) float32 loss weights of every episode (ones where none were given)."""
         if self.weights is not None:

@@ -160,8 +160,9 @@ class DemonstrationSource:
 
         One frame of the window, drawn at random, repeated n times and taken as its own previous
         frame (so the motion channels are exactly zero, as at rest), with the dashboard's speed
-        bar blanked to black (CarRacing draws no bar at speed 0; the rest of the strip is what a
-        ``speed`` or ``hidden`` student cannot read, so only those may use this, see
+        bar blanked to black (CarRacing draws no bar at speed 0) and the speedometer region too
+        (:func:`envs.carracing.draw_speedometer` at 0 units/s; the rest of the strip is what a
+        ``speed``, ``speedometer`` or ``hidden`` student cannot read, so only those may use this, see
         :func:`agent.train.bc.train`). Labels: gas (discrete), or full throttle with the recorded
         steering kept (continuous), the teacher's start rule at rest
         (:meth:`agent.train.expert.ExpertPolicy.use_start_rule`).
@@ -174,13 +175,15 @@ class DemonstrationSource:
         """
         if self.standstills <= 0 or rng.random() >= self.standstills:
             return None
-        from agent.nn.features import dashboard_rows, speed_bar_columns
+        from envs.carracing import dashboard_rows, speed_bar_columns, speedometer_region
 
         n = len(frames)
         frame = np.array(frames[int(rng.integers(n))], copy=True)  # (H, W, C)
         h, w = frame.shape[:2]
         c0, c1 = speed_bar_columns(w)
         frame[h - dashboard_rows(h):, c0:c1] = 0
+        top, bottom, left, right = speedometer_region(h, w)
+        frame[top:bottom, left:right] = 0  # the speedometer at rest (masked for a "speed" student)
         targets = np.array(targets, copy=True)
         if targets.ndim == 2:
             targets[:, -1] = 1.0  # full throttle; the steering stays the recorded one
@@ -206,6 +209,13 @@ class DemonstrationSource:
         # the held-out episodes are scored as they are: no synthetic standstills
         return (DemonstrationSource(self.demos.subset(train), self.frame_dt, self.skip_stalls, self.standstills),
                 DemonstrationSource(self.demos.subset(val), self.frame_dt, self.skip_stalls))
+
+    def draw_speedometer(self) -> "DemonstrationSource":
+        """Draw every frame's recorded speed into it, in place, for a ``--dashboard speedometer``
+        student (:meth:`agent.data.recordings.Demonstrations.with_speedometer`; its errors).
+        Returns this source."""
+        self.demos.with_speedometer()
+        return self
 
     def extend(self, demos) -> "DemonstrationSource":
         """This source with more episodes (DAgger's relabelled rollouts)."""

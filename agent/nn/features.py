@@ -20,6 +20,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+# the dashboard's geometry lives with the env that draws it (re-exported here, where the CNN reads it)
+from envs.carracing import dashboard_rows, speed_bar_columns, speedometer_region
+
 
 class FeaturesExtractor(nn.Module):
     """Base class: ``forward(obs (N, H, W, C)) -> (N, F)`` = ``from_preprocessed(preprocess(obs))``.
@@ -62,32 +65,20 @@ class FeaturesExtractor(nn.Module):
         return next(self.parameters()).device
 
 
-def dashboard_rows(height: int) -> int:
-    """Rows of CarRacing's dashboard strip at the bottom of a frame of ``height`` rows: 12 of 96.
-
-    gymnasium's ``CarRacing._render_indicators`` draws it 5/40 of the window high.
-    """
-    return int(round(height * 5 / 40))
-
-
-def speed_bar_columns(width: int) -> tuple[int, int]:
-    """[first, last + 1) columns of the dashboard's speed bar in a frame ``width`` wide: 12-14 of 96.
-
-    gymnasium draws the speed bar at place 5 of 40 (``vertical_ind(5, ...)``), one place wide.
-    """
-    return int(np.floor(width * 5 / 40)), int(np.ceil(width * 6 / 40))
-
-
 def dashboard_mask(height: int, width: int, dashboard: str) -> np.ndarray:
     """(H, W) float32: 1 where a :class:`CarRacingCNN` with this ``dashboard`` mode reads the pixel,
-    0 where ``"speed"`` blanks it (the strip except the speed bar); all ones otherwise (``"hidden"``
-    crops instead of blanking, see :meth:`CarRacingCNN.region`)."""
+    0 where ``"speed"`` blanks it (the strip except the speed bar) and where ``"speedometer"`` does
+    (the strip except the speed bar and :func:`envs.carracing.speedometer_region`); all ones
+    otherwise (``"hidden"`` crops instead of blanking, see :meth:`CarRacingCNN.region`)."""
     mask = np.ones((height, width), np.float32)
-    if dashboard == "speed":
+    if dashboard in ("speed", "speedometer"):
         c0, c1 = speed_bar_columns(width)
         strip = dashboard_rows(height)
         mask[height - strip:, :c0] = 0.0
         mask[height - strip:, c1:] = 0.0
+    if dashboard == "speedometer":
+        top, bottom, left, right = speedometer_region(height, width)
+        mask[top:bottom, left:right] = 1.0
     return mask
 
 
@@ -106,7 +97,12 @@ class CarRacingCNN(FeaturesExtractor):
 
     - ``"visible"``: the whole frame (the paper's input, and the files made before this option);
     - ``"speed"``: the strip blanked to black except the speed bar, a legitimate state;
-    - ``"hidden"``: the strip cropped away (input (H - H/8) x W); speed is left to the window.
+    - ``"hidden"``: the strip cropped away (input (H - H/8) x W); speed is left to the window;
+    - ``"speedometer"``: as ``"speed"``, plus a legible speedometer the env draws into the strip
+      (:func:`envs.carracing.draw_speedometer`, 0.8 columns per unit/s; gymnasium's bar grows
+      one row per 21 units/s). Its frames come from ``make_carracing(speedometer=True)``, and
+      recorded frames are redrawn from their recorded speeds for training
+      (:meth:`agent.data.recordings.Demonstrations.with_speedometer`).
 
     Motion. Four frames 20 ms apart barely show how fast the car moves or turns, and a car at a
     standstill sees the same frame again and again, so a deterministic policy that brakes there
@@ -121,7 +117,7 @@ class CarRacingCNN(FeaturesExtractor):
         obs_shape: (H, W, C) of the frames.
         channels: output channels of the three convolutions.
         dropout: dropout on the flattened features (paper: 0.2).
-        dashboard: "visible", "speed" or "hidden" (above).
+        dashboard: "visible", "speed", "hidden" or "speedometer" (above).
         motion: also read the difference from the previous frame (above).
 
     Raises:
@@ -129,7 +125,7 @@ class CarRacingCNN(FeaturesExtractor):
             ``dashboard``.
     """
 
-    DASHBOARD_MODES = ("visible", "speed", "hidden")
+    DASHBOARD_MODES = ("visible", "speed", "hidden", "speedometer")
 
     def __init__(self, obs_shape=(96, 96, 3), channels=(10, 20, 30), dropout: float = 0.2,
                  dashboard: str = "visible", motion: bool = False):
@@ -162,7 +158,7 @@ class CarRacingCNN(FeaturesExtractor):
 
     def preprocess(self, obs, prev=None) -> Tensor:
         """(N, H, W, C) frames in [0, 255] (uint8 or float; array or tensor) -> (N, C, H', W) float in [0, 1],
-        with the dashboard blanked (``"speed"``, H' = H) or cropped (``"hidden"``, H' = H - H/8).
+        with the dashboard blanked (``"speed"``, ``"speedometer"``; H' = H) or cropped (``"hidden"``, H' = H - H/8).
         With ``motion``: (N, 2C, H', W), the frame then frame - ``prev`` (the (N, H, W, C) frames
         one step earlier; None: no motion, the difference is 0); without it ``prev`` is ignored.
 
@@ -174,7 +170,7 @@ class CarRacingCNN(FeaturesExtractor):
             x = torch.cat([x, x - (x if prev is None else self._frames(prev))], dim=1)
         if self.dashboard == "hidden":
             return x[:, :, : self.input_rows]
-        if self.dashboard == "speed":
+        if self.dashboard in ("speed", "speedometer"):
             return x * self.dashboard_mask
         return x
 
@@ -191,7 +187,7 @@ class CarRacingCNN(FeaturesExtractor):
 
     def readable(self, frame_hw: tuple[int, int]) -> np.ndarray:
         """(H, W) float32: 0 on the blanked dashboard pixels of ``"speed"`` (everything but the speed
-        bar), 1 elsewhere. Grad-CAM's coarse map (9x9 cells, upsampled) bleeds into pixels the
+        bar) and ``"speedometer"`` (everything but the speed bar and the speedometer), 1 elsewhere. Grad-CAM's coarse map (9x9 cells, upsampled) bleeds into pixels the
         network cannot read; the saliency overlay multiplies by this, as it leaves out the crop."""
         return dashboard_mask(int(frame_hw[0]), int(frame_hw[1]), self.dashboard)
 

@@ -522,6 +522,36 @@ class DrivingPolicy(nn.Module):
         return self.features.region(frame_hw)
 
     # ------------------------------------------------------------------ files
+    def with_dashboard(self, dashboard: str) -> "DrivingPolicy":
+        """A copy of this CarRacing policy whose CNN reads another part of the dashboard strip
+        (``"visible"``, ``"speed"`` or ``"speedometer"``; :class:`agent.nn.features.CarRacingCNN`),
+        every weight kept: the input keeps its size, only the mask of what is read changes. For
+        fine-tuning a ``speed`` student into a ``speedometer`` one (``agent train --init P
+        --dashboard speedometer``); the copy is trained further before it is worth driving.
+
+        Raises:
+            ValueError: a policy without the CarRacing CNN, an unknown mode, or a change to or
+                from ``"hidden"`` (a cropped input of another size).
+        """
+        from agent.nn.features import CarRacingCNN
+        from agent.nn.nac import masks_from_state_dict
+
+        if not isinstance(self.features, CarRacingCNN):
+            raise ValueError(f"only a CarRacing CNN reads a dashboard; this policy's features are {self.config.features!r}")
+        if dashboard not in CarRacingCNN.DASHBOARD_MODES:
+            raise ValueError(f"dashboard must be one of {', '.join(CarRacingCNN.DASHBOARD_MODES)}, got {dashboard!r}")
+        old = self.features.dashboard
+        if dashboard != old and "hidden" in (dashboard, old):
+            raise ValueError(f"cannot turn a --dashboard {old} policy into a --dashboard {dashboard} one: \"hidden\" "
+                             "crops the strip, so the CNN's input has another size; train that one from scratch")
+        kwargs = {**self.config.features_kwargs, "dashboard": dashboard}
+        config = PolicyConfig(**{**asdict(self.config), "features_kwargs": kwargs})
+        with masks_from_state_dict():  # the wiring's masks come with the weights
+            new = type(self)(config)
+        new.load_state_dict(self.state_dict(), strict=True)
+        new.metadata = dict(getattr(self, "metadata", {}) or {})
+        return new.to(self.device).train(self.training)
+
     def save(self, path: str | Path, metadata: dict | None = None) -> Path:
         """Write one file: kind, format version, the config, the state dict and metadata.
 

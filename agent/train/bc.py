@@ -364,7 +364,8 @@ def train(source, policy_config: PolicyConfig, cfg: TrainConfig, tensorboard_dir
         ValueError: DAgger without an expert and env, DAgger under torchrun
             (:data:`agent.train.distributed.DAGGER_UNDER_TORCHRUN`), a source without training
             frames, no epochs and nothing to start from, or synthetic standstills
-            (``source.standstills``) for a student that reads the whole dashboard.
+            (``source.standstills``) for a student that reads the whole dashboard; a
+            ``speedometer`` student on frames without recorded speeds (nothing drawn then).
     """
     dist = dist if dist is not None else DistContext(device=cfg.device)
     if cfg.epochs == 0 and init is None:
@@ -381,6 +382,10 @@ def train(source, policy_config: PolicyConfig, cfg: TrainConfig, tensorboard_dir
         policy = DrivingPolicy(policy_config)
     if dist.distributed:
         torch.manual_seed(cfg.seed + dist.rank)  # dropout differs between ranks; the weights above do not
+    if getattr(policy.features, "dashboard", None) == "speedometer":
+        if not hasattr(source, "draw_speedometer"):
+            raise ValueError("--dashboard speedometer reads the speed CarRacing frames carry; these data are not CarRacing's")
+        source.draw_speedometer()  # recorded frames, as the speedometer env would have given them
     if getattr(source, "standstills", 0) and getattr(policy.features, "dashboard", None) == "visible":
         raise ValueError("synthetic standstills (--standstills) blank only the speed bar; a student that reads the "
                          "whole dashboard (--dashboard visible) would see indicators no standing car shows. Use "
