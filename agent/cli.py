@@ -317,8 +317,8 @@ def _add_train(sub) -> None:
     p.add_argument("--dashboard", choices=["visible", "speed", "hidden", "speedometer"], default=argparse.SUPPRESS,
                    help="carracing: what the CNN sees of the dashboard strip (bottom 12 rows, which shows the car's "
                         "own controls): visible (the paper's input), speed (blanked except the speed bar; the default), "
-                        "hidden (cropped) or speedometer (as speed, plus a legible speed bar drawn into the strip: "
-                        "gymnasium's grows one pixel per ~21 units/s; recorded frames are redrawn from their speeds). "
+                        "hidden (cropped) or speedometer (as speed, plus a legible speed bar drawn into the strip, 6.4 pixels per "
+                        "unit/s, about 50 times gymnasium's; recorded frames are redrawn from their speeds). "
                         "With --init: switch a visible/speed/speedometer policy's mode, its weights kept")
     p.add_argument("--motion", action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
                    help="carracing: the CNN also reads each frame's difference from the previous one (motion "

@@ -117,13 +117,15 @@ def speedometer_region(height: int, width: int) -> tuple[int, int, int, int]:
 def draw_speedometer(frames: np.ndarray, speeds) -> np.ndarray:
     """Draw the car's speed into the dashboard strip of CarRacing frames, in place, legibly.
 
-    gymnasium's own speed bar (columns 12-14) grows 0.048 pixels per unit/s at 96x96 (2.4 rows
-    x 0.02 x speed, drawn without anti-aliasing), so 10 and 29 units/s look alike: a student that
-    reads it cannot tell whether the car is at a brake floor of 20 units/s (README, "The brake
-    floor"). This draws a horizontal white bar instead, across :func:`speedometer_region` (80
-    columns of 96): its length is ``speed / SPEEDOMETER_FULL_SCALE`` of the width, 0.8 columns per
-    unit/s, and its last column is grey in proportion to the remainder (anti-aliased), so any
-    speed up to 100 units/s has its own picture. The region is cleared first (it covers the ABS,
+    gymnasium's own speed bar (columns 12-14) is 0.048 rows high per unit/s at 96x96 (2.4 rows x
+    0.02 x speed, drawn at window size and scaled down smoothly): from 12 to 30 units/s it is the
+    same 6 pixels, whose brightness adds up to one full pixel more per 8-10 units/s (2.4 pixels'
+    worth at 16 units/s, 3.3 at 24), in steps of 2-3 units/s. A student has to read a brake floor
+    of 20 units/s (README, "The brake floor") from that. This draws a horizontal white bar
+    instead, across :func:`speedometer_region` (8 rows x 80 columns of 96): its length is
+    ``speed / SPEEDOMETER_FULL_SCALE`` of the width, 0.8 columns per unit/s (6.4 pixels per unit/s,
+    about 50 times gymnasium's), its last column grey in proportion to the remainder, so any speed
+    up to 100 units/s has its own picture. The region is cleared first (it covers the ABS,
     steering and gyroscope indicators there), so drawing again is idempotent.
 
     Args:

@@ -99,8 +99,8 @@ class CarRacingCNN(FeaturesExtractor):
     - ``"speed"``: the strip blanked to black except the speed bar, a legitimate state;
     - ``"hidden"``: the strip cropped away (input (H - H/8) x W); speed is left to the window;
     - ``"speedometer"``: as ``"speed"``, plus a legible speedometer the env draws into the strip
-      (:func:`envs.carracing.draw_speedometer`, 0.8 columns per unit/s; gymnasium's bar grows
-      one row per 21 units/s). Its frames come from ``make_carracing(speedometer=True)``, and
+      (:func:`envs.carracing.draw_speedometer`: 6.4 pixels per unit/s; gymnasium's bar changes
+      by about one pixel's brightness per 8-10 units/s). Its frames come from ``make_carracing(speedometer=True)``, and
       recorded frames are redrawn from their recorded speeds for training
       (:meth:`agent.data.recordings.Demonstrations.with_speedometer`).
 
