@@ -10,6 +10,9 @@ right, 2 steer left, 3 gas (0.2), 4 brake (0.8). gymnasium documents 1 as left a
 its code turns the other way (gymnasium issue #1369); :data:`ACTION_NAMES` names what they do. The continuous configuration (``continuous=True``) drives with
 two controls in [-1, 1], steering and throttle (:class:`ThrottleAction`): full gas and gas while
 steering are possible there, which the five discrete actions do not allow.
+
+``make_carracing(speedometer=True)`` draws a legible speed into each frame's dashboard strip
+(:func:`draw_speedometer`), for a student that reads it (``--dashboard speedometer``).
 """
 
 from __future__ import annotations
