@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -629,7 +628,7 @@ def _disturb_kinds(text: str) -> tuple[str, ...]:
 def _cmd_train(args) -> int:
     import numpy as np
 
-    from agent.loading import is_continuous, load_policy, make_carracing_for
+    from agent.loading import is_continuous, load_policy, make_carracing_for, reads_speedometer
     from agent.nn.policy import DrivingPolicy, default_config
     from agent.train.bc import TRAIN_DEFAULTS, TrainConfig, report_metadata, train
 
@@ -754,7 +753,7 @@ def _cmd_train(args) -> int:
     elif cfg.epochs == 0:
         raise CLIError("--epochs 0 (no behaviour cloning) needs --init POLICY")
     if args.dagger_rounds:  # the student's env: its frames carry the speedometer if the student reads one
-        speedometer = (init.config if init is not None else pcfg).features_kwargs.get("dashboard") == "speedometer"
+        speedometer = reads_speedometer(init if init is not None else pcfg)
         env = make_carracing_for(expert, speedometer=speedometer)  # continuous for a continuous expert
         if args.envs > 1:  # the student's rollouts on --envs envs at once, the expert labelling from info
             from agent.vector import envs_for
@@ -941,9 +940,7 @@ def _cmd_evaluate(args) -> int:
         raise CLIError("--start-rule is the PPO expert's start rule; pass an expert .zip as --policy")
     if args.envs < 1:
         raise CLIError(f"--envs must be >= 1, got {args.envs}")
-    slow_speed = SLOW_SPEED if args.slow_speed is None else args.slow_speed
-    if not (math.isfinite(slow_speed) and slow_speed > 0):
-        raise CLIError(f"--slow-speed must be a positive number of units/s, got {args.slow_speed}")
+    slow_speed = SLOW_SPEED if args.slow_speed is None else args.slow_speed  # evaluate() checks it
     workers = args.workers if args.workers is not None else (2 if args.envs == 1 else 1)
     if args.envs > 1 and workers > 1:
         raise CLIError(f"--envs {args.envs} steps its envs from one process: drop --workers {workers} (or pass 1)")

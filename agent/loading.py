@@ -138,9 +138,13 @@ def is_continuous(policy) -> bool:
 
 
 def reads_speedometer(policy) -> bool:
-    """Whether a loaded policy's CNN reads the speedometer drawn into its frames
-    (``--dashboard speedometer``: :func:`envs.carracing.draw_speedometer`); False for the expert."""
-    return getattr(getattr(policy, "features", None), "dashboard", None) == "speedometer"
+    """Whether a policy's CNN reads the speedometer drawn into its frames (``--dashboard
+    speedometer``: :func:`envs.carracing.draw_speedometer`). ``policy``: a loaded policy, or the
+    :class:`agent.nn.policy.PolicyConfig` of one still to be built; False for the expert."""
+    kwargs = getattr(policy, "features_kwargs", None)  # a PolicyConfig
+    if kwargs is None:
+        kwargs = getattr(getattr(policy, "config", None), "features_kwargs", None) or {}
+    return kwargs.get("dashboard") == "speedometer"
 
 
 def make_carracing_for(policy, **kwargs):

@@ -341,7 +341,7 @@ def run_cell(variant: Variant | str, seed: int, protocol: Protocol, out: str | P
     from agent.data.recordings import load_demonstrations
     from agent.data.windows import DemonstrationSource
     from agent.eval.offline import score_stream
-    from agent.loading import is_continuous, load_policy, make_carracing_for
+    from agent.loading import is_continuous, load_policy, make_carracing_for, reads_speedometer
     from agent.nn.cores import count_parameters
     from agent.nn.policy import DrivingPolicy
     from agent.train.bc import TRAIN_DEFAULTS, TrainConfig, report_metadata, train
@@ -373,7 +373,7 @@ def run_cell(variant: Variant | str, seed: int, protocol: Protocol, out: str | P
             if is_continuous(expert):
                 raise ValueError(f"{protocol.expert} is a continuous expert; the comparison uses the discrete one")
             expert.use_start_rule(protocol.start_rule)
-            env = make_carracing_for(expert, speedometer=pcfg.features_kwargs.get("dashboard") == "speedometer")
+            env = make_carracing_for(expert, speedometer=reads_speedometer(pcfg))
         t0 = time.time()
         log.info("cell %s: training (%s, width %d, %d core parameters)", name, variant.core, width, params)
         policy, report = train(source, pcfg, cfg, tensorboard_dir=None, expert=expert, env=env,

@@ -100,9 +100,9 @@ class CarRacingCNN(FeaturesExtractor):
     - ``"hidden"``: the strip cropped away (input (H - H/8) x W); speed is left to the window;
     - ``"speedometer"``: as ``"speed"``, plus a legible speedometer the env draws into the strip
       (:func:`envs.carracing.draw_speedometer`: 6.4 pixels per unit/s; gymnasium's bar changes
-      by about one pixel's brightness per 8-10 units/s). Its frames come from ``make_carracing(speedometer=True)``, and
-      recorded frames are redrawn from their recorded speeds for training
-      (:meth:`agent.data.recordings.Demonstrations.with_speedometer`).
+      by about one pixel's brightness per 8-10 units/s). Its frames come from
+      ``make_carracing(speedometer=True)``, and recorded frames are redrawn from their recorded
+      speeds for training (:meth:`agent.data.recordings.Demonstrations.with_speedometer`).
 
     Motion. Four frames 20 ms apart barely show how fast the car moves or turns, and a car at a
     standstill sees the same frame again and again, so a deterministic policy that brakes there
@@ -158,7 +158,8 @@ class CarRacingCNN(FeaturesExtractor):
 
     def preprocess(self, obs, prev=None) -> Tensor:
         """(N, H, W, C) frames in [0, 255] (uint8 or float; array or tensor) -> (N, C, H', W) float in [0, 1],
-        with the dashboard blanked (``"speed"``, ``"speedometer"``; H' = H) or cropped (``"hidden"``, H' = H - H/8).
+        with the dashboard blanked (``"speed"``, ``"speedometer"``; H' = H) or cropped
+        (``"hidden"``, H' = H - H/8).
         With ``motion``: (N, 2C, H', W), the frame then frame - ``prev`` (the (N, H, W, C) frames
         one step earlier; None: no motion, the difference is 0); without it ``prev`` is ignored.
 
@@ -187,8 +188,9 @@ class CarRacingCNN(FeaturesExtractor):
 
     def readable(self, frame_hw: tuple[int, int]) -> np.ndarray:
         """(H, W) float32: 0 on the blanked dashboard pixels of ``"speed"`` (everything but the speed
-        bar) and ``"speedometer"`` (everything but the speed bar and the speedometer), 1 elsewhere. Grad-CAM's coarse map (9x9 cells, upsampled) bleeds into pixels the
-        network cannot read; the saliency overlay multiplies by this, as it leaves out the crop."""
+        bar) and ``"speedometer"`` (everything but the speed bar and the speedometer), 1 elsewhere.
+        Grad-CAM's coarse map (9x9 cells, upsampled) bleeds into pixels the network cannot read;
+        the saliency overlay multiplies by this, as it leaves out the crop."""
         return dashboard_mask(int(frame_hw[0]), int(frame_hw[1]), self.dashboard)
 
     def region(self, frame_hw: tuple[int, int]) -> tuple[int, int, int, int]:

@@ -382,7 +382,9 @@ def train(source, policy_config: PolicyConfig, cfg: TrainConfig, tensorboard_dir
         policy = DrivingPolicy(policy_config)
     if dist.distributed:
         torch.manual_seed(cfg.seed + dist.rank)  # dropout differs between ranks; the weights above do not
-    if getattr(policy.features, "dashboard", None) == "speedometer":
+    from agent.loading import reads_speedometer
+
+    if reads_speedometer(policy):
         if not hasattr(source, "draw_speedometer"):
             raise ValueError("--dashboard speedometer reads the speed CarRacing frames carry; these data are not CarRacing's")
         source.draw_speedometer()  # recorded frames, as the speedometer env would have given them
