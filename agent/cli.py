@@ -313,12 +313,15 @@ def _add_train(sub) -> None:
                    help="policy file to write (per env: policies/nac.pt, policies/udacity-nac.pt)")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     p.add_argument("--window", type=int, default=argparse.SUPPRESS, help="T: frames the core sees (per env: 4; 8)")
-    p.add_argument("--dashboard", choices=["visible", "speed", "hidden", "speedometer"], default=argparse.SUPPRESS,
+    p.add_argument("--dashboard", choices=["visible", "speed", "hidden", "speedometer", "speed-input"],
+                   default=argparse.SUPPRESS,
                    help="carracing: what the CNN sees of the dashboard strip (bottom 12 rows, which shows the car's "
                         "own controls): visible (the paper's input), speed (blanked except the speed bar; the default), "
-                        "hidden (cropped) or speedometer (as speed, plus a legible speed bar drawn into the strip, 6.4 pixels per "
-                        "unit/s, about 50 times gymnasium's; recorded frames are redrawn from their speeds). "
-                        "With --init: switch a visible/speed/speedometer policy's mode, its weights kept")
+                        "hidden (cropped), speedometer (as speed, plus a legible speed bar drawn into the strip, 6.4 pixels per "
+                        "unit/s, about 50 times gymnasium's; recorded frames are redrawn from their speeds) or "
+                        "speed-input (the whole strip blanked; the speed, read off that drawn bar, enters as a number "
+                        "beside the CNN's features, as conditional imitation learning's measured speed). "
+                        "With --init: switch a visible/speed/speedometer/speed-input policy's mode, its weights kept")
     p.add_argument("--motion", action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
                    help="carracing: the CNN also reads each frame's difference from the previous one (motion "
                         "channels: speed and turning, and an unmistakable standstill); on by default, "

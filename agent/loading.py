@@ -138,13 +138,14 @@ def is_continuous(policy) -> bool:
 
 
 def reads_speedometer(policy) -> bool:
-    """Whether a policy's CNN reads the speedometer drawn into its frames (``--dashboard
-    speedometer``: :func:`envs.carracing.draw_speedometer`). ``policy``: a loaded policy, or the
+    """Whether a policy reads the speedometer drawn into its frames (``--dashboard speedometer``,
+    through its CNN, or ``--dashboard speed-input``, as a number:
+    :func:`envs.carracing.draw_speedometer`). ``policy``: a loaded policy, or the
     :class:`agent.nn.policy.PolicyConfig` of one still to be built; False for the expert."""
     kwargs = getattr(policy, "features_kwargs", None)  # a PolicyConfig
     if kwargs is None:
         kwargs = getattr(getattr(policy, "config", None), "features_kwargs", None) or {}
-    return kwargs.get("dashboard") == "speedometer"
+    return kwargs.get("dashboard") in ("speedometer", "speed-input")
 
 
 def make_carracing_for(policy, **kwargs):

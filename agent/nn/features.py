@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 # the dashboard's geometry lives with the env that draws it (re-exported here, where the CNN reads it)
-from envs.carracing import dashboard_rows, speed_bar_columns, speedometer_region
+from envs.carracing import SPEEDOMETER_FULL_SCALE, dashboard_rows, speed_bar_columns, speedometer_region
 
 
 class FeaturesExtractor(nn.Module):
@@ -67,10 +67,15 @@ class FeaturesExtractor(nn.Module):
 
 def dashboard_mask(height: int, width: int, dashboard: str) -> np.ndarray:
     """(H, W) float32: 1 where a :class:`CarRacingCNN` with this ``dashboard`` mode reads the pixel,
-    0 where ``"speed"`` blanks it (the strip except the speed bar) and where ``"speedometer"`` does
-    (the strip except the speed bar and :func:`envs.carracing.speedometer_region`); all ones
-    otherwise (``"hidden"`` crops instead of blanking, see :meth:`CarRacingCNN.region`)."""
+    0 where ``"speed"`` blanks it (the strip except the speed bar), where ``"speedometer"`` does
+    (the strip except the speed bar and :func:`envs.carracing.speedometer_region`) and where
+    ``"speed-input"`` does (the whole strip: its speed reaches the network as a number, not through
+    the convolutions); all ones otherwise (``"hidden"`` crops instead of blanking, see
+    :meth:`CarRacingCNN.region`)."""
     mask = np.ones((height, width), np.float32)
+    if dashboard == "speed-input":
+        mask[height - dashboard_rows(height):] = 0.0
+        return mask
     if dashboard in ("speed", "speedometer"):
         c0, c1 = speed_bar_columns(width)
         strip = dashboard_rows(height)
@@ -103,6 +108,16 @@ class CarRacingCNN(FeaturesExtractor):
       by about one pixel's brightness per 8-10 units/s). Its frames come from
       ``make_carracing(speedometer=True)``, and recorded frames are redrawn from their recorded
       speeds for training (:meth:`agent.data.recordings.Demonstrations.with_speedometer`).
+    - ``"speed-input"``: the speed as a measurement beside the image, not a picture in it: the
+      whole strip is blanked before the convolutions, and the speed (units/s) is read exactly off
+      the same drawn speedometer (:meth:`read_speed`; the frames carry it, so recordings, DAgger,
+      ``drive`` and ``agent evaluate`` need no second input) and added to the features through a
+      small embedding, s / 100 -> Linear(1, 16) -> tanh -> Linear(16, F). This is the measured
+      speed input of conditional imitation learning (Codevilla et al., "End-to-end Driving via
+      Conditional Imitation Learning", ICRA 2018). Grad-CAM then covers the image pathway only,
+      and the convolutions read no pixel of the strip. The embedding's last layer starts at zero,
+      so a policy switched to this mode (:meth:`agent.nn.policy.DrivingPolicy.with_dashboard`)
+      starts as the same network without its view of the strip.
 
     Motion. Four frames 20 ms apart barely show how fast the car moves or turns, and a car at a
     standstill sees the same frame again and again, so a deterministic policy that brakes there
@@ -117,7 +132,7 @@ class CarRacingCNN(FeaturesExtractor):
         obs_shape: (H, W, C) of the frames.
         channels: output channels of the three convolutions.
         dropout: dropout on the flattened features (paper: 0.2).
-        dashboard: "visible", "speed", "hidden" or "speedometer" (above).
+        dashboard: "visible", "speed", "hidden", "speedometer" or "speed-input" (above).
         motion: also read the difference from the previous frame (above).
 
     Raises:
@@ -125,7 +140,9 @@ class CarRacingCNN(FeaturesExtractor):
             ``dashboard``.
     """
 
-    DASHBOARD_MODES = ("visible", "speed", "hidden", "speedometer")
+    DASHBOARD_MODES = ("visible", "speed", "hidden", "speedometer", "speed-input")
+    #: width of the speed embedding's hidden layer (``"speed-input"``)
+    SPEED_EMBED_UNITS = 16
 
     def __init__(self, obs_shape=(96, 96, 3), channels=(10, 20, 30), dropout: float = 0.2,
                  dashboard: str = "visible", motion: bool = False):
@@ -155,11 +172,20 @@ class CarRacingCNN(FeaturesExtractor):
             except RuntimeError as exc:
                 raise ValueError(f"observation {shape} is too small for the CNN: {exc}") from exc
         self.dropout = nn.Dropout(dropout)
+        self.speed_embed = None
+        if dashboard == "speed-input":
+            if c != 3:
+                raise ValueError(f"dashboard='speed-input' reads the speedometer from RGB frames, got {c} channels")
+            self.speed_embed = nn.Sequential(nn.Linear(1, self.SPEED_EMBED_UNITS), nn.Tanh(),
+                                             nn.Linear(self.SPEED_EMBED_UNITS, self.features_dim))
+            nn.init.zeros_(self.speed_embed[-1].weight)
+            nn.init.zeros_(self.speed_embed[-1].bias)
 
     def preprocess(self, obs, prev=None) -> Tensor:
         """(N, H, W, C) frames in [0, 255] (uint8 or float; array or tensor) -> (N, C, H', W) float in [0, 1],
         with the dashboard blanked (``"speed"``, ``"speedometer"``; H' = H) or cropped
-        (``"hidden"``, H' = H - H/8).
+        (``"hidden"``, H' = H - H/8). ``"speed-input"`` leaves the strip in (H' = H):
+        :meth:`from_preprocessed` reads the speed off it, then blanks it before the convolutions.
         With ``motion``: (N, 2C, H', W), the frame then frame - ``prev`` (the (N, H, W, C) frames
         one step earlier; None: no motion, the difference is 0); without it ``prev`` is ignored.
 
@@ -183,12 +209,32 @@ class CarRacingCNN(FeaturesExtractor):
         return x.to(self._device()).float().permute(0, 3, 1, 2) / 255.0
 
     def from_preprocessed(self, x: Tensor) -> Tensor:
-        """(N, C, H', W) preprocessed frames ((N, 2C, H', W) with motion) -> (N, F)."""
-        return self.dropout(self.cnn(x))
+        """(N, C, H', W) preprocessed frames ((N, 2C, H', W) with motion) -> (N, F).
+        ``"speed-input"``: the convolutions' features of the frames with the strip blanked, plus
+        the embedding of :meth:`read_speed`."""
+        if self.speed_embed is None:
+            return self.dropout(self.cnn(x))
+        speed = self.read_speed(x)  # (N,) units/s
+        feats = self.dropout(self.cnn(x * self.dashboard_mask))
+        return feats + self.speed_embed((speed / SPEEDOMETER_FULL_SCALE)[:, None].to(feats.dtype))
+
+    def read_speed(self, x: Tensor) -> Tensor:
+        """(N, C', H, W) preprocessed frames (the frame's C = 3 channels first, in [0, 1]) -> (N,)
+        the speed in units/s drawn by :func:`envs.carracing.draw_speedometer`: the bar's columns
+        add up to ``speed / SPEEDOMETER_FULL_SCALE`` of its width (its last column partly), so the
+        mean over its rows and channels of that sum, / width x full scale, is the speed, to
+        1/255 of a column (0.005 units/s); speeds above full scale (100 units/s) read as 100. A
+        frame without the speedometer drawn reads whatever its strip holds there (gymnasium's
+        indicators): draw it first (``make_carracing(speedometer=True)``,
+        :meth:`agent.data.recordings.Demonstrations.with_speedometer`)."""
+        top, bottom, left, right = speedometer_region(x.shape[-2], x.shape[-1])
+        bar = x[:, :3, top:bottom, left:right]
+        return bar.sum(dim=-1).mean(dim=(1, 2)) / (right - left) * SPEEDOMETER_FULL_SCALE
 
     def readable(self, frame_hw: tuple[int, int]) -> np.ndarray:
         """(H, W) float32: 0 on the blanked dashboard pixels of ``"speed"`` (everything but the speed
-        bar) and ``"speedometer"`` (everything but the speed bar and the speedometer), 1 elsewhere.
+        bar), ``"speedometer"`` (everything but the speed bar and the speedometer) and
+        ``"speed-input"`` (the whole strip), 1 elsewhere.
         Grad-CAM's coarse map (9x9 cells, upsampled) bleeds into pixels the network cannot read;
         the saliency overlay multiplies by this, as it leaves out the crop."""
         return dashboard_mask(int(frame_hw[0]), int(frame_hw[1]), self.dashboard)

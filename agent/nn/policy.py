@@ -524,10 +524,13 @@ class DrivingPolicy(nn.Module):
     # ------------------------------------------------------------------ files
     def with_dashboard(self, dashboard: str) -> "DrivingPolicy":
         """A copy of this CarRacing policy whose CNN reads another part of the dashboard strip
-        (``"visible"``, ``"speed"`` or ``"speedometer"``; :class:`agent.nn.features.CarRacingCNN`),
-        every weight kept: the input keeps its size, only the mask of what is read changes. For
-        fine-tuning a ``speed`` student into a ``speedometer`` one (``agent train --init P
-        --dashboard speedometer``); the copy is trained further before it is worth driving.
+        (``"visible"``, ``"speed"``, ``"speedometer"`` or ``"speed-input"``;
+        :class:`agent.nn.features.CarRacingCNN`), every weight kept: the input keeps its size, only
+        the mask of what is read changes. For fine-tuning a ``speed`` student into a
+        ``speedometer`` one (``agent train --init P --dashboard speedometer``), or a speedometer
+        student into one with the speed as an input (``--dashboard speed-input``: its speed
+        embedding is new, with a zero last layer; switching away from it drops the embedding).
+        The copy is trained further before it is worth driving.
 
         Raises:
             ValueError: a policy without the CarRacing CNN, an unknown mode, or a change to or
@@ -548,7 +551,11 @@ class DrivingPolicy(nn.Module):
         config = PolicyConfig(**{**asdict(self.config), "features_kwargs": kwargs})
         with masks_from_state_dict():  # the wiring's masks come with the weights
             new = type(self)(config)
-        new.load_state_dict(self.state_dict(), strict=True)
+        missing, unexpected = new.load_state_dict(self.state_dict(), strict=False)
+        # only the speed embedding of "speed-input" may be new (kept at its zero start) or left out
+        stray = [k for k in (*missing, *unexpected) if not k.startswith("features.speed_embed.")]
+        if stray:
+            raise ValueError(f"cannot switch this policy's dashboard to {dashboard!r}: weights do not match ({stray[:4]})")
         new.metadata = dict(getattr(self, "metadata", {}) or {})
         return new.to(self.device).train(self.training)
 
