@@ -148,3 +148,34 @@ def test_a_speed_input_student_trains_dagger_and_evaluates_through_the_cli(tiny_
     assert main(["evaluate", "--policy", str(out), "--episodes", "1", "--max-steps", "15", "--workers", "1",
                  "--seed", "5", "--json", str(js)]) == 0
     assert len(json.loads(js.read_text())["returns"]) == 1
+
+
+def test_speed_sensitivity_counts_the_steps_a_speed_change_flips():
+    """docs/speed_sensitivity.py: a fresh switch (zero embedding) never changes its action with the
+    speed; a large embedding does; a policy that reads no speedometer is refused."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "speed_sensitivity.py"
+    spec = importlib.util.spec_from_file_location("speed_sensitivity", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    torch.manual_seed(0)
+    policy = DrivingPolicy(default_config("carracing", window=2,
+                                          features_kwargs={"dropout": 0.0, "dashboard": "speed-input",
+                                                           "motion": True})).eval()
+    blind = mod.sensitivity(policy, seed=3, steps=6, delta=5.0)
+    assert blind["steps"] == 6 and blind["changed"] == {5.0: 0.0, -5.0: 0.0} and not blind["changes"]
+    torch.manual_seed(0)  # an attention core, whose output follows its features closely
+    loud = DrivingPolicy(default_config("carracing", core="mha", window=2,
+                                        features_kwargs={"dropout": 0.0, "dashboard": "speed-input",
+                                                         "motion": True})).eval()
+    embed = loud.features.speed_embed
+    torch.nn.init.normal_(embed[0].weight, std=20.0)
+    torch.nn.init.zeros_(embed[0].bias)
+    torch.nn.init.normal_(embed[2].weight, std=1.0)
+    r = mod.sensitivity(loud, seed=3, steps=6, delta=5.0)
+    assert r["changed"][5.0] > 0 and sum(r["changes"].values()) == round(6 * sum(r["changed"].values()))
+    assert all(d in (5.0, -5.0) and a != b for a, b, d in r["changes"])
+    with pytest.raises(ValueError, match="does not read the speedometer"):
+        mod.sensitivity(DrivingPolicy(default_config("carracing", window=2)).eval(), seed=3, steps=2, delta=5.0)
