@@ -269,21 +269,15 @@ def recording_and_policy(tiny_expert, tmp_path_factory):
 
 def test_grad_cam_puts_no_heat_on_blanked_dashboard_pixels():
     """With dashboard="speed", the strip except the speed bar is constant input: the map is 0 there."""
-    from agent.drive.saliency import SaliencyOverlay, bottom_share
+    from cam_fixture import newest_frame_cam
+
+    from agent.drive.saliency import bottom_share
     from agent.nn.policy import DrivingPolicy, default_config
 
     torch.manual_seed(0)
     policy = DrivingPolicy(default_config("carracing", window=2,
                                           features_kwargs={"dropout": 0.0, "dashboard": "speed"})).eval()
-    frames = _frames(3, seed=4)
-    state = None
-    with torch.no_grad():
-        for f in frames[:2]:
-            y, state = policy.step(torch.as_tensor(f)[None], state)
-    before = state
-    y, _ = policy.step(torch.as_tensor(frames[2])[None], before)
-    with SaliencyOverlay(policy, policy.config.action_names) as ov:
-        cam = ov.compute(frames[2], before, y).cam
+    cam = newest_frame_cam(policy, _frames(3, seed=4))
     assert cam.shape == (96, 96)
     assert cam[84:, :12].max() == 0 and cam[84:, 15:].max() == 0
     assert cam[:84].max() > 0

@@ -96,22 +96,16 @@ def test_with_dashboard_adds_the_embedding_and_keeps_every_other_weight():
 
 
 def test_grad_cam_puts_no_heat_on_the_strip():
-    from agent.drive.saliency import SaliencyOverlay, bottom_share
+    from cam_fixture import newest_frame_cam
+
+    from agent.drive.saliency import bottom_share
 
     torch.manual_seed(0)
     policy = DrivingPolicy(default_config("carracing", window=2,
                                           features_kwargs={"dropout": 0.0, "dashboard": "speed-input",
                                                            "motion": True})).eval()
     torch.nn.init.normal_(policy.features.speed_embed[-1].weight)
-    frames = draw_speedometer(_frames(3, 6), [20.0, 22.0, 24.0])
-    state = None
-    with torch.no_grad():
-        for f in frames[:2]:
-            y, state = policy.step(torch.as_tensor(f)[None], state)
-    before = state
-    y, _ = policy.step(torch.as_tensor(frames[2])[None], before)
-    with SaliencyOverlay(policy, policy.config.action_names) as ov:
-        cam = ov.compute(frames[2], before, y).cam
+    cam = newest_frame_cam(policy, draw_speedometer(_frames(3, 6), [20.0, 22.0, 24.0]))
     assert cam[STRIP:].max() == 0 and cam[:STRIP].max() > 0
     assert bottom_share(cam) == 0.0
 
