@@ -386,7 +386,8 @@ def train(source, policy_config: PolicyConfig, cfg: TrainConfig, tensorboard_dir
 
     if reads_speedometer(policy):
         if not hasattr(source, "draw_speedometer"):
-            raise ValueError("--dashboard speedometer reads the speed CarRacing frames carry; these data are not CarRacing's")
+            raise ValueError(f"--dashboard {policy.features.dashboard} reads the speed CarRacing frames carry; "
+                             "these data are not CarRacing's")
         source.draw_speedometer()  # recorded frames, as the speedometer env would have given them
     if getattr(source, "standstills", 0) and getattr(policy.features, "dashboard", None) == "visible":
         raise ValueError("synthetic standstills (--standstills) blank only the speed bar; a student that reads the "
