@@ -12,7 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.rollout import CRAWL_METRIC_SPEED, SLOW_SPEED, STALL_STEPS, STANDSTILL_SPEED
+from agent.eval.card import identity
+from agent.rollout import CRAWL_METRIC_SPEED, SLOW_SPEED, STALL_STEPS
+from envs.carracing import STANDSTILL_SPEED
 
 
 @dataclass
@@ -38,7 +40,9 @@ class EvalResult:
     floor, which neither figure above counts), with its aggregate ``episodes_slow`` (more than
     ``stall_steps``) and threshold ``slow_speed``;
     ``deterministic`` (argmax or sampled actions) and ``start_rule`` (an expert with its start
-    rule) how the policy acted; ``envs`` how many envs were stepped at once (``--envs``).
+    rule) how the policy acted; ``envs`` how many envs were stepped at once (``--envs``);
+    ``file_sha256`` and ``weights_sha256`` name the exact file and weights evaluated
+    (:func:`agent.eval.card.identity`; ``policy`` is only the path, which many versions share).
     """
 
     env: str
@@ -70,6 +74,8 @@ class EvalResult:
     deterministic: bool = True
     start_rule: bool = False
     envs: int = 1
+    file_sha256: str = ""
+    weights_sha256: str = ""
 
     def to_json(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -110,7 +116,7 @@ def _run_seeds(args, on_episode=None) -> list[tuple]:
 
     if threads:
         torch.set_num_threads(threads)
-    from agent.train.expert import ExpertPolicy
+    from agent.experts.policy import ExpertPolicy
 
     policy = _load_for_eval(policy_path, start_rule)
     actor = make_actor(policy, deterministic=deterministic)
@@ -132,7 +138,7 @@ def _run_seeds(args, on_episode=None) -> list[tuple]:
 def _load_for_eval(policy_path, start_rule: bool):
     """The policy of a file, with the expert's start rule when asked for."""
     from agent.loading import load_policy
-    from agent.train.expert import ExpertPolicy
+    from agent.experts.policy import ExpertPolicy
 
     policy = load_policy(policy_path)
     if start_rule:
@@ -179,7 +185,7 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
         deterministic: the most probable action (argmax); False samples it from the policy's
             softmax, with torch's generator seeded by each track's seed (the expert stays argmax).
         start_rule: a discrete expert ``.zip`` drives with its start rule
-            (:attr:`agent.train.expert.ExpertPolicy.start_rule`), as it does as a teacher.
+            (:attr:`agent.experts.policy.ExpertPolicy.start_rule`), as it does as a teacher.
         envs: step this many envs at once in subprocesses (:mod:`agent.vector`), the policy
             acting on the batch of their observations, in this one process; 1 = one env, episodes
             one after another (split over ``workers``). Each episode keeps its track and its
@@ -212,6 +218,7 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
         raise ValueError(f"--envs {envs} steps the envs from one process; use it with --workers 1 (got --workers "
                          f"{workers})")
     path = resolve_policy_path(policy_path)
+    ident = identity(path)  # before driving: the digests of exactly the file that drives
     seeds = list(range(seed, seed + episodes))
     workers = max(1, min(workers, episodes))
     t0 = time.time()
@@ -254,4 +261,5 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
                       longest_crawl_steps=crawls, episodes_with_crawl=sum(c > STALL_STEPS for c in crawls),
                       slow_steps=slow, episodes_slow=sum(s > STALL_STEPS for s in slow), slow_speed=slow_speed,
                       deterministic=deterministic,
-                      start_rule=start_rule, envs=envs)
+                      start_rule=start_rule, envs=envs, file_sha256=ident["file_sha256"],
+                      weights_sha256=ident["weights_sha256"])
