@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.train.config import (ConfigError, DaggerSection, DeviceSection, PolicySection, TeacherSection, TrainRun,
+from agent.train.config import (ConfigError, DaggerSection, DeviceSection, ExpertRun, PPOSection, PolicySection, TeacherSection, TrainRun,
                                 TrainSection, UdacitySection, from_dict, load_config, load_recipe, to_dict, to_toml)
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
@@ -24,6 +24,8 @@ RECIPES = Path(__file__).resolve().parents[1] / "recipes"
     (lambda: DaggerSection(disturb_kinds=("flip",)), "dagger.disturb_kinds"),
     (lambda: UdacitySection(smooth_labels=2), "udacity.smooth_labels"),
     (lambda: DeviceSection(device="tpu"), "device.device"),
+    (lambda: PPOSection(lr=-1.0), "ppo.lr"),
+    (lambda: ExpertRun(out="expert.pt"), "out must be a .zip"),
 ])
 def test_each_section_names_the_bad_field(make, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
@@ -103,9 +105,10 @@ def test_device_auto_resolves_to_a_torch_device():
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES.glob("*.toml")), ids=lambda p: p.name)
 def test_every_recipe_loads_and_validates(recipe):
-    stages = load_recipe(recipe)
+    cls = ExpertRun if recipe.name.startswith("carracing-expert") else TrainRun  # `agent expert train --config`
+    stages = load_recipe(recipe, cls)
     for i, (name, cfg) in enumerate(stages):  # a later stage starts from the one before (the runner sets init)
-        replace(cfg, init=cfg.init or ("previous.pt" if i else None)).check()
+        (replace(cfg, init=cfg.init or ("previous.pt" if i else None)) if cls is TrainRun else cfg).check()
     name, last = stages[-1]
     assert last.out is not None and last.out.startswith("policies/"), "a recipe names the shipped file it remakes"
     assert (RECIPES.parent / last.out).is_file(), f"{recipe.name} remakes {last.out}, which is not shipped"

@@ -405,6 +405,82 @@ class TrainRun:
         return replace(self, train=train, policy=policy)
 
 
+@dataclass(frozen=True)
+class PPOSection:
+    """The PPO expert's training (stable-baselines3 PPO on CarRacing's privileged state; Schulman et al. 2017)."""
+
+    timesteps: int = 3_000_000
+    """PPO agent steps"""
+    lr: float = 3e-4
+    """PPO learning rate (lower it, e.g. 1e-4, when fine-tuning from init)"""
+    ent_coef: float | None = None
+    """entropy bonus (default 0.003; 0.0 for the continuous configuration)"""
+    action_repeat: int = 1
+    """repeat each expert action this many frames"""
+    continuous: bool = False
+    """the continuous configuration: (steering, throttle) actions and a Gaussian policy instead of five actions"""
+    disturbed_starts: float = 0.0
+    """share of training episodes that start off the road or at a standstill, so the expert learns to recover"""
+    offtrack_patience: int = 50
+    """steps with all wheels off the road before a training episode is cut"""
+    wheel_off_penalty: float = 0.0
+    """reward shaping: subtracted per wheel off the road per step (evaluation scores the env's own reward)"""
+    keep: Literal["best", "last"] = "best"
+    """the checkpoint written to out: best mean return on held-out tracks, or the last"""
+
+    def __post_init__(self):
+        _need(self.timesteps >= 1, f"ppo.timesteps must be >= 1, got {self.timesteps}")
+        _need(_finite(self.lr) and self.lr > 0, f"ppo.lr must be > 0, got {self.lr}")
+        _need(self.ent_coef is None or (_finite(self.ent_coef) and self.ent_coef >= 0),
+              f"ppo.ent_coef must be >= 0, got {self.ent_coef}")
+        _need(self.action_repeat >= 1, f"ppo.action_repeat must be >= 1, got {self.action_repeat}")
+        _need(0.0 <= self.disturbed_starts <= 1.0, f"ppo.disturbed_starts must be in [0, 1], got {self.disturbed_starts}")
+        _need(self.offtrack_patience >= 1, f"ppo.offtrack_patience must be >= 1 step, got {self.offtrack_patience}")
+        _need(_finite(self.wheel_off_penalty) and self.wheel_off_penalty >= 0,
+              f"ppo.wheel_off_penalty must be >= 0, got {self.wheel_off_penalty}")
+
+
+@dataclass(frozen=True)
+class ExpertRun:
+    """``agent expert train``: the PPO expert on CarRacing's privileged state (pixels skipped)."""
+
+    env: Literal["carracing"] = "carracing"
+    """simulator"""
+    out: str = "runs/expert/carracing-expert.zip"
+    """where to write the expert"""
+    overwrite: bool = False
+    """replace out if it exists"""
+    seed: int = 0
+    """seed of PPO's weights and of the training tracks"""
+    envs: int = 8
+    """parallel envs in the PPO rollout"""
+    init: str | None = None
+    """fine-tune: start from this expert .zip's weights"""
+    tensorboard: str = "runs/expert"
+    """TensorBoard log folder ('' for none)"""
+    ppo: PPOSection = PPOSection()
+    device: DeviceSection = DeviceSection()
+
+    def __post_init__(self):
+        _need(self.envs >= 1, f"envs must be >= 1, got {self.envs}")
+        _need(self.out.endswith(".zip"), f"out must be a .zip (stable-baselines3's format), got {self.out!r}")
+
+    def check(self) -> "ExpertRun":
+        """Nothing beyond the sections' own checks; returns self (the same interface as :class:`TrainRun`)."""
+        return self
+
+    @property
+    def out_path(self) -> Path:
+        """The expert file this run writes."""
+        return Path(self.out)
+
+    def resolved(self) -> "ExpertRun":
+        """This config with the entropy bonus's default filled in."""
+        if self.ppo.ent_coef is not None:
+            return self
+        return replace(self, ppo=replace(self.ppo, ent_coef=0.0 if self.ppo.continuous else 0.003))
+
+
 def _changed(section, default, prefix: str | None = None) -> list[str]:
     """The fields of ``section`` that differ from ``default``, as ``prefix.name``."""
     name = prefix or type(section).__name__.replace("Section", "").lower()
@@ -523,7 +599,7 @@ def to_toml(cfg) -> str:
     return tomli_w.dumps(to_dict(cfg))
 
 
-__all__ = ["ConfigError", "DASHBOARDS", "DaggerSection", "DeviceSection", "LodoSection", "PolicySection",
+__all__ = ["ConfigError", "DASHBOARDS", "DaggerSection", "DeviceSection", "ExpertRun", "PPOSection", "LodoSection", "PolicySection",
            "TeacherSection", "TrainRun", "TrainSection", "UdacitySection", "from_dict", "load_config", "load_recipe",
            "to_dict",
            "to_toml"]
