@@ -319,7 +319,7 @@ class TrainRun:
     env: Literal["carracing", "udacity"] = "carracing"
     """simulator"""
     out: str | None = None
-    """policy file to write (per env: policies/nac.pt, policies/udacity-nac.pt)"""
+    """policy file to write (default: runs/train/<env>-policy.pt)"""
     overwrite: bool = False
     """replace out (and the run folder's files) if they exist"""
     seed: int = 0
@@ -329,7 +329,7 @@ class TrainRun:
     save_bc: str | None = None
     """also save the policy after BC, before DAgger, here"""
     run_dir: str | None = None
-    """the run folder: the resolved config, the report and checkpoints (default: runs/train/<run name>)"""
+    """the run folder: the resolved config, the report and checkpoints (default: runs/train/<out's name>)"""
     json: str | None = None
     """also write the training report as JSON here"""
     policy: PolicySection = PolicySection()
@@ -385,8 +385,13 @@ class TrainRun:
 
     @property
     def out_path(self) -> Path:
-        """The policy file this run writes (the env's default when ``out`` is not given)."""
-        return Path(self.out or ("policies/nac.pt" if self.env == "carracing" else "policies/udacity-nac.pt"))
+        """The policy file this run writes (default: runs/train/<env>-policy.pt, never a shipped file)."""
+        return Path(self.out or f"runs/train/{self.env}-policy.pt")
+
+    @property
+    def run_path(self) -> Path:
+        """The run folder (``run_dir``, or runs/train/<out's name without its suffix>)."""
+        return Path(self.run_dir) if self.run_dir else Path("runs/train") / self.out_path.stem
 
     def resolved(self) -> "TrainRun":
         """This config with every per-env default filled in (what the run really uses)."""
@@ -458,6 +463,8 @@ class ExpertRun:
     """fine-tune: start from this expert .zip's weights"""
     tensorboard: str = "runs/expert"
     """TensorBoard log folder ('' for none)"""
+    run_dir: str | None = None
+    """the run folder: the resolved config (default: runs/expert/<out's name>)"""
     ppo: PPOSection = PPOSection()
     device: DeviceSection = DeviceSection()
 
@@ -473,6 +480,11 @@ class ExpertRun:
     def out_path(self) -> Path:
         """The expert file this run writes."""
         return Path(self.out)
+
+    @property
+    def run_path(self) -> Path:
+        """The run folder (``run_dir``, or runs/expert/<out's name without .zip>)."""
+        return Path(self.run_dir) if self.run_dir else Path("runs/expert") / self.out_path.stem
 
     def resolved(self) -> "ExpertRun":
         """This config with the entropy bonus's default filled in."""
