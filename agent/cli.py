@@ -128,8 +128,9 @@ def _cmd_expert_recovery(args) -> int:
 
     if args.episodes < 1:
         raise CLIError("--episodes must be >= 1")
+    from agent.experts.policy import ExpertPolicy
+    from agent.experts.rules import RuleError, TeacherRules
     from agent.loading import make_carracing_for
-    from agent.train.expert import ExpertPolicy
 
     driver = load_policy(args.policy or args.expert)
     if (args.start_rule or args.creep_speed or args.brake_floor is not None or args.grass_rule) and \
@@ -139,20 +140,11 @@ def _cmd_expert_recovery(args) -> int:
     if args.brake_floor is not None and not args.start_rule:
         raise CLIError("--brake-floor is the start rule's floor: add --start-rule")
     if isinstance(driver, ExpertPolicy):
-        driver.use_start_rule(args.start_rule)
-        try:
-            driver.use_creep_rule(args.creep_speed)
-        except ValueError as exc:
-            raise CLIError(f"--creep-speed: {exc}") from exc
-        if args.brake_floor is not None:
-            try:
-                driver.use_brake_floor(args.brake_floor)
-            except ValueError as exc:
-                raise CLIError(f"--brake-floor: {exc}") from exc
-        try:
-            driver.use_grass_rule(args.grass_rule)
-        except ValueError as exc:
-            raise CLIError(f"--grass-rule: {exc}") from exc
+        try:  # strict: a continuous expert refuses the creep and grass rules (they are the discrete one's)
+            TeacherRules(start_rule=args.start_rule, creep_speed=args.creep_speed, brake_floor=args.brake_floor,
+                         grass_rule=args.grass_rule).apply(driver, strict=True)
+        except RuleError as exc:
+            raise CLIError(f"{_RULE_OPTIONS[exc.rule]}: {exc}") from exc
         env = make_carracing(privileged=True, continuous=driver.continuous)
     elif args.policy is None:
         raise CLIError(f"{args.expert} is not a PPO expert .zip (to check a student policy, pass it as --policy)")
@@ -184,7 +176,7 @@ def _cmd_expert(args) -> int:
         return _cmd_expert_recovery(args)
 
     from agent.loading import resolve_policy_path
-    from agent.train.expert import ExpertConfig, train_expert
+    from agent.train.ppo import ExpertConfig, train_expert
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -227,12 +219,6 @@ def _add_collect(sub) -> None:
     p.add_argument("--envs", type=int, default=1, help="--expert: " + _ENVS_HELP)
 
 
-def _use_start_rule(expert, on: bool):
-    """Turn the expert's start rule (:attr:`agent.train.expert.ExpertPolicy.start_rule`) on or off.
-    Returns the expert."""
-    return expert.use_start_rule(on)
-
-
 def _cmd_collect(args) -> int:
     from agent.data.recordings import KeyboardActor, collect, dataset_layout
     from agent.log import get_logger
@@ -253,9 +239,10 @@ def _cmd_collect(args) -> int:
     if args.keyboard:
         actor, name, env = KeyboardActor(), "keyboard", make_carracing()
     else:
+        from agent.experts.rules import TeacherRules
         from agent.loading import is_continuous, load_policy, make_actor, make_carracing_for
 
-        expert = _use_start_rule(load_policy(args.expert), args.start_rule)
+        expert = TeacherRules(start_rule=args.start_rule).apply(load_policy(args.expert))
         actor, name = make_actor(expert), "ppo-expert"
         env = make_carracing_for(expert)  # the continuous configuration for a continuous expert
         if is_continuous(expert):
@@ -507,18 +494,7 @@ def _load_source(env: str, data: list[str], args):
         from agent.data.recordings import load_demonstrations
 
         demos = load_demonstrations(data)  # RecordingError if they mix action kinds
-        from agent.train.expert import relabel_brake_floor, relabel_creep, relabel_grass
-
-        creep, floor = getattr(args, "creep_speed", 0.0), getattr(args, "brake_floor", None)
-        if creep:
-            demos = _relabel_recorded(demos, lambda d: relabel_creep(d, creep), f"--creep-speed {creep:.1f}",
-                                      f"labels below {creep:.1f} units/s relabelled gas")
-        if floor is not None:
-            demos = _relabel_recorded(demos, lambda d: relabel_brake_floor(d, floor), f"--brake-floor {floor:.1f}",
-                                      f"brake labels below {floor:.1f} units/s relabelled gas")
-        if getattr(args, "grass_rule", False):
-            demos = _relabel_recorded(demos, relabel_grass, "--grass-rule",
-                                      "brake labels on the grass (read from the pixels) relabelled gas")
+        demos = _relabel_recorded(demos, _teacher_rules(args))
         return DemonstrationSource(demos, skip_stalls=getattr(args, "skip_stalls", False),
                                    standstills=getattr(args, "standstills", 0.0))
     from agent.data.udacity import AugmentConfig
@@ -544,17 +520,43 @@ def _load_source(env: str, data: list[str], args):
                          smooth_mode=args.smooth_mode, straight_keep=args.straight_keep, seed=args.seed)
 
 
-def _relabel_recorded(demos, relabel, flag: str, what: str):
-    """``relabel(demos)`` (one of :mod:`agent.train.expert`'s ``relabel_*``: the teacher's rules
-    applied to recorded labels), logging "<flag>: N of M recorded <what>". Raises CLIError, naming
-    ``flag``, where the rule does not apply (continuous recordings, frames that are not CarRacing's)."""
-    from agent.log import get_logger
+def _teacher_rules(args):
+    """The teacher's rules of `agent train`'s --start-rule, --creep-speed, --brake-floor and --grass-rule
+    (absent options: off; the values were checked by :func:`_cmd_train`)."""
+    from agent.experts.rules import RuleError, TeacherRules
 
     try:
-        demos, changed = relabel(demos)
-    except ValueError as exc:
-        raise CLIError(f"{flag}: {exc}") from exc
-    get_logger("agent.train").info("%s: %d of %d recorded %s", flag, changed, demos.n_frames, what)
+        return TeacherRules(start_rule=getattr(args, "start_rule", False),
+                            creep_speed=getattr(args, "creep_speed", 0.0),
+                            brake_floor=getattr(args, "brake_floor", None),
+                            grass_rule=getattr(args, "grass_rule", False))
+    except RuleError as exc:
+        raise CLIError(f"{_RULE_OPTIONS[exc.rule]}: {exc}") from exc
+
+
+#: the option of each teacher's rule (:class:`agent.experts.rules.TeacherRules`'s fields)
+_RULE_OPTIONS = {"creep_speed": "--creep-speed", "brake_floor": "--brake-floor", "grass_rule": "--grass-rule"}
+
+#: how `agent train` names a recording rule that ran (:meth:`agent.experts.rules.TeacherRules.relabel`)
+_RULE_FLAGS = {"creep_speed": lambda r: f"--creep-speed {r.creep_speed:.1f}",
+               "brake_floor": lambda r: f"--brake-floor {r.brake_floor:.1f}",
+               "grass_rule": lambda r: "--grass-rule"}
+
+
+def _relabel_recorded(demos, rules):
+    """``rules.relabel(demos)`` (the teacher's rules applied to recorded labels), logging
+    "<flag>: N of M recorded <what>" per rule. Raises CLIError, naming the flag, where a rule does
+    not apply (continuous recordings, frames that are not CarRacing's)."""
+    from agent.experts.rules import RuleError
+    from agent.log import get_logger
+
+    log = get_logger("agent.train")
+    n_frames = demos.n_frames
+    try:
+        demos, _ = rules.relabel(demos, log=lambda rule, changed, what: log.info(
+            "%s: %d of %d recorded %s", _RULE_FLAGS[rule](rules), changed, n_frames, what))
+    except RuleError as exc:
+        raise CLIError(f"{_RULE_FLAGS[exc.rule](rules)}: {exc}") from exc
     return demos
 
 
@@ -725,13 +727,8 @@ def _cmd_train(args) -> int:
                           **given)
     expert = env = None
     if args.dagger_rounds:
-        expert = _use_start_rule(load_policy(args.expert), args.start_rule)
-        if args.creep_speed and not is_continuous(expert):
-            expert.use_creep_rule(args.creep_speed)
-        if args.brake_floor is not None:
-            expert.use_brake_floor(args.brake_floor)
-        if args.grass_rule and not is_continuous(expert):
-            expert.use_grass_rule(True)
+        # DAgger's teacher: a continuous expert drives without the (discrete) creep and grass rules
+        expert = _teacher_rules(args).apply(load_policy(args.expert))
         if is_continuous(expert) != continuous:
             kinds = {True: "continuous (steering, throttle)", False: "discrete"}
             raise CLIError(f"--expert {args.expert} drives with {kinds[is_continuous(expert)]} actions but the "

@@ -6,7 +6,7 @@ Kinds (:data:`LOADERS`):
   ``torch.load(weights_only=True)``; format-1 files of the two pre-unification kinds
   (``"nac-drive-policy"`` v1 and ``"nac-udacity-policy"`` v1) are converted in memory
   (:mod:`agent.nn.legacy`; ``agent convert-policy`` saves the conversion);
-- ``"sb3-ppo-expert"``: the PPO expert ``.zip`` (:class:`agent.train.expert.ExpertPolicy`), read
+- ``"sb3-ppo-expert"``: the PPO expert ``.zip`` (:class:`agent.experts.policy.ExpertPolicy`), read
   without unpickling anything.
 
 No loader ever runs code stored in a file.
@@ -54,7 +54,7 @@ def _load_driving_policy(path: Path, payload: dict, device: str):
 
 
 def _load_expert(path: Path, payload, device: str):
-    from agent.train.expert import ExpertPolicy
+    from agent.experts.policy import ExpertPolicy
 
     return ExpertPolicy.load(path, device=device)
 
@@ -109,7 +109,7 @@ def make_actor(policy, deterministic: bool = True, label: str | None = None):
     ``label`` names the policy in the HUD (e.g. its file name).
     """
     from agent.rollout import ExpertActor, PolicyActor
-    from agent.train.expert import ExpertPolicy
+    from agent.experts.policy import ExpertPolicy
 
     if isinstance(policy, ExpertPolicy):
         return ExpertActor(policy)
@@ -120,7 +120,7 @@ def make_actor(policy, deterministic: bool = True, label: str | None = None):
 
 def action_space_of(policy):
     """The gymnasium action space a loaded policy acts in (the expert's, or a DrivingPolicy's head's)."""
-    from agent.train.expert import ExpertPolicy
+    from agent.experts.policy import ExpertPolicy
 
     return policy.policy.action_space if isinstance(policy, ExpertPolicy) else policy.action_space
 
@@ -128,7 +128,7 @@ def action_space_of(policy):
 def is_continuous(policy) -> bool:
     """Whether a loaded policy has continuous actions (a Box action space) rather than discrete ones.
 
-    True for a continuous PPO expert (:attr:`agent.train.expert.ExpertPolicy.continuous`) and for a
+    True for a continuous PPO expert (:attr:`agent.experts.policy.ExpertPolicy.continuous`) and for a
     :class:`agent.nn.policy.DrivingPolicy` with a Box head (CarRacing's continuous configuration,
     or Udacity steering); False for CarRacing's five discrete actions.
     """

@@ -26,20 +26,18 @@ from typing import Any, Callable, Protocol
 import gymnasium as gym
 import numpy as np
 
+from envs.carracing import STANDSTILL_SPEED, car_speed
+
 STEERING_CLASSES = ("straight", "left", "right")
 STEERING_DEADBAND = 0.05  # |normalised steering| below this counts as straight
 
-#: The car counts as standing still while its speed is below this, in simulator units per second
-#: (:attr:`envs.carracing.CarRacingEnv.speed`, the hull's speed; the car starts at 0 and cruises
-#: at roughly 30-90 units/s). Used by :func:`standstill` and the "no stalls" figures.
-STANDSTILL_SPEED = 1.0
 #: The car crawls while its speed is below this, in simulator units per second: off the road a
 #: discrete student can circle on the grass at 2-4 units/s, steering one way, for hundreds of
 #: steps (README, "The creep rule"), which :data:`STANDSTILL_SPEED` never counts. A crawl longer
 #: than :data:`STALL_STEPS` counts in ``episodes_with_crawl``.
 CRAWL_METRIC_SPEED = 5.0
 #: The car is slow while its speed is below this, in simulator units per second (the teacher's
-#: start rule turns brake into gas below the same speed, :data:`agent.train.expert.CRAWL_SPEED`).
+#: start rule turns brake into gas below the same speed, :data:`agent.experts.rules.CRAWL_SPEED`).
 #: A student in the "brake trap" brakes each time the car reaches it and accelerates below it, a
 #: saw-tooth between 3 and 10 units/s for hundreds of steps that neither a standstill nor a crawl
 #: counts (README, "Where the last failures begin"); :attr:`Episode.slow_steps` does. An episode
@@ -160,7 +158,7 @@ class PolicyActor:
 
 
 class ExpertActor:
-    """The PPO expert, acting from a CarRacing env's privileged state (see :mod:`agent.train.expert`).
+    """The PPO expert, acting from a CarRacing env's privileged state (see :mod:`agent.experts.policy`).
 
     A discrete expert's ``act(env)`` gives an action index: the decision's action and class are
     that int. A continuous expert's gives a (2,) float32 array (steering, throttle), each in
@@ -239,12 +237,6 @@ def longest_run(mask) -> int:
         return 0
     edges = np.diff(np.concatenate([[0], m.astype(np.int8), [0]]))  # +1 where a run starts, -1 after it ends
     return int((np.flatnonzero(edges == -1) - np.flatnonzero(edges == 1)).max())
-
-
-def car_speed(env: gym.Env) -> float:
-    """The car's speed in simulator units per second (:attr:`envs.carracing.CarRacingEnv.speed`);
-    NaN for an env without a ``speed`` property (the Udacity env reports mph in ``info`` instead)."""
-    return float(getattr(env.unwrapped, "speed", math.nan))
 
 
 def all_wheels_off_road(env: gym.Env) -> bool | None:

@@ -21,7 +21,7 @@ Batch actors (one action per env slot each step):
   (``DrivingPolicy.reset_rows``). Sampled actions draw from one ``torch.Generator`` per episode,
   seeded with its track, which is what the one-env path's ``torch.manual_seed(track)`` gives.
 - :class:`BatchExpertActor`: the PPO expert on the batch of privileged states
-  (:meth:`agent.train.expert.ExpertPolicy.act_batch`).
+  (:meth:`agent.experts.policy.ExpertPolicy.act_batch`).
 - :class:`BatchMixtureActor`: DAgger's executed policy per slot (:class:`agent.rollout.MixtureActor`,
   optionally :class:`agent.train.perturb.PerturbedActor`) on top of the batched student and expert.
 
@@ -124,7 +124,7 @@ def envs_for(policy, n: int, **kwargs) -> CarRacingEnvs:
         ValueError: a continuous policy whose actions are not CarRacing's (steering, throttle).
     """
     from agent.loading import is_continuous, make_carracing_for, reads_speedometer
-    from agent.train.expert import ExpertPolicy
+    from agent.experts.policy import ExpertPolicy
 
     make_carracing_for(policy).close()  # validates the action space with the one-env path's message
     expert = isinstance(policy, ExpertPolicy)
@@ -509,7 +509,7 @@ class BatchMixtureActor:
 def batch_actor_for(policy, deterministic: bool = True) -> BatchActor:
     """The batch actor of a loaded policy: :class:`BatchExpertActor` for the PPO expert, else
     :class:`BatchPolicyActor` (the batched :func:`agent.loading.make_actor`)."""
-    from agent.train.expert import ExpertPolicy
+    from agent.experts.policy import ExpertPolicy
 
     return BatchExpertActor(policy) if isinstance(policy, ExpertPolicy) else BatchPolicyActor(policy, deterministic)
 

@@ -23,7 +23,7 @@ BINS = np.arange(0, 61, 1.0)
 def brake_histogram(recordings: list[str]) -> tuple[np.ndarray, int, int]:
     """(len(BINS) - 1,) counts of brake labels per speed bin, the number of brake labels and of frames."""
     from agent.data.recordings import load_demonstrations
-    from agent.train.expert import BRAKE
+    from agent.experts.rules import BRAKE
 
     counts = np.zeros(len(BINS) - 1, np.int64)
     brakes = frames = 0

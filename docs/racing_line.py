@@ -27,7 +27,7 @@ def drive(path: str, seed: int):
     import torch
 
     from agent.loading import load_policy, make_actor, make_carracing_for
-    from agent.train.expert import ExpertPolicy
+    from agent.experts.policy import ExpertPolicy
 
     torch.set_num_threads(1)
     policy = load_policy(path)

@@ -39,8 +39,18 @@ WAYPOINT_STRIDE = 2  # every 2nd track point (track points are ~3.5 m apart)
 PRIVILEGED_DIM = 4 + 4 + 4 + 1 + 3 + 2 * N_WAYPOINTS
 #: where :meth:`CarRacingEnv.privileged_observation` keeps each wheel's grass flag (1 on grass, 0 on the road)
 WHEEL_GRASS = slice(8, 12)
+#: The car counts as standing still while its speed is below this, in simulator units per second
+#: (:attr:`envs.carracing.CarRacingEnv.speed`, the hull's speed; the car starts at 0 and cruises
+#: at roughly 30-90 units/s). Used by :func:`agent.actors.rollout.standstill`, the teacher's start rule and the "no stalls" figures.
+STANDSTILL_SPEED = 1.0
 #: the share of green pixels around the car at and above which :func:`car_on_grass` says "on the grass"
 GRASS_SHARE = 0.95
+
+
+def car_speed(env: gym.Env) -> float:
+    """The car's speed in simulator units per second (:attr:`envs.carracing.CarRacingEnv.speed`);
+    NaN for an env without a ``speed`` property (the Udacity env reports mph in ``info`` instead)."""
+    return float(getattr(env.unwrapped, "speed", math.nan))
 
 
 def _grass_ring() -> np.ndarray:

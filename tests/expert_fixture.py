@@ -4,7 +4,7 @@ import numpy as np
 
 
 class ConstantNet:
-    """Stands in for SB3's ActorCriticPolicy inside :class:`agent.train.expert.ExpertPolicy`:
+    """Stands in for SB3's ActorCriticPolicy inside :class:`agent.experts.policy.ExpertPolicy`:
     always the same action, a discrete index (0..4) or a (steering, throttle) tuple."""
 
     def __init__(self, action):

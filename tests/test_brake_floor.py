@@ -8,8 +8,8 @@ from expert_fixture import ConstantNet, small_demos
 from agent.cli import main
 from agent.data.recordings import RecordingWriter, load_demonstrations
 from agent.rollout import Episode
-from agent.train.expert import (BRAKE, BRAKE_FLOOR_SPEED, CRAWL_SPEED, GAS, START_THROTTLE, ExpertPolicy,
-                                brake_floor_rule, relabel_brake_floor)
+from agent.experts.policy import ExpertPolicy
+from agent.experts.rules import BRAKE, BRAKE_FLOOR_SPEED, CRAWL_SPEED, GAS, START_THROTTLE, brake_floor_rule, relabel_brake_floor
 from envs.carracing import ACTION_NAMES, PRIVILEGED_DIM
 
 LEFT, NOTHING = ACTION_NAMES.index("left"), ACTION_NAMES.index("nothing")

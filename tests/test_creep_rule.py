@@ -7,7 +7,8 @@ from expert_fixture import ConstantNet, small_demos
 
 from agent.cli import main
 from agent.data.recordings import load_demonstrations
-from agent.train.expert import GAS, ExpertPolicy, creep_rule, relabel_creep
+from agent.experts.policy import ExpertPolicy
+from agent.experts.rules import GAS, creep_rule, relabel_creep
 from envs.carracing import ACTION_NAMES, PRIVILEGED_DIM
 
 LEFT, RIGHT, NOTHING, BRAKE = (ACTION_NAMES.index(n) for n in ("left", "right", "nothing", "brake"))

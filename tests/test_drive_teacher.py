@@ -45,7 +45,7 @@ def _agreement(printed: str) -> list[float]:
 def test_teacher_labels_are_the_experts_actions_in_the_visited_states(tmp_path, capsys):
     from agent.drive.traces import load_traces
     from agent.rollout import all_wheels_off_road
-    from agent.train.expert import ExpertPolicy
+    from agent.experts.policy import ExpertPolicy
     from envs.carracing import make_carracing
 
     out = tmp_path / "t.npz"
@@ -137,8 +137,8 @@ def test_hud_shows_the_teacher_in_another_colour_where_it_disagrees():
 
 def test_the_teachers_brake_floor_reaches_its_start_rule():
     from agent.drive.teacher import Teacher
-    from agent.train.expert import CRAWL_SPEED
+    from agent.experts.rules import CRAWL_SPEED, TeacherRules
 
     assert Teacher.load(TEACHER.name, False).expert.brake_floor == CRAWL_SPEED
-    t = Teacher.load(TEACHER.name, False, creep_speed=10.0, brake_floor=20.0)
+    t = Teacher.load(TEACHER.name, False, TeacherRules(start_rule=True, creep_speed=10.0, brake_floor=20.0))
     assert t.expert.brake_floor == 20.0 and t.expert.start_rule and t.expert.creep_speed == 10.0

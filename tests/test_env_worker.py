@@ -27,9 +27,9 @@ def _parse(*argv: str) -> argparse.Namespace:
 # ------------------------------------------------------------------------------- the worker
 @pytest.mark.parametrize("continuous", [False, True])
 def test_worker_gives_the_in_process_episode(continuous):
-    from agent.rollout import all_wheels_off_road, car_speed
+    from agent.rollout import all_wheels_off_road
     from agent.vector import CarRacingEnvs
-    from envs.carracing import make_carracing
+    from envs.carracing import car_speed, make_carracing
 
     rng = np.random.default_rng(3)
     n = 60

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from agent.loading import load_policy
-from agent.train.expert import ExpertPolicy
+from agent.experts.policy import ExpertPolicy
 from envs.carracing import PRIVILEGED_DIM, make_carracing
 
 SHIPPED = pathlib.Path(__file__).resolve().parent.parent / "policies" / "carracing-expert.zip"

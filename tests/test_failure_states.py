@@ -161,7 +161,7 @@ def test_beta_schedule_decays_from_the_given_beta():
 
 
 def test_disturbed_start_puts_the_car_off_the_road_or_at_rest():
-    from agent.train.expert import make_expert_train_env
+    from agent.train.ppo import make_expert_train_env
 
     env = make_expert_train_env(disturbed_starts=1.0, seed=3)
     kinds = []

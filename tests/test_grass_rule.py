@@ -8,7 +8,8 @@ from expert_fixture import ConstantNet
 
 from agent.cli import main
 from agent.data.recordings import Demonstrations
-from agent.train.expert import BRAKE, GAS, ExpertPolicy, relabel_grass
+from agent.experts.policy import ExpertPolicy
+from agent.experts.rules import BRAKE, GAS, relabel_grass
 from envs.carracing import ACTION_NAMES, PRIVILEGED_DIM, WHEEL_GRASS, car_on_grass, make_carracing
 
 LEFT = ACTION_NAMES.index("left")
@@ -112,13 +113,14 @@ def test_check_recovery_and_drive_take_the_grass_rule(tiny_expert, tmp_path):
 
     from agent.drive.args import check_drive_args
     from agent.drive.teacher import Teacher
-    from agent.train.expert import ExpertPolicy as Expert
+    from agent.experts.policy import ExpertPolicy as Expert
+    from agent.experts.rules import TeacherRules
 
     js = tmp_path / "rec.json"
     assert main(["expert", "check-recovery", "--expert", str(tiny_expert), "--episodes", "1", "--start", "5",
                  "--limit", "10", "--max-steps", "40", "--start-rule", "--grass-rule", "--json", str(js)]) == 0
     assert json.loads(js.read_text())["grass_rule"] is True
-    assert Teacher(Expert.load(tiny_expert), False, grass_rule=True).expert.grass_rule is True
+    assert Teacher(Expert.load(tiny_expert), False, TeacherRules(start_rule=True, grass_rule=True)).expert.grass_rule is True
     import argparse
 
     from agent.drive.args import add_drive_arguments

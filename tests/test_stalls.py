@@ -19,8 +19,9 @@ import torch
 
 from agent.drive.args import add_drive_arguments
 from agent.drive.session import run_drive
-from agent.rollout import (STALL_STEPS, STANDSTILL_SPEED, Decision, Episode, ExpertActor, StallMeter,
-                           all_wheels_off_road, longest_run, rollout, standstill)
+from agent.rollout import (STALL_STEPS, Decision, Episode, ExpertActor, StallMeter, all_wheels_off_road, longest_run,
+                           rollout, standstill)
+from envs.carracing import STANDSTILL_SPEED
 
 
 def _parse(*argv: str) -> argparse.Namespace:
@@ -527,7 +528,8 @@ class _FakeSB3Policy:
 
 @pytest.mark.parametrize("choice", ["left", "brake", "nothing"])
 def test_start_rule_breaks_the_argmax_fixed_point(choice):
-    from agent.train.expert import BRAKE, CRAWL_SPEED, GAS, ExpertPolicy
+    from agent.experts.policy import ExpertPolicy
+    from agent.experts.rules import BRAKE, CRAWL_SPEED, GAS
     from envs.carracing import ACTION_NAMES, make_carracing
 
     action = ACTION_NAMES.index(choice)
@@ -564,7 +566,8 @@ class _FakeContinuousPolicy:
 
 @pytest.mark.parametrize("throttle", [-1.0, -0.3, 0.0])
 def test_the_continuous_start_rule_breaks_the_fixed_point(throttle):
-    from agent.train.expert import CRAWL_SPEED, START_THROTTLE, ExpertPolicy
+    from agent.experts.policy import ExpertPolicy
+    from agent.experts.rules import CRAWL_SPEED, START_THROTTLE
     from envs.carracing import make_carracing
 
     env = make_carracing(render_pixels=False, continuous=True, max_episode_steps=80)
@@ -586,7 +589,8 @@ def test_the_continuous_start_rule_breaks_the_fixed_point(throttle):
 
 
 def test_the_continuous_start_rule_batched_as_one_at_a_time():
-    from agent.train.expert import START_THROTTLE, ExpertPolicy
+    from agent.experts.policy import ExpertPolicy
+    from agent.experts.rules import START_THROTTLE
     from envs.carracing import PRIVILEGED_DIM
 
     expert = ExpertPolicy(_FakeContinuousPolicy(-0.2, -0.5), start_rule=True)
@@ -604,7 +608,7 @@ def test_the_continuous_start_rule_batched_as_one_at_a_time():
 
 def test_the_start_rule_is_an_experts(tiny_expert, tmp_path, capsys):
     from agent.cli import main
-    from agent.train.expert import ExpertPolicy
+    from agent.experts.policy import ExpertPolicy
 
     assert ExpertPolicy(_FakeContinuousPolicy(0.0, 0.0), start_rule=True).start_rule is True
     assert ExpertPolicy.load(tiny_expert).start_rule is False  # loading never adds the rule
@@ -682,7 +686,7 @@ def test_a_lap_ends_only_once_every_tile_is_visited():
 
 def test_wheel_off_penalty_charges_each_wheel_on_the_grass():
     """The expert's reward shaping: the same actions give the env's reward minus penalty x wheels off."""
-    from agent.train.expert import WheelOffPenalty
+    from agent.train.ppo import WheelOffPenalty
     from envs.carracing import make_carracing
 
     actions = [np.array([0.0, 1.0], np.float32)] * 30 + [np.array([1.0, 0.5], np.float32)] * 90  # gas, then hard right

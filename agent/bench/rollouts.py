@@ -42,7 +42,7 @@ def _run(policy, n: int, seeds: list[int], max_steps: int) -> tuple[float, float
     """(start-up seconds, rollout seconds, CPU seconds, episodes) of one configuration."""
     from agent.loading import make_actor, make_carracing_for
     from agent.rollout import rollout
-    from agent.train.expert import ExpertPolicy
+    from agent.experts.policy import ExpertPolicy
     from agent.vector import batch_actor_for, close, envs_for, vector_rollouts
 
     expert = isinstance(policy, ExpertPolicy)
@@ -83,7 +83,7 @@ def bench_rollouts(policies=("carracing-expert.zip", "nac.pt"), envs=(1, 2, 4), 
         ValueError: an N below 1, or no episodes.
     """
     from agent.loading import load_policy
-    from agent.train.expert import ExpertPolicy
+    from agent.experts.policy import ExpertPolicy
     from envs.tracks import EVAL_SEED_BASE
 
     if episodes < 1 or any(int(n) < 1 for n in envs):

@@ -209,7 +209,7 @@ class Demonstrations:
             in memory only, never written to a recording.
         speeds: None, or a list of (N_e,) float32 car speeds in simulator units per second, the
             speed at each labelled frame (``infos["speed"]`` of the recording; NaN where unknown).
-            :func:`agent.train.expert.relabel_creep` reads them.
+            :func:`agent.experts.rules.relabel_creep` reads them.
 
     Raises:
         ValueError: lists of different lengths, frames that do not match their actions.

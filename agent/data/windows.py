@@ -165,7 +165,7 @@ class DemonstrationSource:
         ``speed``, ``speedometer`` or ``hidden`` student cannot read, so only those may use this, see
         :func:`agent.train.bc.train`). Labels: gas (discrete), or full throttle with the recorded
         steering kept (continuous), the teacher's start rule at rest
-        (:meth:`agent.train.expert.ExpertPolicy.use_start_rule`).
+        (:meth:`agent.experts.policy.ExpertPolicy.use_start_rule`).
 
         Args:
             frames: (n, H, W, C) uint8; targets: (n,) int64 or (n, A) float32 (steering, throttle).

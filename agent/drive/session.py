@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from agent.loading import is_continuous, make_actor
-from agent.rollout import StallMeter, all_wheels_off_road, car_speed, tiles_missed
+from agent.rollout import StallMeter, all_wheels_off_road, tiles_missed
 from agent.drive.args import DEFAULT_SCALE, ENV_FPS, check_drive_args
 from agent.drive.envworker import use_env_worker
 from agent.drive.explain import Overlays
@@ -40,6 +40,8 @@ from agent.drive.hud import STEERING_CLASSES, Renderer, StepView
 from agent.drive.traces import action_number
 from agent.drive.video import VideoWriter
 from agent.drive.window import HELP_TEXT, Window, display_unavailable_reason
+from agent.experts.rules import TeacherRules
+from envs.carracing import car_speed
 
 EXIT_OK, EXIT_ERROR, EXIT_INTERRUPTED = 0, 2, 130
 
@@ -142,7 +144,7 @@ def quiet_gc() -> None:
 
 
 def _is_expert(policy) -> bool:
-    from agent.train.expert import ExpertPolicy
+    from agent.experts.policy import ExpertPolicy
 
     return isinstance(policy, ExpertPolicy)
 
@@ -199,9 +201,10 @@ class DriveSession:
         if getattr(args, "teacher", None):
             from agent.drive.teacher import Teacher
 
-            self.teacher = Teacher.load(args.teacher, is_continuous(policy), getattr(args, "teacher_creep_speed", 0.0),
-                                        getattr(args, "teacher_brake_floor", None),
-                                        getattr(args, "teacher_grass_rule", False))
+            rules = TeacherRules(start_rule=True, creep_speed=getattr(args, "teacher_creep_speed", 0.0),
+                                 brake_floor=getattr(args, "teacher_brake_floor", None),
+                                 grass_rule=getattr(args, "teacher_grass_rule", False))
+            self.teacher = Teacher.load(args.teacher, is_continuous(policy), rules)
         overlay = not args.no_overlay
         draw = force_draw or not headless or args.record is not None
         self.env_worker, self.env_worker_reason = use_env_worker(

@@ -1,7 +1,7 @@
 """The teacher's view of a ``drive`` run: what the PPO expert would do in every state the policy visits.
 
-``drive --teacher EXPERT.zip`` asks the expert (:class:`agent.train.expert.ExpertPolicy`, the
-DAgger teacher, with its start rule and optionally its creep rule) for its action in the state the
+``drive --teacher EXPERT.zip`` asks the expert (:class:`agent.experts.policy.ExpertPolicy`, the
+DAgger teacher, with its start rule and optionally its creep, brake-floor and grass rules) for its action in the state the
 policy is about to act on, before the policy acts. The HUD shows it beside the policy's action,
 each episode's line prints how often the two agree, and ``--dump-traces`` stores it per step
 (``teacher_action``, ``teacher_class``). It is DAgger's relabelling (Ross, Gordon and Bagnell,
@@ -16,21 +16,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agent.drive.traces import action_number
+from agent.experts.policy import ExpertPolicy
+from agent.experts.rules import TeacherRules
+from agent.loading import resolve_policy_path
+from agent.rollout import steering_class
+
 
 class Teacher:
     """An expert that labels the states of a run, and the per-episode agreement with the policy.
 
     Args:
-        expert: a loaded :class:`agent.train.expert.ExpertPolicy`; its start rule is turned on and
-            its creep rule set to ``creep_speed`` (the settings of a DAgger teacher).
+        expert: a loaded :class:`agent.experts.policy.ExpertPolicy`.
         continuous_policy: the policy drives CarRacing's continuous configuration ((steering,
             throttle) actions); the expert must then be continuous too, and vice versa.
-        creep_speed: the creep rule's speed, units/s (:func:`agent.train.expert.creep_rule`; discrete
-            experts only); 0: off.
-        brake_floor: the start rule's brake floor, units/s (:meth:`agent.train.expert.ExpertPolicy.use_brake_floor`);
-            None: the rule's own, :data:`agent.train.expert.CRAWL_SPEED`.
-        grass_rule: the expert's grass rule (:meth:`agent.train.expert.ExpertPolicy.use_grass_rule`;
-            discrete experts).
+        rules: the teacher's rules (:class:`agent.experts.rules.TeacherRules`, applied strictly:
+            the creep and grass rules are the discrete expert's); default: the start rule alone,
+            the setting of a DAgger teacher.
         name: the expert's file name, for messages and the trace file.
 
     Agreement is counted on action classes: the discrete action index (0..4), or for continuous
@@ -41,41 +43,33 @@ class Teacher:
             continuous expert or below 0, a brake floor below 0, or a grass rule for a continuous expert.
     """
 
-    def __init__(self, expert, continuous_policy: bool, creep_speed: float = 0.0, name: str = "expert",
-                 brake_floor: float | None = None, grass_rule: bool = False):
+    def __init__(self, expert, continuous_policy: bool, rules: TeacherRules | None = None, name: str = "expert"):
         if bool(expert.continuous) != bool(continuous_policy):
             kind = ("continuous (steering, throttle)" if expert.continuous else "five discrete actions")
             want = "a continuous expert" if continuous_policy else "a discrete expert"
             raise ValueError(f"--teacher {name} drives with {kind}, but the policy does not; give {want} "
                              f"(e.g. {'carracing-expert-continuous.zip' if continuous_policy else 'carracing-expert-discrete-margin.zip'})")
-        self.expert = expert.use_start_rule(True).use_creep_rule(creep_speed)
-        if brake_floor is not None:
-            self.expert.use_brake_floor(brake_floor)
-        self.expert.use_grass_rule(grass_rule)
+        self.expert = (rules if rules is not None else TeacherRules(start_rule=True)).apply(expert, strict=True)
         self.continuous = bool(expert.continuous)
         self.name = name
         self.steps = 0
         self.agreed = 0
 
     @classmethod
-    def load(cls, name: str | Path, continuous_policy: bool, creep_speed: float = 0.0,
-             brake_floor: float | None = None, grass_rule: bool = False) -> "Teacher":
-        """Load the expert ``name`` (a path, or a bare name looked up in ``policies/``).
+    def load(cls, name: str | Path, continuous_policy: bool, rules: TeacherRules | None = None) -> "Teacher":
+        """Load the expert ``name`` (a path, or a bare name looked up in ``policies/``) as a teacher
+        with ``rules`` (see :class:`Teacher`).
 
         Raises:
             ValueError: no such file (the message lists the shipped policies), a file that is not
                 a PPO expert, or the mismatches of :class:`Teacher`.
         """
-        from agent.loading import resolve_policy_path
-        from agent.train.expert import ExpertPolicy
-
         try:
             path = resolve_policy_path(name)
             expert = ExpertPolicy.load(path)
         except (FileNotFoundError, ValueError) as exc:
             raise ValueError(f"--teacher: {exc}") from exc
-        return cls(expert, continuous_policy, creep_speed, name=path.name, brake_floor=brake_floor,
-                   grass_rule=grass_rule)
+        return cls(expert, continuous_policy, rules, name=path.name)
 
     def reset(self) -> None:
         """Start a new episode's count."""
@@ -90,9 +84,6 @@ class Teacher:
         """The class of a teacher action, as :attr:`agent.rollout.Decision.action_class` counts it."""
         if not self.continuous:
             return int(action)
-        from agent.drive.traces import action_number
-        from agent.rollout import steering_class
-
         return steering_class(action_number(action))
 
     def count(self, teacher_class: int, policy_class: int) -> bool:
