@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.train.config import (ConfigError, DaggerSection, DeviceSection, ExpertRun, PPOSection, PolicySection, TeacherSection, TrainRun,
-                                TrainSection, UdacitySection, from_dict, load_config, load_recipe, to_dict, to_toml)
+from agent.train.config import (ConfigError, DaggerSection, ExpertRun, PPOSection, PolicySection, TeacherSection, TrainRun,
+                                TrainSection, UdacitySection, from_dict, load_config, load_recipe, to_dict, to_toml, torch_device)
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
@@ -23,7 +23,8 @@ RECIPES = Path(__file__).resolve().parents[1] / "recipes"
     (lambda: DaggerSection(track_seed=999_990, rounds=2, episodes=8), "dagger.track_seed"),
     (lambda: DaggerSection(disturb_kinds=("flip",)), "dagger.disturb_kinds"),
     (lambda: UdacitySection(smooth_labels=2), "udacity.smooth_labels"),
-    (lambda: DeviceSection(device="tpu"), "device.device"),
+    (lambda: TrainRun(device="tpu"), "device must be"),
+    (lambda: TrainRun(threads=-1), "threads"),
     (lambda: PPOSection(lr=-1.0), "ppo.lr"),
     (lambda: ExpertRun(out="expert.pt"), "out must be a .zip"),
 ])
@@ -99,8 +100,7 @@ def test_device_auto_resolves_to_a_torch_device():
     import torch
 
     want = "cuda" if torch.cuda.is_available() else "cpu"
-    assert DeviceSection().torch_device() == want
-    assert DeviceSection(device="cpu").torch_device() == "cpu"
+    assert torch_device("auto") == want and torch_device("cpu") == "cpu"
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES.glob("*.toml")), ids=lambda p: p.name)

@@ -5,7 +5,8 @@ beside every run.
 Sections (TOML tables; on the command line ``--SECTION.FIELD``, e.g. ``--dagger.rounds 2``):
 
 - top level: ``env``, ``data`` (the recordings), ``out``, ``seed`` (the weights' seed), ``init``,
-  ``save_bc``, ``overwrite``, ``run_dir``, ``json``;
+  ``save_bc``, ``overwrite``, ``run_dir``, ``json``, and where it runs: ``device`` (auto: CUDA when
+  there is one), ``threads``, ``workers``;
 - ``[policy]``: the architecture (:class:`PolicySection`);
 - ``[train]``: behaviour cloning (:class:`TrainSection`);
 - ``[teacher]``: the PPO expert and its rules, one set of names in every command that drives a
@@ -13,7 +14,6 @@ Sections (TOML tables; on the command line ``--SECTION.FIELD``, e.g. ``--dagger.
 - ``[dagger]``: the DAgger rounds (:class:`DaggerSection`, Ross et al. 2011);
 - ``[udacity]``: Udacity recordings' preprocessing (:class:`UdacitySection`);
 - ``[lodo]``: the leave-one-driver-out evaluation (:class:`LodoSection`);
-- ``[device]``: where it runs (:class:`DeviceSection`).
 
 Every value is checked once, in the sections' ``__post_init__`` and :meth:`TrainRun.check`,
 before any data loads; a bad value raises :class:`ConfigError` with one line that names the field
@@ -45,7 +45,7 @@ else:  # pragma: no cover - Python 3.10
 
 #: CarRacing's dashboard modes (see :class:`agent.nn.features.CarRacingCNN`)
 DASHBOARDS = ("visible", "speed", "hidden", "speedometer", "speed-input")
-#: the DAgger disturbances (see :mod:`agent.train.perturb`)
+#: the DAgger disturbances (see :mod:`agent.actors.perturb`)
 DISTURBANCES = ("off-road", "stop", "ditch")
 
 
@@ -280,30 +280,24 @@ class LodoSection:
     """run only these folds"""
 
 
-@dataclass(frozen=True)
-class DeviceSection:
-    """Where it runs."""
+def check_device(device: str, threads: int = 0, workers: int = 0) -> None:
+    """Validate the compute options every command shares (``--device``, ``--threads``, ``--workers``).
 
-    device: str = "auto"
-    """torch device: auto (cuda when there is one), cpu, cuda, cuda:N"""
-    threads: int = 0
-    """torch CPU threads (0: torch's default)"""
-    workers: int = 0
-    """DataLoader worker processes (augmentation runs there)"""
+    Raises:
+        ConfigError: a device that is not auto, cpu, cuda, cuda:N or mps; negative threads or workers.
+    """
+    _need(device in ("auto", "cpu", "cuda", "mps") or (device.startswith("cuda:") and device[5:].isdigit()),
+          f"device must be auto, cpu, cuda, cuda:N or mps, got {device!r}")
+    _need(threads >= 0 and workers >= 0, f"threads and workers must be >= 0, got {threads} and {workers}")
 
-    def __post_init__(self):
-        _need(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda") or
-              self.device == "mps", f"device.device must be auto, cpu, cuda, cuda:N or mps, got {self.device!r}")
-        _need(self.threads >= 0 and self.workers >= 0,
-              f"device.threads and device.workers must be >= 0, got {self.threads} and {self.workers}")
 
-    def torch_device(self) -> str:
-        """``device`` with ``auto`` resolved: ``cuda`` when torch sees a GPU, else ``cpu``."""
-        if self.device != "auto":
-            return self.device
-        import torch
+def torch_device(device: str) -> str:
+    """``device`` with ``auto`` resolved: ``cuda`` when torch sees a GPU, else ``cpu``."""
+    if device != "auto":
+        return device
+    import torch
 
-        return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @dataclass(frozen=True)
@@ -338,7 +332,15 @@ class TrainRun:
     dagger: DaggerSection = DaggerSection()
     udacity: UdacitySection = UdacitySection()
     lodo: LodoSection = LodoSection()
-    device: DeviceSection = DeviceSection()
+    device: str = "auto"
+    """torch device: auto (cuda when there is one), cpu, cuda, cuda:N"""
+    threads: int = 0
+    """torch CPU threads (0: torch's default; under torchrun: cores / processes per machine)"""
+    workers: int = 0
+    """DataLoader worker processes (augmentation runs there)"""
+
+    def __post_init__(self):
+        check_device(self.device, self.threads, self.workers)
 
     def check(self) -> "TrainRun":
         """Cross-section checks (each section checks itself when built); returns self.
@@ -466,9 +468,13 @@ class ExpertRun:
     run_dir: str | None = None
     """the run folder: the resolved config (default: runs/expert/<out's name>)"""
     ppo: PPOSection = PPOSection()
-    device: DeviceSection = DeviceSection()
+    device: str = "auto"
+    """torch device for the PPO updates: auto (cuda when there is one), cpu, cuda, cuda:N"""
+    threads: int = 0
+    """torch CPU threads (0: torch's default)"""
 
     def __post_init__(self):
+        check_device(self.device, self.threads)
         _need(self.envs >= 1, f"envs must be >= 1, got {self.envs}")
         _need(self.out.endswith(".zip"), f"out must be a .zip (stable-baselines3's format), got {self.out!r}")
 
@@ -611,8 +617,7 @@ def to_toml(cfg) -> str:
     return tomli_w.dumps(to_dict(cfg))
 
 
-__all__ = ["ConfigError", "DASHBOARDS", "DaggerSection", "DeviceSection", "ExpertRun", "PPOSection", "LodoSection", "PolicySection",
-           "TeacherSection", "TrainRun", "TrainSection", "UdacitySection", "from_dict", "load_config", "load_recipe",
-           "to_dict",
-           "to_toml"]
+__all__ = ["ConfigError", "DASHBOARDS", "DaggerSection", "ExpertRun", "LodoSection", "PPOSection", "PolicySection",
+           "TeacherSection", "TrainRun", "TrainSection", "UdacitySection", "check_device", "from_dict", "load_config",
+           "load_recipe", "to_dict", "to_toml", "torch_device"]
 
