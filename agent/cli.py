@@ -123,14 +123,14 @@ def _add_expert(sub) -> None:
 
 def _cmd_expert_recovery(args) -> int:
     from agent.eval.recovery import recovery_check, summarize
-    from agent.loading import load_policy, make_actor
+    from agent.actors.loading import load_policy, make_actor
     from envs.carracing import make_carracing
 
     if args.episodes < 1:
         raise CLIError("--episodes must be >= 1")
     from agent.experts.policy import ExpertPolicy
     from agent.experts.rules import RuleError, TeacherRules
-    from agent.loading import make_carracing_for
+    from agent.actors.loading import make_carracing_for
 
     driver = load_policy(args.policy or args.expert)
     if (args.start_rule or args.creep_speed or args.brake_floor is not None or args.grass_rule) and \
@@ -175,7 +175,7 @@ def _cmd_expert(args) -> int:
     if args.expert_command == "check-recovery":
         return _cmd_expert_recovery(args)
 
-    from agent.loading import resolve_policy_path
+    from agent.actors.loading import resolve_policy_path
     from agent.train.ppo import ExpertConfig, train_expert
 
     if args.threads:
@@ -220,7 +220,8 @@ def _add_collect(sub) -> None:
 
 
 def _cmd_collect(args) -> int:
-    from agent.data.recordings import KeyboardActor, collect, dataset_layout
+    from agent.actors.record import KeyboardActor, collect
+    from agent.data.recordings import dataset_layout
     from agent.log import get_logger
     from envs.carracing import make_carracing
 
@@ -240,7 +241,7 @@ def _cmd_collect(args) -> int:
         actor, name, env = KeyboardActor(), "keyboard", make_carracing()
     else:
         from agent.experts.rules import TeacherRules
-        from agent.loading import is_continuous, load_policy, make_actor, make_carracing_for
+        from agent.actors.loading import is_continuous, load_policy, make_actor, make_carracing_for
 
         expert = TeacherRules(start_rule=args.start_rule).apply(load_policy(args.expert))
         actor, name = make_actor(expert), "ppo-expert"
@@ -249,7 +250,7 @@ def _cmd_collect(args) -> int:
             description = ("CarRacing demonstrations by ppo-expert, continuous configuration: actions (steering, "
                            "throttle) in [-1, 1] (envs.carracing.ThrottleAction)")
     if args.envs > 1:
-        from agent.vector import BatchExpertActor, collect as collect_vector, envs_for
+        from agent.actors.vector import BatchExpertActor, collect as collect_vector, envs_for
 
         env.close()
         envs = envs_for(expert, args.envs, render_pixels=True)  # the student's frames are what is recorded
@@ -621,7 +622,7 @@ def _carracing_continuous(source) -> bool:
 
 def _disturb_kinds(text: str) -> tuple[str, ...]:
     """``--dagger-disturb-kinds`` as a tuple; raises CLIError on an unknown or empty kind."""
-    from agent.train.perturb import KINDS
+    from agent.actors.perturb import KINDS
 
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
     bad = [k for k in kinds if k not in KINDS]
@@ -633,7 +634,7 @@ def _disturb_kinds(text: str) -> tuple[str, ...]:
 def _cmd_train(args) -> int:
     import numpy as np
 
-    from agent.loading import is_continuous, load_policy, make_carracing_for, reads_speedometer
+    from agent.actors.loading import is_continuous, load_policy, make_carracing_for, reads_speedometer
     from agent.nn.policy import DrivingPolicy, default_config
     from agent.train.bc import TRAIN_DEFAULTS, TrainConfig, report_metadata, train
 
@@ -756,7 +757,7 @@ def _cmd_train(args) -> int:
         speedometer = reads_speedometer(init if init is not None else pcfg)
         env = make_carracing_for(expert, speedometer=speedometer)  # continuous for a continuous expert
         if args.envs > 1:  # the student's rollouts on --envs envs at once, the expert labelling from info
-            from agent.vector import envs_for
+            from agent.actors.vector import envs_for
 
             env.close()
             env = envs_for(expert, args.envs, render_pixels=True, speedometer=speedometer)
@@ -817,7 +818,7 @@ def _train_lodo(args, cfg, given: dict) -> int:
     tracks = _parse_tracks(args.track, args.data)
     reference = None
     if args.reference:
-        from agent.loading import load_policy, resolve_policy_path
+        from agent.actors.loading import load_policy, resolve_policy_path
 
         reference = load_policy(args.reference)
         if getattr(reference, "output_kind", None) != "steering":
@@ -903,7 +904,7 @@ def _add_evaluate(sub) -> None:
 
 
 def _policy_env(kind: str, payload) -> str | None:
-    """The simulator a policy file (its kind and contents, :func:`agent.loading.file_kind`) is for."""
+    """The simulator a policy file (its kind and contents, :func:`agent.actors.loading.file_kind`) is for."""
     if kind == "sb3-ppo-expert":
         return "carracing"
     if kind == "nac-udacity-policy":
@@ -912,7 +913,7 @@ def _policy_env(kind: str, payload) -> str | None:
 
 
 def _cmd_evaluate(args) -> int:
-    from agent.loading import file_kind, resolve_policy_path
+    from agent.actors.loading import file_kind, resolve_policy_path
 
     if args.floor:
         return _udacity_floor(args)
@@ -934,7 +935,7 @@ def _cmd_evaluate(args) -> int:
     if args.data:
         raise CLIError("--data is for --env udacity; CarRacing policies are evaluated in closed loop on tracks")
     from agent.eval.closed_loop import evaluate
-    from agent.rollout import SLOW_SPEED
+    from agent.actors.rollout import SLOW_SPEED
 
     if args.start_rule and kind != "sb3-ppo-expert":
         raise CLIError("--start-rule is the PPO expert's start rule; pass an expert .zip as --policy")
@@ -986,7 +987,7 @@ def _udacity_floor(args) -> int:
 def _evaluate_udacity(args, path, kind, payload) -> int:
     """`agent evaluate --env udacity`: offline steering MSE / MAE on a recording, printed and as JSON."""
     from agent.eval.offline import evaluate_udacity
-    from agent.loading import LOADERS
+    from agent.actors.loading import LOADERS
     from agent.nn.policy import file_digest
 
     if not args.data:
@@ -1317,7 +1318,7 @@ def _add_wiring(sub) -> None:
 
 
 def _cmd_wiring(args) -> int:
-    from agent.loading import load_policy
+    from agent.actors.loading import load_policy
     from agent.drive.wiring import draw_wiring, wiring_summary
 
     policy = load_policy(args.policy)

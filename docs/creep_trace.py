@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from agent.rollout import CRAWL_METRIC_SPEED
+    from agent.actors.rollout import CRAWL_METRIC_SPEED
     from envs.carracing import STANDSTILL_SPEED
 
     fig, axes = plt.subplots(len(args.npz), 1, figsize=(10, 2.6 * len(args.npz)), sharex=True, squeeze=False)

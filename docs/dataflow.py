@@ -33,7 +33,7 @@ def main(out: Path = Path(__file__).with_name("dataflow.png")) -> Path:
                                          color="#334155"))
     ax.add_patch(FancyArrowPatch((2.3 * 4 + 0.6, 0.42), (2.3 * 3 + 1.5, 0.42), connectionstyle="arc3,rad=0.45",
                                  arrowstyle="-|>", mutation_scale=14, color="#b45309", ls="--"))
-    ax.text(2.3 * 4 + 0.1, 0.02, "DAgger: the student drives (agent/rollout.py), the expert relabels",
+    ax.text(2.3 * 4 + 0.1, 0.02, "DAgger: the student drives (agent/actors/rollout.py), the expert relabels",
             ha="center", fontsize=8.5, color="#b45309")
     fig.tight_layout()
     fig.savefig(out)

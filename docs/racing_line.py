@@ -11,7 +11,7 @@ frames, as in ``agent evaluate``). The road tiles of the chosen range are drawn 
 ones a policy never visited in the whole episode outlined in its colour; each policy's path (the
 car's centre, first lap) is a line, solid while at least one wheel touches the road and dotted
 while all four are on the grass. A CarRacing lap ends only once every tile has been visited, so a
-skipped tile costs the rest of the episode (:func:`agent.rollout.tiles_missed`).
+skipped tile costs the rest of the episode (:func:`agent.actors.rollout.tiles_missed`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def drive(path: str, seed: int):
     """(positions (N, 2), all wheels off (N,) bool, tiles never visited (set), road polygons, return)."""
     import torch
 
-    from agent.loading import load_policy, make_actor, make_carracing_for
+    from agent.actors.loading import load_policy, make_actor, make_carracing_for
     from agent.experts.policy import ExpertPolicy
 
     torch.set_num_threads(1)

@@ -29,7 +29,7 @@ def sensitivity(policy, seed: int, steps: int, delta: float) -> dict:
         ValueError: a policy that does not read the speedometer (``--dashboard speedometer`` or
             ``speed-input``).
     """
-    from agent.loading import make_carracing_for, reads_speedometer
+    from agent.actors.loading import make_carracing_for, reads_speedometer
     from envs.carracing import draw_speedometer
 
     if not reads_speedometer(policy):

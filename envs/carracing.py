@@ -236,7 +236,7 @@ class CarRacingEnv(CarRacing):
     @property
     def tiles_missed(self) -> int:
         """Road tiles not visited yet (a tile counts once any wheel has touched it); the lap ends only
-        when this reaches 0 (see :func:`agent.rollout.tiles_missed`)."""
+        when this reaches 0 (see :func:`agent.actors.rollout.tiles_missed`)."""
         return len(self.track) - self.tile_visited_count
 
     def privileged_observation(self) -> np.ndarray:
@@ -425,7 +425,7 @@ def make_carracing(
         continuous: the continuous configuration: actions are (steering, throttle) in [-1, 1]^2
             (:class:`ThrottleAction`) instead of the five discrete actions.
         state_info: add the car's speed and off-road flag to every ``info`` (:class:`StateInfo`),
-            for envs stepped in another process (:mod:`agent.vector`).
+            for envs stepped in another process (:mod:`agent.actors.vector`).
         privileged_info: with ``state_info``, also the expert's view, ``info["privileged_state"]``.
         speedometer: draw the car's speed into each frame's dashboard strip (:class:`Speedometer`).
 

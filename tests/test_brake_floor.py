@@ -7,7 +7,7 @@ from expert_fixture import ConstantNet, small_demos
 
 from agent.cli import main
 from agent.data.recordings import RecordingWriter, load_demonstrations
-from agent.rollout import Episode
+from agent.actors.rollout import Episode
 from agent.experts.policy import ExpertPolicy
 from agent.experts.rules import BRAKE, BRAKE_FLOOR_SPEED, CRAWL_SPEED, GAS, START_THROTTLE, brake_floor_rule, relabel_brake_floor
 from envs.carracing import ACTION_NAMES, PRIVILEGED_DIM

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from agent.cli import main
-from agent.data.recordings import RecordingError, collect, load_demonstrations
-from agent.rollout import Decision
+from agent.actors.record import collect
+from agent.data.recordings import RecordingError, load_demonstrations
+from agent.actors.rollout import Decision
 from envs.carracing import ThrottleAction, make_carracing
 
 BOX2 = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
@@ -136,7 +137,7 @@ def test_load_demonstrations_checks_continuous_actions(action, message, tmp_path
 
 # ----------------------------------------------------------------------------- training
 def test_train_gives_a_box_head_student(continuous_student):
-    from agent.loading import is_continuous, load_policy
+    from agent.actors.loading import is_continuous, load_policy
     from agent.nn.policy import DrivingPolicy
 
     path, report = continuous_student
@@ -200,7 +201,7 @@ def test_evaluate_the_continuous_expert(continuous_expert, executed_actions, cap
 def test_drive_shows_the_two_controls(continuous_student, executed_actions):
     from agent.drive.args import add_drive_arguments
     from agent.drive.session import DriveSession
-    from agent.loading import load_policy
+    from agent.actors.loading import load_policy
 
     parser = argparse.ArgumentParser(prog="drive")
     add_drive_arguments(parser)
@@ -223,7 +224,7 @@ def test_drive_shows_the_two_controls(continuous_student, executed_actions):
 
 # ----------------------------------------------------------------------------- the discrete default
 def test_the_discrete_default_is_unchanged():
-    from agent.loading import is_continuous
+    from agent.actors.loading import is_continuous
     from agent.nn.policy import CARRACING_ACTIONS, DrivingPolicy, default_config
 
     cfg = default_config("carracing")

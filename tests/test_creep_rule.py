@@ -90,7 +90,7 @@ def test_creep_speed_trains_through_the_cli_from_recorded_speeds(tiny_expert, tm
 
 
 def test_the_longest_crawl_counts_slow_steps_that_the_standstill_figure_misses():
-    from agent.rollout import CRAWL_METRIC_SPEED, Episode
+    from agent.actors.rollout import CRAWL_METRIC_SPEED, Episode
 
     # at rest for 2 steps, then 60 steps circling at 3 units/s, then driving
     after = np.r_[np.zeros(2), np.full(60, 3.0), np.full(10, 40.0)].astype(np.float32)
@@ -110,7 +110,7 @@ def test_evaluate_reports_crawls(tmp_path):
     import torch
 
     from agent.nn.policy import DrivingPolicy, default_config
-    from agent.rollout import STALL_STEPS
+    from agent.actors.rollout import STALL_STEPS
 
     torch.manual_seed(0)
     p = DrivingPolicy(default_config("carracing", window=2)).eval()
@@ -129,7 +129,7 @@ def test_evaluate_reports_crawls(tmp_path):
 
 def test_drive_prints_the_longest_crawl():
     from agent.drive.session import stall_text
-    from agent.rollout import StallMeter
+    from agent.actors.rollout import StallMeter
 
     meter = StallMeter()
     for speed in [0.0, 3.0, 3.0, 3.0, 40.0, 2.0]:

@@ -59,9 +59,9 @@ def test_two_ranks_log_once_and_write_one_set(ddp_run):
 
 def test_the_result_loads_scores_as_reported_and_drives(ddp_run):
     from agent.eval.offline import score_stream
-    from agent.loading import load_policy, make_actor, make_carracing_for
+    from agent.actors.loading import load_policy, make_actor, make_carracing_for
     from agent.nn.policy import DrivingPolicy
-    from agent.rollout import rollout
+    from agent.actors.rollout import rollout
 
     work, _ = ddp_run
     raw = torch.load(work / "p.pt", map_location="cpu", weights_only=True)

@@ -44,7 +44,7 @@ def _agreement(printed: str) -> list[float]:
 
 def test_teacher_labels_are_the_experts_actions_in_the_visited_states(tmp_path, capsys):
     from agent.drive.traces import load_traces
-    from agent.rollout import all_wheels_off_road
+    from agent.actors.rollout import all_wheels_off_road
     from agent.experts.policy import ExpertPolicy
     from envs.carracing import make_carracing
 

@@ -27,8 +27,8 @@ def _parse(*argv: str) -> argparse.Namespace:
 # ------------------------------------------------------------------------------- the worker
 @pytest.mark.parametrize("continuous", [False, True])
 def test_worker_gives_the_in_process_episode(continuous):
-    from agent.rollout import all_wheels_off_road
-    from agent.vector import CarRacingEnvs
+    from agent.actors.rollout import all_wheels_off_road
+    from agent.actors.vector import CarRacingEnvs
     from envs.carracing import car_speed, make_carracing
 
     rng = np.random.default_rng(3)
@@ -61,7 +61,7 @@ def test_worker_gives_the_in_process_episode(continuous):
 
 
 def test_worker_refuses_out_of_order_calls():
-    from agent.vector import CarRacingEnvs
+    from agent.actors.vector import CarRacingEnvs
 
     with pytest.raises(ValueError, match="one env"):
         EnvWorker(CarRacingEnvs(2))

@@ -9,7 +9,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from agent.loading import load_policy
+from agent.actors.loading import load_policy
 from agent.experts.policy import ExpertPolicy
 from envs.carracing import PRIVILEGED_DIM, make_carracing
 

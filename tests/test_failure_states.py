@@ -9,9 +9,9 @@ import torch
 
 from agent.cli import main
 from agent.nn.features import CarRacingCNN, dashboard_rows, speed_bar_columns
-from agent.rollout import Decision
+from agent.actors.rollout import Decision
 from agent.train.dagger import beta_schedule
-from agent.train.perturb import DisturbanceConfig, PerturbedActor, disturbance_action, disturbance_phases
+from agent.actors.perturb import DisturbanceConfig, PerturbedActor, disturbance_action, disturbance_phases
 
 
 # ------------------------------------------------------------------------------------------- dashboard
@@ -231,14 +231,14 @@ def test_dagger_with_disturbances_writes_each_round(tiny_expert, tmp_path, capsy
     for r in (1, 2):
         demos = load_demonstrations(f"{dag}-r{r}-v0")
         assert demos.n_frames == 30 and len(demos.frames) == 1
-    from agent.loading import load_policy
+    from agent.actors.loading import load_policy
 
     assert load_policy(out).features.dashboard == "speed"
 
 
 def test_dagger_continues_a_saved_bc_policy(recording_and_policy, tiny_expert, tmp_path):
     """--init with --epochs 0 skips behaviour cloning and runs DAgger on the saved policy's weights."""
-    from agent.loading import load_policy
+    from agent.actors.loading import load_policy
 
     rec, bc = recording_and_policy
     out = tmp_path / "dagger.pt"

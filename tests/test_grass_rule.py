@@ -87,7 +87,7 @@ def test_relabel_grass_reads_the_frames():
 
 def test_grass_rule_trains_through_the_cli(tmp_path, capsys):
     from agent.data.recordings import RecordingWriter, load_demonstrations
-    from agent.rollout import Episode
+    from agent.actors.rollout import Episode
 
     rec = tmp_path / "recordings" / "nac-drive" / "grass-v0"
     obs = np.stack([_frame(GRASS), _frame(ROAD), _frame(GRASS), _frame(ROAD), _frame(GRASS), _frame(GRASS)])

@@ -140,7 +140,7 @@ def test_grad_cam_runs_on_a_motion_policy():
 
 
 def test_train_cli_motion(tiny_expert, tmp_path):
-    from agent.loading import load_policy
+    from agent.actors.loading import load_policy
 
     rec = tmp_path / "recordings" / "nac-drive" / "demo-v0"
     assert main(["collect", "--expert", str(tiny_expert), "--episodes", "2", "--max-steps", "20", "--seed", "0",

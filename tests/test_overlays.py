@@ -42,10 +42,10 @@ def policy_file(policy, tmp_path_factory):
 @pytest.fixture
 def same_policy(monkeypatch, policy, policy_file):
     """drive loads our module-scoped policy, whatever --policy says (ncps wirings take ~2.5 s to rebuild)."""
-    import agent.loading
+    import agent.actors.loading
 
-    monkeypatch.setattr(agent.loading, "load_policy", lambda name, device="cpu": policy)
-    monkeypatch.setattr(agent.loading, "resolve_policy_path", lambda name: policy_file)
+    monkeypatch.setattr(agent.actors.loading, "load_policy", lambda name, device="cpu": policy)
+    monkeypatch.setattr(agent.actors.loading, "resolve_policy_path", lambda name: policy_file)
     return policy
 
 
@@ -176,7 +176,7 @@ def test_fused_step_on_a_steering_output(policy):
 def test_runner_acts_through_grad_cam_while_it_is_on(policy):
     """The Overlays hand the driver the overlay while the saliency is on (one forward per step) and take
     it back when it is toggled off or closed; the actions are the plain driver's either way."""
-    from agent.rollout import PolicyActor
+    from agent.actors.rollout import PolicyActor
     from agent.drive.explain import Overlays
 
     frames = _frames(6, seed=5)
@@ -334,7 +334,7 @@ def test_drive_releases_hooks(same_policy, capsys):
 
 def test_memory_stays_flat_over_1000_steps(policy):
     """Grad-CAM every step (toggled off and on every 50 steps): no growth of Python or process memory."""
-    from agent.rollout import PolicyActor
+    from agent.actors.rollout import PolicyActor
     from agent.drive.explain import Overlays
 
     r = Renderer(scale=1)
@@ -500,7 +500,7 @@ def test_wiring_picture(policy_file, tmp_path, capsys):
 
 # ----------------------------------------------------------------------------- degraded policies
 def test_policy_without_conv_or_intermediates_runs_with_overlays_off(policy, monkeypatch, tmp_path, capsys):
-    import agent.loading
+    import agent.actors.loading
     from agent.nn.policy import DrivingPolicy, default_config
 
     class Plain(DrivingPolicy):
@@ -510,8 +510,8 @@ def test_policy_without_conv_or_intermediates_runs_with_overlays_off(policy, mon
             return self.head.net[0]
 
     plain = Plain(default_config("carracing", core="lstm", window=4)).eval()
-    monkeypatch.setattr(agent.loading, "load_policy", lambda name, device="cpu": plain)
-    monkeypatch.setattr(agent.loading, "resolve_policy_path", lambda name: tmp_path / "plain.pt")
+    monkeypatch.setattr(agent.actors.loading, "load_policy", lambda name, device="cpu": plain)
+    monkeypatch.setattr(agent.actors.loading, "resolve_policy_path", lambda name: tmp_path / "plain.pt")
     code = run_drive(_parse("--policy", "plain.pt", "--headless", "--max-steps", "6", "--dump-traces",
                             str(tmp_path / "never.npz"), "--record", str(tmp_path / "v.mp4")))
     err = capsys.readouterr().err
@@ -522,7 +522,7 @@ def test_policy_without_conv_or_intermediates_runs_with_overlays_off(policy, mon
 
 
 def test_expert_runs_with_overlays_off_and_says_why(tiny_expert, capsys):
-    from agent.loading import load_policy
+    from agent.actors.loading import load_policy
     from agent.drive.session import DriveSession
 
     s = DriveSession(_parse("--headless", "--max-steps", "5"), load_policy(tiny_expert), "expert.zip",
@@ -627,7 +627,7 @@ def test_non_nac_core_gets_saliency_and_a_reason_in_the_panel():
     from agent.drive.explain import Overlays
     from agent.drive.overlays import PanelNote
     from agent.nn.policy import DrivingPolicy, default_config
-    from agent.rollout import PolicyActor
+    from agent.actors.rollout import PolicyActor
 
     gru = DrivingPolicy(default_config("carracing", core="gru", window=3)).eval()
     actor = PolicyActor(gru, label="gru.pt")

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from agent.cli import main
-from agent.data.recordings import RecordingError, collect, load_demonstrations
-from agent.rollout import Episode
+from agent.actors.record import collect
+from agent.data.recordings import RecordingError, load_demonstrations
+from agent.actors.rollout import Episode
 from envs import make_carracing
 
 
@@ -55,7 +56,7 @@ def test_interrupted_recording_keeps_finished_episodes(tmp_path):
             pass
 
         def act(self, obs, env, info=None):
-            from agent.rollout import Decision
+            from agent.actors.rollout import Decision
 
             self.calls += 1
             if self.calls > 25:  # in the third episode (10 steps each)

@@ -102,7 +102,7 @@ def test_steering_policy_predicts_clipped_floats():
 def test_save_load_same_actions(core, tmp_path):
     p = DrivingPolicy(default_config("carracing", core=core, window=3)).eval()
     path = p.save(tmp_path / "p.pt", metadata={"note": "test"})
-    from agent.loading import load_policy
+    from agent.actors.loading import load_policy
 
     loaded = load_policy(path)
     assert type(loaded) is DrivingPolicy and loaded.config == p.config and loaded.metadata == {"note": "test"}
@@ -118,7 +118,7 @@ def test_loading_takes_the_stored_sensory_masks_without_rebuilding_them(tmp_path
     """A policy file's sensory masks are buffers: loading reads them and does not build the ncps
     wirings again (seconds for CarRacing's 2430 CNN features); a file without them does not load."""
     import agent.nn.nac as nac
-    from agent.loading import load_policy
+    from agent.actors.loading import load_policy
 
     p = DrivingPolicy(default_config("carracing", core="nac-steady", window=3)).eval()
     path = p.save(tmp_path / "p.pt")
@@ -150,7 +150,7 @@ def test_loading_takes_the_stored_sensory_masks_without_rebuilding_them(tmp_path
 
 
 def test_bad_policy_files_give_clear_errors(policy, tmp_path):
-    from agent.loading import load_policy
+    from agent.actors.loading import load_policy
 
     with pytest.raises(FileNotFoundError):
         load_policy(tmp_path / "missing.pt")
@@ -199,7 +199,7 @@ def _as_format_1(p: DrivingPolicy) -> dict:
 
 def test_format_1_files_convert_to_the_same_policy(tmp_path):
     from agent.cli import main
-    from agent.loading import load_policy
+    from agent.actors.loading import load_policy
 
     # format-1 files predate the dashboard mask and the motion channels: the paper's input
     p = DrivingPolicy(default_config("carracing", window=3, seed=5, features_kwargs={"dropout": 0.2})).eval()

@@ -36,17 +36,17 @@ def cached_load(monkeypatch):
 
     The first run of the module goes through the real loader; the later runs reuse its policy.
     """
-    import agent.loading
+    import agent.actors.loading
 
-    real = agent.loading.load_policy
+    real = agent.actors.loading.load_policy
 
     def load(name, device="cpu"):
-        key = str(agent.loading.resolve_policy_path(name))
+        key = str(agent.actors.loading.resolve_policy_path(name))
         if key not in _POLICIES:
             _POLICIES[key] = real(name, device)
         return _POLICIES[key]
 
-    monkeypatch.setattr(agent.loading, "load_policy", load)
+    monkeypatch.setattr(agent.actors.loading, "load_policy", load)
 
 
 _POLICIES: dict = {}
@@ -103,7 +103,7 @@ def test_drive_records_an_mp4(policy_file, cached_load, tmp_path, capsys):
 def test_ctrl_c_ends_cleanly_and_finishes_the_video(policy_file, cached_load, tmp_path, monkeypatch, capsys):
     import imageio.v2 as imageio
 
-    from agent.rollout import PolicyActor
+    from agent.actors.rollout import PolicyActor
 
     act = PolicyActor.act
     calls = []

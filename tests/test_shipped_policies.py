@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from agent.loading import POLICIES_DIR, load_policy
+from agent.actors.loading import POLICIES_DIR, load_policy
 
 SHIPPED = sorted(p.name for p in POLICIES_DIR.glob("*") if p.suffix in (".pt", ".zip"))
 

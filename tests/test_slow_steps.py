@@ -1,6 +1,6 @@
 """The slow-steps figure: steps below 10 units/s after the car first reached that speed (the
 "brake trap" saw-tooth that neither the standstill nor the crawl figure counts), in
-:class:`agent.rollout.Episode`, the live :class:`agent.rollout.StallMeter`, ``drive``'s printed
+:class:`agent.actors.rollout.Episode`, the live :class:`agent.actors.rollout.StallMeter`, ``drive``'s printed
 line and ``agent evaluate``'s JSON."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from agent.cli import main
-from agent.rollout import SLOW_SPEED, STALL_STEPS, Episode, StallMeter, slow_steps
+from agent.actors.rollout import SLOW_SPEED, STALL_STEPS, Episode, StallMeter, slow_steps
 
 # the start (0 -> 28 units/s), a brake to 3, then a saw-tooth between 4 and 9.5 units/s for 60
 # steps, then driving on at 40

@@ -52,7 +52,7 @@ def test_averaging_a_policy_with_itself_changes_nothing_and_two_give_the_mean(tm
 
 
 def test_average_policies_cli_writes_a_loadable_policy_and_refuses_mixed_configs(tmp_path, capsys):
-    from agent.loading import load_policy
+    from agent.actors.loading import load_policy
 
     f0, f1 = _policy(0).save(tmp_path / "a.pt"), _policy(1).save(tmp_path / "b.pt")
     other = _policy(2, core="gru").save(tmp_path / "gru.pt")

@@ -114,7 +114,7 @@ def test_a_speed_input_student_trains_dagger_and_evaluates_through_the_cli(tiny_
     import json
 
     from agent.data.recordings import load_demonstrations
-    from agent.loading import reads_speedometer
+    from agent.actors.loading import reads_speedometer
 
     rec = tmp_path / "recordings" / "nac-drive" / "demo-v0"
     assert main(["collect", "--expert", str(tiny_expert), "--episodes", "1", "--max-steps", "20", "--seed", "0",

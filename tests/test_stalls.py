@@ -19,7 +19,7 @@ import torch
 
 from agent.drive.args import add_drive_arguments
 from agent.drive.session import run_drive
-from agent.rollout import (STALL_STEPS, Decision, Episode, ExpertActor, StallMeter, all_wheels_off_road, longest_run,
+from agent.actors.rollout import (STALL_STEPS, Decision, Episode, ExpertActor, StallMeter, all_wheels_off_road, longest_run,
                            rollout, standstill)
 from envs.carracing import STANDSTILL_SPEED
 
@@ -226,10 +226,10 @@ def policy():
 
 @pytest.fixture
 def same_policy(monkeypatch, policy, tmp_path):
-    import agent.loading
+    import agent.actors.loading
 
-    monkeypatch.setattr(agent.loading, "load_policy", lambda name, device="cpu": policy)
-    monkeypatch.setattr(agent.loading, "resolve_policy_path", lambda name: tmp_path / "tiny.pt")
+    monkeypatch.setattr(agent.actors.loading, "load_policy", lambda name, device="cpu": policy)
+    monkeypatch.setattr(agent.actors.loading, "resolve_policy_path", lambda name: tmp_path / "tiny.pt")
     return policy
 
 
@@ -641,8 +641,8 @@ def test_a_lap_ends_only_once_every_tile_is_visited():
     """What ``tiles_missed`` explains: the expert's full lap visits every tile and ends early; the
     same lap with the car lifted past 12 tiles mid-lap never ends (the lap-complete rule needs every
     tile, the start tile being visited at the start), so it runs to the step limit, under 900."""
-    from agent.loading import load_policy, make_actor, make_carracing_for
-    from agent.rollout import tiles_missed
+    from agent.actors.loading import load_policy, make_actor, make_carracing_for
+    from agent.actors.rollout import tiles_missed
 
     expert = load_policy("carracing-expert-continuous.zip")
     env = make_carracing_for(expert, render_pixels=False)

@@ -204,7 +204,7 @@ def test_cli_leave_one_driver_out(tmp_path, capsys):
 
 def test_cli_train_on_cached_recordings(tmp_path, capsys):
     from agent.cli import main
-    from agent.loading import load_policy
+    from agent.actors.loading import load_policy
 
     data = _drivers(tmp_path, 2, rows=10)
     out = tmp_path / "two.pt"
@@ -250,7 +250,7 @@ def test_cli_core_option_reaches_the_saved_policy(tmp_path, capsys):
     """--core-option KEY=VALUE overrides the env's core defaults in the trained policy's config
     (and so in the file); a malformed or unsuitable option is refused before any data loads."""
     from agent.cli import main
-    from agent.loading import load_policy
+    from agent.actors.loading import load_policy
 
     data = _drivers(tmp_path, 1, rows=12)
     out = tmp_path / "normed.pt"

@@ -119,7 +119,7 @@ def test_saliency_hooks_match_step(policy):
 
 
 def test_save_load_roundtrip_and_dispatch(policy, tmp_path):
-    from agent.loading import load_policy
+    from agent.actors.loading import load_policy
     path = policy.save(tmp_path / "u.pt", metadata={"note": "x"})
     assert torch.load(path, weights_only=True)["kind"] == FILE_KIND
     loaded = DrivingPolicy.load(path)
@@ -137,7 +137,7 @@ def test_save_load_roundtrip_and_dispatch(policy, tmp_path):
 
 
 def test_bad_policy_files(policy, tmp_path):
-    from agent.loading import load_policy
+    from agent.actors.loading import load_policy
 
     with pytest.raises(FileNotFoundError):
         DrivingPolicy.load(tmp_path / "missing.pt")
@@ -218,7 +218,7 @@ def test_predict_recording_restarts_at_breaks(policy, tmp_path):
 
 def test_cli_train_and_evaluate_smoke(tmp_path, capsys):
     from agent.cli import main
-    from agent.loading import load_policy
+    from agent.actors.loading import load_policy
 
     root, _ = write_recording(tmp_path / "rec", n=12)
     out = tmp_path / "udacity-nac.pt"

@@ -1,6 +1,6 @@
-"""Vectorised rollouts (agent.vector, --envs N) give the episodes of the one-env path.
+"""Vectorised rollouts (agent.actors.vector, --envs N) give the episodes of the one-env path.
 
-Each comparison runs the same tracks through agent.rollout.rollout (one env, episodes one after
+Each comparison runs the same tracks through agent.actors.rollout.rollout (one env, episodes one after
 another) and through AsyncVectorEnv slots (episodes starting as slots free up), and compares
 every recorded array: actions, labels, rewards, terminations, truncations, speeds, off-road flags
 and frames, and the metrics derived from them. Episodes are short (max_steps) to keep this cheap.
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from agent.cli import main
-from agent.loading import load_policy, make_actor, make_carracing_for
-from agent.rollout import Decision, Episode, rollout
-from agent.vector import (BatchExpertActor, BatchPolicyActor, CarRacingEnvs, batch_actor_for, envs_for,
+from agent.actors.loading import load_policy, make_actor, make_carracing_for
+from agent.actors.rollout import Decision, Episode, rollout
+from agent.actors.vector import (BatchExpertActor, BatchPolicyActor, CarRacingEnvs, batch_actor_for, envs_for,
                           run_episodes, split_infos, vector_rollouts)
 
 SEEDS = [11, 12, 13]  # 3 episodes on 2 envs: the third starts in a freed slot while the other idles
@@ -187,7 +187,7 @@ class CountingBatchActor:
 def test_staggered_episodes_start_in_freed_slots():
     """Episodes of different lengths on 2 slots: each ends when its env says, the next seed takes the
     slot, a slot with no seed left idles, and every episode equals the one-env one."""
-    from agent.rollout import rollout
+    from agent.actors.rollout import rollout
 
     seeds = [4, 0, 7, 1, 2]  # lengths 7, 3, 5, 4, 5
     env = CountdownEnv()
@@ -247,7 +247,7 @@ def test_collect_with_envs_writes_the_same_dataset(tmp_path):
 
 def test_interrupted_vector_collect_keeps_finished_episodes(tmp_path, expert):
     from agent.data.recordings import load_demonstrations
-    from agent.vector import collect
+    from agent.actors.vector import collect
 
     class Interrupting(BatchExpertActor):
         calls = 0

@@ -124,7 +124,7 @@ def runner_policy_fn(policy, overlays: bool) -> Callable[[np.ndarray, dict], flo
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     from agent.drive.explain import Overlays
     from agent.drive.hud import Renderer, StepView
-    from agent.rollout import PolicyActor
+    from agent.actors.rollout import PolicyActor
 
     driver = PolicyActor(policy, label="policy")
     renderer = ov = None
@@ -154,7 +154,7 @@ def bench_bridge_policy(policy_path: str | None, n: int, warmup: int) -> list[di
     """
     import torch
 
-    from agent.loading import load_policy
+    from agent.actors.loading import load_policy
     from agent.nn.policy import DrivingPolicy, default_config
 
     threads = torch.get_num_threads()

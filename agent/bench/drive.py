@@ -149,7 +149,7 @@ def bench_drive(policy: str = "nac.pt", steps: int = 600, warmup: int = 25, seed
 
 
 def _bench(policy, steps, warmup, seed, rounds, configs, record, fps_limit, display) -> list[dict]:
-    from agent.loading import load_policy, resolve_policy_path
+    from agent.actors.loading import load_policy, resolve_policy_path
     from agent.drive.args import DEFAULT_SEED, add_drive_arguments
     from agent.drive.session import DriveSession, quiet_gc
 

@@ -1,9 +1,9 @@
 """Env steps per second of vectorised rollouts (``agent bench rollouts``): a benchmark, not a test.
 
 For each policy and each N in ``--envs`` the same episodes (``--episodes`` tracks from ``--seed``,
-``--max-steps`` steps each) run once: N = 1 through the one-env path (:func:`agent.rollout.rollout`,
+``--max-steps`` steps each) run once: N = 1 through the one-env path (:func:`agent.actors.rollout.rollout`,
 as ``agent evaluate --workers 1`` and ``agent collect`` run today), N > 1 through
-:func:`agent.vector.vector_rollouts` on an ``AsyncVectorEnv`` of N subprocesses, the policy acting on
+:func:`agent.actors.vector.vector_rollouts` on an ``AsyncVectorEnv`` of N subprocesses, the policy acting on
 the batch. Two policies:
 
 - the PPO expert (what ``agent collect`` and DAgger's labels cost), with the pixel rendering
@@ -40,10 +40,10 @@ def _cpu_seconds() -> float:
 
 def _run(policy, n: int, seeds: list[int], max_steps: int) -> tuple[float, float, float, list]:
     """(start-up seconds, rollout seconds, CPU seconds, episodes) of one configuration."""
-    from agent.loading import make_actor, make_carracing_for
-    from agent.rollout import rollout
+    from agent.actors.loading import make_actor, make_carracing_for
+    from agent.actors.rollout import rollout
     from agent.experts.policy import ExpertPolicy
-    from agent.vector import batch_actor_for, close, envs_for, vector_rollouts
+    from agent.actors.vector import batch_actor_for, close, envs_for, vector_rollouts
 
     expert = isinstance(policy, ExpertPolicy)
     c0, t0 = _cpu_seconds(), time.perf_counter()
@@ -82,7 +82,7 @@ def bench_rollouts(policies=("carracing-expert.zip", "nac.pt"), envs=(1, 2, 4), 
     Raises:
         ValueError: an N below 1, or no episodes.
     """
-    from agent.loading import load_policy
+    from agent.actors.loading import load_policy
     from agent.experts.policy import ExpertPolicy
     from envs.tracks import EVAL_SEED_BASE
 

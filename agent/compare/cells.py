@@ -255,10 +255,10 @@ def choose_width(variant: Variant, protocol: Protocol) -> tuple[int, int, int]:
 # ---------------------------------------------------------------------------------------------- latency
 def step_latency(policy, steps: int = 200, warmup: int = 10, seed: int = 0) -> tuple[float, float]:
     """Streaming step latency of a policy, (p50, p99) in milliseconds: one
-    :class:`agent.rollout.PolicyActor` ``act`` per frame (the CNN, the core's streaming ``step`` and
+    :class:`agent.actors.rollout.PolicyActor` ``act`` per frame (the CNN, the core's streaming ``step`` and
     the head; no env, no overlays) on random 96x96x3 frames, after ``warmup`` steps, in this
     process's torch threads."""
-    from agent.rollout import PolicyActor
+    from agent.actors.rollout import PolicyActor
 
     rng = np.random.default_rng(seed)
     frames = rng.integers(0, 256, size=(8, 96, 96, 3), dtype=np.uint8)
@@ -341,7 +341,7 @@ def run_cell(variant: Variant | str, seed: int, protocol: Protocol, out: str | P
     from agent.data.recordings import load_demonstrations
     from agent.data.windows import DemonstrationSource
     from agent.eval.offline import score_stream
-    from agent.loading import is_continuous, load_policy, make_carracing_for, reads_speedometer
+    from agent.actors.loading import is_continuous, load_policy, make_carracing_for, reads_speedometer
     from agent.nn.cores import count_parameters
     from agent.nn.policy import DrivingPolicy
     from agent.train.bc import TRAIN_DEFAULTS, TrainConfig, report_metadata, train

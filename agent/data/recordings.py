@@ -39,8 +39,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from agent.log import get_logger, progress as progress_bar
-from agent.rollout import Actor, Episode, rollout
+from agent.log import get_logger
 
 _log = get_logger(__name__)
 
@@ -120,7 +119,7 @@ class RecordingWriter:
         self.steps = 0
 
     @staticmethod
-    def _buffer(ep: Episode):
+    def _buffer(ep):
         from minari.data_collector import EpisodeBuffer
 
         if ep.observations is None:
@@ -130,7 +129,7 @@ class RecordingWriter:
             terminations=ep.terminations, truncations=ep.truncations, infos={"speed": ep.speeds},
         )
 
-    def _create(self, ep: Episode) -> None:
+    def _create(self, ep) -> None:
         """Create the dataset holding ``ep`` in a hidden staging root, then move it into place."""
         import minari
         from minari.namespace import NAMESPACE_METADATA_FILENAME
@@ -166,8 +165,8 @@ class RecordingWriter:
             shutil.rmtree(staging, ignore_errors=True)
         self.dataset = minari.MinariDataset(self.out / "data")
 
-    def add(self, ep: Episode) -> None:
-        """Append one finished episode (written to disk before this returns)."""
+    def add(self, ep) -> None:
+        """Append one finished episode (an :class:`agent.actors.rollout.Episode`; written to disk before this returns)."""
         if self.dataset is None:
             self._create(ep)
         else:
@@ -456,92 +455,3 @@ def load_demonstrations(path: str | Path | Sequence[str | Path], n_actions: int 
             if a.size and (a.min() < 0 or a.max() >= n_actions):
                 raise RecordingError(f"{path}: episode {i} has actions outside 0..{n_actions - 1}")
     return Demonstrations(frames, actions, seeds, returns, space, speeds=speeds)
-
-
-def collect(env, actor: Actor, episodes: int, seed: int, out: str | Path, algorithm_name: str,
-            overwrite: bool = False, max_steps: int | None = None, progress: bool = True,
-            description: str | None = None) -> RecordingWriter:
-    """Record ``episodes`` episodes on tracks seed, seed+1, ... with ``actor`` acting.
-
-    ``out`` is a dataset folder ``ROOT/<namespace>/<name>-v<N>`` (see :func:`dataset_layout`).
-    The actions stored are what ``env`` takes (its action space is the dataset's): discrete
-    indices, or (steering, throttle) float32 pairs for the continuous configuration.
-    ``description`` is the dataset's Minari description (default: who drove).
-    Ctrl-C stops after saving every finished episode; the episode in progress is dropped. The
-    progress bar (stderr) draws only on a terminal or with ``NAC_PROGRESS=1`` (:func:`agent.log.progress`).
-    Returns the writer (``.episodes`` and ``.steps`` say what was saved, ``.dataset_id`` its id).
-
-    Raises:
-        RecordingError: ``out`` is not a dataset path, or is in the way (see :class:`RecordingWriter`).
-    """
-    writer = RecordingWriter(out, env, algorithm_name, overwrite=overwrite, description=description)
-    bar = progress_bar(total=episodes, desc="episodes", unit="ep", disable=not progress)
-    try:
-        for e in range(episodes):
-            ep = rollout(env, actor, seed + e, max_steps=max_steps)
-            writer.add(ep)
-            bar.update(1)
-            bar.set_postfix(ret=f"{ep.episode_return:.0f}", steps=ep.steps)
-            _log.debug("episode %d (track %d): return %.1f, %d steps", e, seed + e, ep.episode_return, ep.steps)
-    except KeyboardInterrupt:
-        bar.close()
-        _log.warning("interrupted: kept %d finished episode(s) in %s", writer.episodes, writer.out)
-        return writer
-    bar.close()
-    return writer
-
-
-class KeyboardActor:
-    """A person drives with the arrow keys in a pygame window (up gas, down brake, left, right).
-
-    The window shows the frame the student sees, scaled up. Escape or closing the window raises
-    KeyboardInterrupt, which :func:`collect` treats as "stop and keep finished episodes".
-
-    Raises:
-        RuntimeError: when no display is available.
-    """
-
-    def __init__(self, scale: int = 6, fps: int = 50):
-        import pygame
-
-        try:
-            pygame.display.init()
-            self.screen = pygame.display.set_mode((96 * scale, 96 * scale))
-        except pygame.error as exc:
-            raise RuntimeError(f"--keyboard needs a display ({exc}); set DISPLAY or run on a desktop") from exc
-        pygame.display.set_caption("agent collect --keyboard: arrows drive, Esc stops")
-        self.pygame, self.scale, self.clock, self.fps = pygame, scale, pygame.time.Clock(), fps
-
-    label = "keyboard"
-    has_probs = False
-    traces_reason = "a person drives (no policy to trace)"
-
-    def reset(self) -> None:
-        pass
-
-    def act(self, obs, env=None, info=None):
-        """The person's action as an :class:`agent.rollout.Decision` (0 nothing, 1 left, 2 right, 3 gas, 4 brake)."""
-        from agent.rollout import Decision
-
-        a = self._keys(obs)
-        return Decision(a, a)
-
-    def _keys(self, obs) -> int:
-        pg = self.pygame
-        for event in pg.event.get():
-            if event.type == pg.QUIT or (event.type == pg.KEYDOWN and event.key == pg.K_ESCAPE):
-                raise KeyboardInterrupt
-        surf = pg.surfarray.make_surface(np.ascontiguousarray(obs.transpose(1, 0, 2)))
-        self.screen.blit(pg.transform.scale(surf, self.screen.get_size()), (0, 0))
-        pg.display.flip()
-        self.clock.tick(self.fps)
-        keys = pg.key.get_pressed()
-        if keys[pg.K_LEFT]:  # action 2 turns left, 1 right (envs.carracing.ACTION_NAMES)
-            return 2
-        if keys[pg.K_RIGHT]:
-            return 1
-        if keys[pg.K_UP]:
-            return 3
-        if keys[pg.K_DOWN]:
-            return 4
-        return 0

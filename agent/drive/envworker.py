@@ -17,7 +17,7 @@ act + drawing + env step.
 
 The worker is gymnasium's ``AsyncVectorEnv`` with one env (its public ``step_async`` /
 ``step_wait``; https://gymnasium.farama.org/api/vector/async_vector_env/), autoreset disabled, made
-exactly as :mod:`agent.vector` makes its envs: the same CarRacing as the in-process run, with the
+exactly as :mod:`agent.actors.vector` makes its envs: the same CarRacing as the in-process run, with the
 car's speed and off-road flag in every ``info`` (:class:`envs.carracing.StateInfo`). The same
 actions give the same episode, bit for bit, as the env stepped in this process (tested).
 """
@@ -74,7 +74,7 @@ class EnvWorker:
     units per second) and ``off_road`` (all four wheels off the road) after every reset and step.
 
     Args:
-        envs: a one-env :class:`agent.vector.CarRacingEnvs` (what to make; :func:`agent.vector.envs_for`).
+        envs: a one-env :class:`agent.actors.vector.CarRacingEnvs` (what to make; :func:`agent.actors.vector.envs_for`).
 
     Attributes:
         metadata: the env's metadata (``render_fps``: 50).
@@ -95,7 +95,7 @@ class EnvWorker:
 
     def reset(self, seed: int | None = None) -> tuple[np.ndarray, dict]:
         """Start an episode on track ``seed`` (waits for a step in flight first). Returns (obs, info)."""
-        from agent.vector import split_infos
+        from agent.actors.vector import split_infos
 
         if self.pending:
             self.step_wait()
@@ -121,7 +121,7 @@ class EnvWorker:
         Raises:
             RuntimeError: no step is in flight.
         """
-        from agent.vector import split_infos
+        from agent.actors.vector import split_infos
 
         if not self.pending:
             raise RuntimeError("EnvWorker.step_wait: no step in flight; call step_async first")
@@ -136,7 +136,7 @@ class EnvWorker:
 
     def close(self) -> None:
         """Stop the worker (terminating it if it no longer answers)."""
-        from agent.vector import close
+        from agent.actors.vector import close
 
         close(self.venv)
 

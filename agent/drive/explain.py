@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from agent.rollout import Actor, Decision, PolicyActor
+from agent.actors.rollout import Actor, Decision, PolicyActor
 from agent.drive.saliency import PendingSaliency
 from agent.drive.hud import DEFAULT_ACTION_NAMES, Renderer
 from agent.drive.traces import action_number, step_traces

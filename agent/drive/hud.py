@@ -12,7 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 DEFAULT_ACTION_NAMES = ("nothing", "right", "left", "gas", "brake")  # CarRacing's (envs.carracing.ACTION_NAMES)
-from agent.rollout import STEERING_CLASSES, steering_class  # noqa: F401 - re-exported for the HUD's users
+from agent.actors.rollout import STEERING_CLASSES, steering_class  # noqa: F401 - re-exported for the HUD's users
 
 
 @dataclass
@@ -37,7 +37,7 @@ class StepView:
         steering: the normalised steering chosen (a steering policy), +1 = 25 degrees right.
         throttle: the throttle sent with it (-1..1; negative brakes), if known.
         standstill_steps: consecutive steps so far with the car below
-            :data:`agent.rollout.STANDSTILL_SPEED` (0 while it moves).
+            :data:`agent.actors.rollout.STANDSTILL_SPEED` (0 while it moves).
         longest_standstill: the episode's longest such run so far, steps (None: the env reports no speed).
         off_road_steps: steps so far with all four wheels off the road (None: the env has no wheels).
         teacher_class: ``drive --teacher``: the class of the expert's action for this frame (an

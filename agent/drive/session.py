@@ -14,7 +14,7 @@ a window (:mod:`agent.drive.window`) shows it, ``--record`` writes it to an mp4
 display is available, no window is opened (``SDL_VIDEODRIVER=dummy``) and the run is never
 rate-limited; without ``--record`` a headless run skips drawing entirely.
 
-The options are :mod:`agent.drive.args`'s; the policy acts through :mod:`agent.rollout` (one actor interface) and
+The options are :mod:`agent.drive.args`'s; the policy acts through :mod:`agent.actors.rollout` (one actor interface) and
 is explained by :mod:`agent.drive.explain`. Heavy modules (pygame, torch, imageio, gymnasium) are
 imported lazily.
 """
@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.loading import is_continuous, make_actor
-from agent.rollout import StallMeter, all_wheels_off_road, tiles_missed
+from agent.actors.loading import is_continuous, make_actor
+from agent.actors.rollout import StallMeter, all_wheels_off_road, tiles_missed
 from agent.drive.args import DEFAULT_SCALE, ENV_FPS, check_drive_args
 from agent.drive.envworker import use_env_worker
 from agent.drive.explain import Overlays
@@ -61,7 +61,7 @@ def run_drive(args: argparse.Namespace) -> int:
     if problem:
         _err(problem)
         return EXIT_ERROR
-    from agent.loading import load_policy, resolve_policy_path
+    from agent.actors.loading import load_policy, resolve_policy_path
 
     try:
         path = resolve_policy_path(args.policy)
@@ -105,9 +105,9 @@ def run_drive(args: argparse.Namespace) -> int:
 def stall_text(meter: StallMeter) -> str:
     """The end-of-episode stall figures as printed by ``drive``: "  longest standstill L steps  off-road N
     steps  tiles missed M  longest crawl C steps  slow S steps" (each left out where the env does not
-    report it, e.g. Udacity; a crawl is below :data:`agent.rollout.CRAWL_METRIC_SPEED`, 5 units/s; slow
-    steps are below :data:`agent.rollout.SLOW_SPEED`, 10 units/s, after the car first reached it; a
-    lap ends only once no tile is missed, :func:`agent.rollout.tiles_missed`)."""
+    report it, e.g. Udacity; a crawl is below :data:`agent.actors.rollout.CRAWL_METRIC_SPEED`, 5 units/s; slow
+    steps are below :data:`agent.actors.rollout.SLOW_SPEED`, 10 units/s, after the car first reached it; a
+    lap ends only once no tile is missed, :func:`agent.actors.rollout.tiles_missed`)."""
     out = ""
     if meter.longest_standstill is not None:
         out += f"  longest standstill {meter.longest_standstill:4d} steps"
@@ -179,7 +179,7 @@ class DriveSession:
         latency_seconds: observation-to-action time of each step, seconds: until the action is
             sent to the env worker (the policy's step), or with the env in this process until the
             env is stepped (the policy and the overlays).
-        stalls: the "no stalls" figures of the current (or last) episode (:class:`agent.rollout.StallMeter`):
+        stalls: the "no stalls" figures of the current (or last) episode (:class:`agent.actors.rollout.StallMeter`):
             the longest standstill and the steps with all four wheels off the road.
         teacher: with ``--teacher``, the expert that labels every step and counts the current (or
             last) episode's agreement (:class:`agent.drive.teacher.Teacher`); else None.
@@ -264,7 +264,7 @@ class DriveSession:
     @staticmethod
     def _make_env(args, policy=None, worker: bool = False):
         """CarRacing (one episode per track seed; the continuous configuration for a policy with
-        continuous actions, :func:`agent.loading.make_carracing_for`), in a worker process with
+        continuous actions, :func:`agent.actors.loading.make_carracing_for`), in a worker process with
         ``worker`` (:class:`agent.drive.envworker.EnvWorker`), or the Udacity bridge (started at
         once, so its address is known; an episode lasts until the simulator disconnects or --max-steps)."""
         if args.env == "udacity":
@@ -276,12 +276,12 @@ class DriveSession:
                              connect_timeout=args.connect_timeout)
             env.start()
             return TimeLimit(env, args.max_steps) if args.max_steps else env
-        from agent.loading import make_carracing_for
+        from agent.actors.loading import make_carracing_for
         from envs.carracing import EPISODE_STEPS, make_carracing
 
         if worker:
             from agent.drive.envworker import EnvWorker
-            from agent.vector import envs_for
+            from agent.actors.vector import envs_for
 
             return EnvWorker(envs_for(policy, 1, max_episode_steps=args.max_steps or EPISODE_STEPS))
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from agent.drive.traces import action_number
 from agent.experts.policy import ExpertPolicy
 from agent.experts.rules import TeacherRules
-from agent.loading import resolve_policy_path
-from agent.rollout import steering_class
+from agent.actors.loading import resolve_policy_path
+from agent.actors.rollout import steering_class
 
 
 class Teacher:
@@ -36,7 +36,7 @@ class Teacher:
         name: the expert's file name, for messages and the trace file.
 
     Agreement is counted on action classes: the discrete action index (0..4), or for continuous
-    actions the steering class (0 straight, 1 left, 2 right; :func:`agent.rollout.steering_class`).
+    actions the steering class (0 straight, 1 left, 2 right; :func:`agent.actors.rollout.steering_class`).
 
     Raises:
         ValueError: the expert's action space does not match the policy's, or a creep rule for a
@@ -81,7 +81,7 @@ class Teacher:
         return self.expert.act(env)
 
     def action_class(self, action) -> int:
-        """The class of a teacher action, as :attr:`agent.rollout.Decision.action_class` counts it."""
+        """The class of a teacher action, as :attr:`agent.actors.rollout.Decision.action_class` counts it."""
         if not self.continuous:
             return int(action)
         return steering_class(action_number(action))

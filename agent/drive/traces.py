@@ -273,9 +273,9 @@ def save_traces(path: str | Path, recorder: TraceRecorder, *, action_names: tupl
     Grad-CAM was switched off (key S); absent when it never ran (``--no-saliency``, ``--no-overlay``,
     a policy without a convolution).
 
-    Stalls (see :class:`agent.rollout.Episode`), where the env reports them (CarRacing; absent for
+    Stalls (see :class:`agent.actors.rollout.Episode`), where the env reports them (CarRacing; absent for
     Udacity): per step ``speed`` (S,) float32, the car's speed after the step in simulator units per
-    second, ``standstill`` (S,) bool (``speed`` below :data:`agent.rollout.STANDSTILL_SPEED`) and
+    second, ``standstill`` (S,) bool (``speed`` below :data:`agent.actors.rollout.STANDSTILL_SPEED`) and
     ``off_road`` (S,) bool (all four wheels off the road after the step); per recorded episode E
     (a restarted episode counts again): ``episodes`` (E,) its 1-based number, ``longest_standstill_steps``
     and ``off_road_steps`` (E,) int64.
@@ -288,7 +288,7 @@ def save_traces(path: str | Path, recorder: TraceRecorder, *, action_names: tupl
     Raises:
         ValueError: nothing was recorded.
     """
-    from agent.rollout import longest_run, standstill
+    from agent.actors.rollout import longest_run, standstill
 
     if not len(recorder):
         raise ValueError("no NAC traces were recorded (the policy exposes no NAC intermediates, or no step ran)")

@@ -1,6 +1,6 @@
 """Closed-loop evaluation: episode returns of a policy on tracks seed, seed+1, ..., seed+N-1, and
 the "no stalls" figures of each episode (the longest standstill, the steps off the road; see
-:class:`agent.rollout.Episode`)."""
+:class:`agent.actors.rollout.Episode`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from agent.eval.card import identity
-from agent.rollout import CRAWL_METRIC_SPEED, SLOW_SPEED, STALL_STEPS
+from agent.actors.rollout import CRAWL_METRIC_SPEED, SLOW_SPEED, STALL_STEPS
 from envs.carracing import STANDSTILL_SPEED
 
 
@@ -23,19 +23,19 @@ class EvalResult:
 
     Per episode (lists in seed order): ``returns``; ``steps``; ``longest_standstill_steps``, the
     longest run of consecutive steps with the car slower than
-    :data:`agent.rollout.STANDSTILL_SPEED` (1.0 simulator units per second); ``off_road_steps``, the
+    :data:`agent.actors.rollout.STANDSTILL_SPEED` (1.0 simulator units per second); ``off_road_steps``, the
     steps with all four wheels off the road. Aggregates: ``max_longest_standstill_steps``,
     ``episodes_with_stall`` (episodes whose longest standstill exceeds ``stall_steps`` = 50 steps,
     1 s) and ``mean_off_road_steps``. Per episode also ``tiles_missed``, the road tiles never
     visited (a lap ends only once every tile is visited, so one skipped bend caps the return below
-    900: :func:`agent.rollout.tiles_missed`), and ``edge_steps``, the steps with one to three wheels
+    900: :func:`agent.actors.rollout.tiles_missed`), and ``edge_steps``, the steps with one to three wheels
     off the road (on the road's edge); their aggregates ``laps_finished`` (episodes that visited
     every tile) and ``mean_edge_steps``. ``standstill_speed`` and ``stall_steps`` record the thresholds;
     ``longest_crawl_steps``, the longest run of steps slower than
-    :data:`agent.rollout.CRAWL_METRIC_SPEED` (5 units/s: a car circling slowly on the grass, which
+    :data:`agent.actors.rollout.CRAWL_METRIC_SPEED` (5 units/s: a car circling slowly on the grass, which
     the standstill figure misses), with its aggregate ``episodes_with_crawl`` (longer than
     ``stall_steps``) and threshold ``crawl_speed``; ``slow_steps``, the steps slower than
-    ``slow_speed`` after the car first reached it (:data:`agent.rollout.SLOW_SPEED`, 10 units/s,
+    ``slow_speed`` after the car first reached it (:data:`agent.actors.rollout.SLOW_SPEED`, 10 units/s,
     unless ``--slow-speed`` says otherwise: the saw-tooth of a student braking at the start rule's
     floor, which neither figure above counts), with its aggregate ``episodes_slow`` (more than
     ``stall_steps``) and threshold ``slow_speed``;
@@ -111,8 +111,8 @@ def _run_seeds(args, on_episode=None) -> list[tuple]:
     policy_path, seeds, max_steps, threads, deterministic, start_rule, slow_speed = args
     import torch
 
-    from agent.loading import make_actor, make_carracing_for
-    from agent.rollout import rollout
+    from agent.actors.loading import make_actor, make_carracing_for
+    from agent.actors.rollout import rollout
 
     if threads:
         torch.set_num_threads(threads)
@@ -137,7 +137,7 @@ def _run_seeds(args, on_episode=None) -> list[tuple]:
 
 def _load_for_eval(policy_path, start_rule: bool):
     """The policy of a file, with the expert's start rule when asked for."""
-    from agent.loading import load_policy
+    from agent.actors.loading import load_policy
     from agent.experts.policy import ExpertPolicy
 
     policy = load_policy(policy_path)
@@ -150,9 +150,9 @@ def _load_for_eval(policy_path, start_rule: bool):
 
 def _run_seeds_vector(policy_path, seeds: list[int], max_steps: int | None, envs: int, deterministic: bool,
                       start_rule: bool, slow_speed: float = SLOW_SPEED, on_episode=None) -> list[tuple]:
-    """:func:`_run_seeds` on ``envs`` envs stepped at once (:mod:`agent.vector`), the policy acting
+    """:func:`_run_seeds` on ``envs`` envs stepped at once (:mod:`agent.actors.vector`), the policy acting
     on the batch of their observations; the same tuples, in seed order."""
-    from agent.vector import batch_actor_for, envs_for, run_episodes
+    from agent.actors.vector import batch_actor_for, envs_for, run_episodes
 
     policy = _load_for_eval(policy_path, start_rule)
     actor = batch_actor_for(policy, deterministic=deterministic)  # sampled: one generator per track
@@ -186,12 +186,12 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
             softmax, with torch's generator seeded by each track's seed (the expert stays argmax).
         start_rule: a discrete expert ``.zip`` drives with its start rule
             (:attr:`agent.experts.policy.ExpertPolicy.start_rule`), as it does as a teacher.
-        envs: step this many envs at once in subprocesses (:mod:`agent.vector`), the policy
+        envs: step this many envs at once in subprocesses (:mod:`agent.actors.vector`), the policy
             acting on the batch of their observations, in this one process; 1 = one env, episodes
             one after another (split over ``workers``). Each episode keeps its track and its
             metrics' definitions; a deterministic policy gives the same episodes as with one env
             up to argmax near-ties that the batched forward's float rounding can flip.
-        slow_speed: the slow-steps threshold, units/s (:func:`agent.rollout.slow_steps`; 10 by
+        slow_speed: the slow-steps threshold, units/s (:func:`agent.actors.rollout.slow_steps`; 10 by
             default; 25 also counts a saw-tooth above the brake floor of 20).
 
     Returns:
@@ -204,7 +204,7 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
     """
     from agent.log import progress as bar_for
 
-    from agent.loading import resolve_policy_path
+    from agent.actors.loading import resolve_policy_path
 
     if env != "carracing":
         raise ValueError(f"closed-loop evaluation supports --env carracing, got {env!r}")

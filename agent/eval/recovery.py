@@ -1,6 +1,6 @@
 """Does a driver recover from the failure states? Disturb it once and watch what it does next.
 
-Before the expert labels recoveries in DAgger (:mod:`agent.train.perturb`), check that it can
+Before the expert labels recoveries in DAgger (:mod:`agent.actors.perturb`), check that it can
 recover itself: on each track the driver (the expert, or any actor) drives, one disturbance
 pushes the car off the road or brings it to a standstill at a fixed step, then the driver is on
 its own again. Measured per episode:
@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from agent.log import progress
-from agent.train.perturb import DisturbanceConfig, PerturbedActor
+from agent.actors.perturb import DisturbanceConfig, PerturbedActor
 
 #: speed (simulator units per second, CarRacing's dashboard "true speed") above which the car counts as moving
 MOVING_SPEED = 5.0
@@ -45,13 +45,13 @@ def run_disturbed(env, actor, seed: int, kind: str, start: int, length: int, sid
 
     Args:
         env: a CarRacing env (:func:`envs.carracing.make_carracing`, matching the actor's actions).
-        actor: the driver (:mod:`agent.rollout` actor).
+        actor: the driver (:mod:`agent.actors.rollout` actor).
         kind, start, length, side: the disturbance ("off-road" or "stop"), its first step, its
             length in steps, and its side (-1 left, +1 right; off-road only).
         limit: steps after the disturbance ends within which the car must be on the road and moving.
         max_steps: cap on the episode length (None: the env's 1000 steps).
     """
-    from agent.rollout import rollout
+    from agent.actors.rollout import rollout
 
     wrapped = PerturbedActor(actor, DisturbanceConfig(per_episode=0.0), np.random.default_rng(0),
                              schedule=[(start, kind, length, side)])
@@ -79,7 +79,7 @@ def recovery_check(env, actor, seeds: list[int], kinds=("off-road", "stop"), sta
     Returns:
         one :class:`RecoveryResult` per (seed, kind).
     """
-    from agent.rollout import rollout
+    from agent.actors.rollout import rollout
 
     lengths = {"off-road": 40, "stop": 100, **(lengths or {})}
     results = []

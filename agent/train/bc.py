@@ -121,7 +121,7 @@ class TrainConfig:
         if self.dagger_edge_weight < 0 or not math.isfinite(self.dagger_edge_weight) or self.dagger_edge_horizon < 0:
             raise ValueError(f"dagger_edge_weight must be finite and >= 0 and dagger_edge_horizon >= 0 steps, got "
                              f"{self.dagger_edge_weight} and {self.dagger_edge_horizon}")
-        from agent.train.perturb import DisturbanceConfig
+        from agent.actors.perturb import DisturbanceConfig
 
         DisturbanceConfig(kinds=tuple(self.dagger_disturb_kinds))  # validates the kinds
 
@@ -382,7 +382,7 @@ def train(source, policy_config: PolicyConfig, cfg: TrainConfig, tensorboard_dir
         policy = DrivingPolicy(policy_config)
     if dist.distributed:
         torch.manual_seed(cfg.seed + dist.rank)  # dropout differs between ranks; the weights above do not
-    from agent.loading import reads_speedometer
+    from agent.actors.loading import reads_speedometer
 
     if reads_speedometer(policy):
         if not hasattr(source, "draw_speedometer"):

@@ -8,12 +8,12 @@ further on the aggregate.
 
 - **Mixing schedule.** On each step the expert's action is executed instead of the student's
   with probability beta_r = ``dagger_beta`` * ``dagger_beta_decay`` ** (r - 1)
-  (:class:`agent.rollout.MixtureActor`): Ross et al.'s beta_i = p^(i-1), where round 0, the
+  (:class:`agent.actors.rollout.MixtureActor`): Ross et al.'s beta_i = p^(i-1), where round 0, the
   expert's own demonstrations, had beta = 1. ``--dagger-beta 0.5 --dagger-beta-decay 0.5`` gives
   0.5, 0.25, 0.125, ...
 - **Failure states.** Episodes are never cut when the car leaves the road or stops: the student
   drives on, and the expert labels the way back. With ``dagger_disturb`` > 0, disturbances
-  (:mod:`agent.train.perturb`, in the spirit of DART, Laskey et al. 2017) push the car off the
+  (:mod:`agent.actors.perturb`, in the spirit of DART, Laskey et al. 2017) push the car off the
   road or to a standstill that many times per 1000 steps on average, so those states are
   labelled even when the student itself would not reach them.
 - **Edge weights.** With ``dagger_edge_weight`` W != 1, the relabelled frames where the car is
@@ -30,11 +30,11 @@ further on the aggregate.
 Tracks of round r: ``dagger_seed + (r - 1) * dagger_episodes + i`` (500,000 onwards by default:
 never the evaluation tracks). TensorBoard: ``eval/dagger_return``, ``charts/dagger_beta``.
 
-**Vectorised rollouts.** Given an :class:`agent.vector.CarRacingEnvs` instead of one env
+**Vectorised rollouts.** Given an :class:`agent.actors.vector.CarRacingEnvs` instead of one env
 (``agent train --envs N``), each round's episodes run on N envs at once, the student and the
-expert acting on the batch (:func:`agent.vector.run_episodes`); the episodes come back in seed
+expert acting on the batch (:func:`agent.actors.vector.run_episodes`); the episodes come back in seed
 order. With beta = 0 and no disturbances they are those of the one-env path; otherwise each
-episode draws from its own generator (:class:`agent.vector.BatchMixtureActor`), so they do not
+episode draws from its own generator (:class:`agent.actors.vector.BatchMixtureActor`), so they do not
 depend on N but differ from the one-env path's single stream.
 """
 
@@ -66,7 +66,7 @@ def edge_weights(wheels_off: np.ndarray | None, n: int, weight: float, horizon: 
     make the student worse (README, "Edge weights, tried").
 
     Args:
-        wheels_off: (n,) wheels off the road after each step, 0-4 (:attr:`agent.rollout.Episode.wheels_off`),
+        wheels_off: (n,) wheels off the road after each step, 0-4 (:attr:`agent.actors.rollout.Episode.wheels_off`),
             or None (an env without wheels).
         n: the episode's frames (steps). weight: >= 0. horizon: steps ahead, >= 0.
 
@@ -98,11 +98,11 @@ def dagger_round(policy, expert, env, seeds: list[int], beta: float, max_steps: 
                  edge_weight: float = 1.0, edge_horizon: int = 10):
     """The student drives on ``seeds`` (the expert's action executed with probability ``beta``,
     ``disturb`` disturbances per 1000 steps, drawn from ``disturb_kinds``, default
-    :data:`agent.train.perturb.DEFAULT_KINDS`); the expert labels every visited state.
+    :data:`agent.actors.perturb.DEFAULT_KINDS`); the expert labels every visited state.
 
     Args:
         env: one CarRacing env (episodes one after another), or an
-            :class:`agent.vector.CarRacingEnvs` (N envs at once; it must carry the privileged
+            :class:`agent.actors.vector.CarRacingEnvs` (N envs at once; it must carry the privileged
             state in ``info``: ``privileged_info=True``).
         edge_weight, edge_horizon: per-frame loss weights (:func:`edge_weights`); 1 gives none.
 
@@ -111,9 +111,9 @@ def dagger_round(policy, expert, env, seeds: list[int], beta: float, max_steps: 
         in seed order.
     """
     from agent.data.recordings import Demonstrations
-    from agent.rollout import ExpertActor, MixtureActor, PolicyActor, rollout
-    from agent.train.perturb import DEFAULT_KINDS, DisturbanceConfig, PerturbedActor
-    from agent.vector import CarRacingEnvs
+    from agent.actors.rollout import ExpertActor, MixtureActor, PolicyActor, rollout
+    from agent.actors.perturb import DEFAULT_KINDS, DisturbanceConfig, PerturbedActor
+    from agent.actors.vector import CarRacingEnvs
 
     kinds = tuple(disturb_kinds or DEFAULT_KINDS)
     if isinstance(env, CarRacingEnvs):
@@ -139,8 +139,8 @@ def dagger_round(policy, expert, env, seeds: list[int], beta: float, max_steps: 
 
 def _vector_round(policy, expert, envs, seeds: list[int], beta: float, max_steps: int | None,
                   rng: np.random.Generator, disturb: float, kinds: tuple[str, ...]) -> list:
-    """:func:`dagger_round`'s episodes on ``envs`` (an :class:`agent.vector.CarRacingEnvs`), in seed order."""
-    from agent.vector import BatchExpertActor, BatchMixtureActor, BatchPolicyActor, run_episodes
+    """:func:`dagger_round`'s episodes on ``envs`` (an :class:`agent.actors.vector.CarRacingEnvs`), in seed order."""
+    from agent.actors.vector import BatchExpertActor, BatchMixtureActor, BatchPolicyActor, run_episodes
 
     if not envs.privileged_info:
         raise ValueError("DAgger's expert labels from privileged state: make the CarRacingEnvs with privileged_info=True")
@@ -163,7 +163,7 @@ def _save_round(episodes, env, out: str, r: int, beta: float) -> str:
     import dataclasses
 
     from agent.data.recordings import RecordingWriter
-    from agent.vector import CarRacingEnvs
+    from agent.actors.vector import CarRacingEnvs
 
     path = f"{out}-r{r}-v0"
     if isinstance(env, CarRacingEnvs):

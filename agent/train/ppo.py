@@ -18,7 +18,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
-from agent.train.perturb import disturbance_action
+from agent.actors.perturb import disturbance_action
 from agent.experts.policy import ExpertPolicy
 from agent.log import get_logger, progress_enabled
 from envs.carracing import N_WAYPOINTS, OffTrackTermination, make_carracing

@@ -72,7 +72,7 @@ def average_policies(paths: list[str | Path], weights: list[float] | None = None
         ValueError: fewer than two files, a file that is not a NAC-drive policy (an expert .zip),
             configurations that differ, or the errors of :func:`average_state_dicts`.
     """
-    from agent.loading import load_policy
+    from agent.actors.loading import load_policy
 
     if len(paths) < 2:
         raise ValueError(f"averaging needs two or more policy files, got {len(paths)}")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 #: Where shipped policies live: ``policies/`` at the top of the repository.
-POLICIES_DIR = Path(__file__).resolve().parent.parent / "policies"
+POLICIES_DIR = Path(__file__).resolve().parents[2] / "policies"
 
 log = logging.getLogger(__name__)
 
@@ -104,11 +104,11 @@ def load_policy(name: str | Path, device: str = "cpu"):
 
 
 def make_actor(policy, deterministic: bool = True, label: str | None = None):
-    """The actor (:mod:`agent.rollout`) for a loaded policy: the expert acts from privileged state.
+    """The actor (:mod:`agent.actors.rollout`) for a loaded policy: the expert acts from privileged state.
 
     ``label`` names the policy in the HUD (e.g. its file name).
     """
-    from agent.rollout import ExpertActor, PolicyActor
+    from agent.actors.rollout import ExpertActor, PolicyActor
     from agent.experts.policy import ExpertPolicy
 
     if isinstance(policy, ExpertPolicy):

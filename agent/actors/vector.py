@@ -6,11 +6,11 @@ with autoreset disabled (``AutoresetMode.DISABLED``, https://farama.org/Vector-A
 when an env's episode ends, the next episode of the seed list starts in that slot with an explicit
 ``reset(seed=[...], options={"reset_mask": mask})``, or the slot idles (it is still stepped, its
 results are ignored) when no seed remains. Episode i of a run uses track ``seeds[i]``, exactly as
-the one-env path (:func:`agent.rollout.rollout`) does.
+the one-env path (:func:`agent.actors.rollout.rollout`) does.
 
 What the sequential path reads from the env object comes through ``info`` here
 (:class:`envs.carracing.StateInfo`): the car's speed, whether all four wheels are off the road,
-and for the expert its privileged state. Per-episode results are :class:`agent.rollout.Episode`
+and for the expert its privileged state. Per-episode results are :class:`agent.actors.rollout.Episode`
 objects with the same fields and definitions (return, steps, speeds, longest standstill, off-road
 steps).
 
@@ -22,8 +22,8 @@ Batch actors (one action per env slot each step):
   seeded with its track, which is what the one-env path's ``torch.manual_seed(track)`` gives.
 - :class:`BatchExpertActor`: the PPO expert on the batch of privileged states
   (:meth:`agent.experts.policy.ExpertPolicy.act_batch`).
-- :class:`BatchMixtureActor`: DAgger's executed policy per slot (:class:`agent.rollout.MixtureActor`,
-  optionally :class:`agent.train.perturb.PerturbedActor`) on top of the batched student and expert.
+- :class:`BatchMixtureActor`: DAgger's executed policy per slot (:class:`agent.actors.rollout.MixtureActor`,
+  optionally :class:`agent.actors.perturb.PerturbedActor`) on top of the batched student and expert.
 
 Equality with the one-env path: the envs, seeds, step rules and metrics are the same, so an
 actor that makes the same decisions gives the same episodes bit for bit. A batched forward is
@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterator, Protocol
 import gymnasium as gym
 import numpy as np
 
-from agent.rollout import Decision, Episode, _stack_labels
+from agent.actors.rollout import Decision, Episode, _stack_labels
 
 #: How many envs are worth stepping at once on a machine: the CPU count (each env is a process).
 MAX_ENVS = 64
@@ -116,14 +116,14 @@ class CarRacingEnvs:
 
 
 def envs_for(policy, n: int, **kwargs) -> CarRacingEnvs:
-    """The :class:`CarRacingEnvs` a loaded policy drives (as :func:`agent.loading.make_carracing_for`):
+    """The :class:`CarRacingEnvs` a loaded policy drives (as :func:`agent.actors.loading.make_carracing_for`):
     the continuous configuration for a continuous policy; for the PPO expert no pixels and its
     privileged state in ``info``. ``kwargs`` override the fields.
 
     Raises:
         ValueError: a continuous policy whose actions are not CarRacing's (steering, throttle).
     """
-    from agent.loading import is_continuous, make_carracing_for, reads_speedometer
+    from agent.actors.loading import is_continuous, make_carracing_for, reads_speedometer
     from agent.experts.policy import ExpertPolicy
 
     make_carracing_for(policy).close()  # validates the action space with the one-env path's message
@@ -150,7 +150,7 @@ def split_infos(infos: dict, n: int) -> list[dict]:
 
 
 class _Slot:
-    """One slot's episode in progress (the lists :func:`agent.rollout.rollout` keeps)."""
+    """One slot's episode in progress (the lists :func:`agent.actors.rollout.rollout` keeps)."""
 
     def __init__(self, index: int, seed: int, obs, info: dict, keep_frames: bool):
         self.index, self.seed, self.steps = index, int(seed), 0
@@ -194,7 +194,7 @@ def vector_rollouts(venv: gym.vector.VectorEnv, actor: BatchActor, seeds: list[i
     """Run one episode per seed on the envs of ``venv``, yielding ``(i, episode)`` as each finishes.
 
     Episode i runs on track ``seeds[i]`` (``reset(seed=seeds[i])`` of one sub-env); episodes start
-    in seed order as slots free up. Each episode is what :func:`agent.rollout.rollout` gives for
+    in seed order as slots free up. Each episode is what :func:`agent.actors.rollout.rollout` gives for
     the same decisions: same steps, rewards, terminations, truncations (``max_steps`` marks the
     last step truncated), speeds (from ``info["speed"]``) and off-road flags (``info["off_road"]``).
 
@@ -209,7 +209,7 @@ def vector_rollouts(venv: gym.vector.VectorEnv, actor: BatchActor, seeds: list[i
         keep_frames: store each episode's (N + 1, H, W, C) frames.
 
     Yields:
-        (index into ``seeds``, :class:`agent.rollout.Episode`), in the order episodes finish.
+        (index into ``seeds``, :class:`agent.actors.rollout.Episode`), in the order episodes finish.
 
     Raises:
         ValueError: no seeds, or a vector env that autoresets.
@@ -295,7 +295,7 @@ def run_episodes(envs: CarRacingEnvs, actor: BatchActor, seeds: list[int], max_s
 def collect(envs: CarRacingEnvs, actor: BatchActor, episodes: int, seed: int, out, algorithm_name: str,
             overwrite: bool = False, max_steps: int | None = None, progress: bool = True,
             description: str | None = None):
-    """:func:`agent.data.recordings.collect` on ``envs.n`` envs at once: ``episodes`` episodes on
+    """:func:`agent.actors.record.collect` on ``envs.n`` envs at once: ``episodes`` episodes on
     tracks seed, seed+1, ... recorded as a Minari dataset at ``out``.
 
     Episodes are written in seed order, so the dataset is the one the one-env path writes for the
@@ -349,7 +349,7 @@ def close(venv: gym.vector.VectorEnv) -> None:
 # ----------------------------------------------------------------------------------------- actors
 class BatchPolicyActor:
     """A :class:`agent.nn.policy.DrivingPolicy` acting on B env slots with one batched streaming
-    step per control step (the batched form of :class:`agent.rollout.PolicyActor`).
+    step per control step (the batched form of :class:`agent.actors.rollout.PolicyActor`).
 
     Args:
         policy: the policy (put in eval mode).
@@ -419,7 +419,7 @@ class BatchExpertActor:
         missing = [i for i, info in enumerate(infos) if "privileged_state" not in info]
         if missing:
             raise KeyError(f"env slot(s) {missing} report no info['privileged_state']: the expert needs envs made "
-                           "with privileged_info=True (agent.vector.CarRacingEnvs)")
+                           "with privileged_info=True (agent.actors.vector.CarRacingEnvs)")
         a = self.expert.act_batch(np.stack([info["privileged_state"] for info in infos]),
                                   [_speed(info) for info in infos])
         actions = [int(x) for x in a] if a.ndim == 1 else list(a)
@@ -445,8 +445,8 @@ class _Given:
 
 class BatchMixtureActor:
     """DAgger's executed policy on B env slots: per slot, the student's action or with probability
-    ``beta`` the expert's (:class:`agent.rollout.MixtureActor`), and with ``disturb`` > 0 the
-    disturbances of :class:`agent.train.perturb.PerturbedActor`; student and expert each act on
+    ``beta`` the expert's (:class:`agent.actors.rollout.MixtureActor`), and with ``disturb`` > 0 the
+    disturbances of :class:`agent.actors.perturb.PerturbedActor`; student and expert each act on
     the whole batch once per step.
 
     Each episode draws from its own generator, ``numpy.random.default_rng([base_seed, track])``,
@@ -461,27 +461,27 @@ class BatchMixtureActor:
         base_seed: seeds the per-episode generators.
         action_space: one env's action space (the disturbances' actions).
         disturb: mean disturbances per 1000 steps (0: none).
-        disturb_kinds: the kinds drawn (default :data:`agent.train.perturb.DEFAULT_KINDS`).
+        disturb_kinds: the kinds drawn (default :data:`agent.actors.perturb.DEFAULT_KINDS`).
 
     Raises:
-        ValueError: beta outside [0, 1] (:class:`agent.rollout.MixtureActor`).
+        ValueError: beta outside [0, 1] (:class:`agent.actors.rollout.MixtureActor`).
     """
 
     def __init__(self, student: BatchPolicyActor, expert: BatchExpertActor, beta: float, base_seed: int,
                  action_space: gym.Space, disturb: float = 0.0, disturb_kinds: tuple[str, ...] | None = None):
-        from agent.rollout import MixtureActor
+        from agent.actors.rollout import MixtureActor
 
         MixtureActor(_Given(), _Given(), beta, np.random.default_rng(0))  # validates beta
         self.student, self.expert, self.beta, self.base_seed = student, expert, beta, int(base_seed)
-        from agent.train.perturb import DEFAULT_KINDS
+        from agent.actors.perturb import DEFAULT_KINDS
 
         self.disturb, self.env = disturb, types.SimpleNamespace(action_space=action_space)
         self.disturb_kinds = tuple(disturb_kinds or DEFAULT_KINDS)
         self.slots: dict[int, tuple] = {}
 
     def reset_rows(self, rows, seeds) -> None:
-        from agent.rollout import MixtureActor
-        from agent.train.perturb import DisturbanceConfig, PerturbedActor
+        from agent.actors.rollout import MixtureActor
+        from agent.actors.perturb import DisturbanceConfig, PerturbedActor
 
         self.student.reset_rows(rows, seeds)
         for i in np.flatnonzero(np.asarray(rows, dtype=bool)):
@@ -508,7 +508,7 @@ class BatchMixtureActor:
 
 def batch_actor_for(policy, deterministic: bool = True) -> BatchActor:
     """The batch actor of a loaded policy: :class:`BatchExpertActor` for the PPO expert, else
-    :class:`BatchPolicyActor` (the batched :func:`agent.loading.make_actor`)."""
+    :class:`BatchPolicyActor` (the batched :func:`agent.actors.loading.make_actor`)."""
     from agent.experts.policy import ExpertPolicy
 
     return BatchExpertActor(policy) if isinstance(policy, ExpertPolicy) else BatchPolicyActor(policy, deterministic)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 
-from agent.rollout import Decision
+from agent.actors.rollout import Decision
 
 KINDS = ("off-road", "stop", "ditch")
 #: The kinds drawn when none are given (the mix the shipped policies were trained with).

@@ -14,7 +14,7 @@ what the overlays need to explain it). Three actors cover every case:
 An optional *labeler* (the expert, in DAgger) says what it would have done in each visited
 state. Episodes on seed s always use track s (``env.reset(seed=s)``).
 
-:mod:`agent.vector` runs the same episodes on N envs at once (``--envs N``), with batch actors.
+:mod:`agent.actors.vector` runs the same episodes on N envs at once (``--envs N``), with batch actors.
 """
 
 from __future__ import annotations
