@@ -636,7 +636,8 @@ def _cmd_train(args) -> int:
 
     from agent.actors.loading import is_continuous, load_policy, make_carracing_for, reads_speedometer
     from agent.nn.policy import DrivingPolicy, default_config
-    from agent.train.bc import TRAIN_DEFAULTS, TrainConfig, report_metadata, train
+    from agent.train.bc import TRAIN_DEFAULTS, TrainConfig, report_metadata
+    from agent.train.run import train
 
     other = "udacity" if args.env == "carracing" else "carracing"
     wrong = [k for k, unset in _ENV_ONLY[other].items() if getattr(args, k) != unset]

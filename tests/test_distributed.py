@@ -119,7 +119,8 @@ def test_validation_shards_partition_the_sequences():
 
 def test_dagger_is_refused_under_torchrun():
     from agent.nn.policy import default_config
-    from agent.train.bc import TrainConfig, train
+    from agent.train.bc import TrainConfig
+    from agent.train.run import train
 
     source = DemonstrationSource(load_demonstrations(SAMPLE))
     ctx = DistContext(world_size=2, rank=0, backend="gloo")

@@ -42,10 +42,10 @@ def policy_file(policy, tmp_path_factory):
 @pytest.fixture
 def same_policy(monkeypatch, policy, policy_file):
     """drive loads our module-scoped policy, whatever --policy says (ncps wirings take ~2.5 s to rebuild)."""
-    import agent.actors.loading
+    import agent.drive.session  # run_drive loads the policy through these names
 
-    monkeypatch.setattr(agent.actors.loading, "load_policy", lambda name, device="cpu": policy)
-    monkeypatch.setattr(agent.actors.loading, "resolve_policy_path", lambda name: policy_file)
+    monkeypatch.setattr(agent.drive.session, "load_policy", lambda name, device="cpu": policy)
+    monkeypatch.setattr(agent.drive.session, "resolve_policy_path", lambda name: policy_file)
     return policy
 
 
@@ -500,7 +500,7 @@ def test_wiring_picture(policy_file, tmp_path, capsys):
 
 # ----------------------------------------------------------------------------- degraded policies
 def test_policy_without_conv_or_intermediates_runs_with_overlays_off(policy, monkeypatch, tmp_path, capsys):
-    import agent.actors.loading
+    import agent.drive.session  # run_drive loads the policy through these names
     from agent.nn.policy import DrivingPolicy, default_config
 
     class Plain(DrivingPolicy):
@@ -510,8 +510,8 @@ def test_policy_without_conv_or_intermediates_runs_with_overlays_off(policy, mon
             return self.head.net[0]
 
     plain = Plain(default_config("carracing", core="lstm", window=4)).eval()
-    monkeypatch.setattr(agent.actors.loading, "load_policy", lambda name, device="cpu": plain)
-    monkeypatch.setattr(agent.actors.loading, "resolve_policy_path", lambda name: tmp_path / "plain.pt")
+    monkeypatch.setattr(agent.drive.session, "load_policy", lambda name, device="cpu": plain)
+    monkeypatch.setattr(agent.drive.session, "resolve_policy_path", lambda name: tmp_path / "plain.pt")
     code = run_drive(_parse("--policy", "plain.pt", "--headless", "--max-steps", "6", "--dump-traces",
                             str(tmp_path / "never.npz"), "--record", str(tmp_path / "v.mp4")))
     err = capsys.readouterr().err

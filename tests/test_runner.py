@@ -37,6 +37,7 @@ def cached_load(monkeypatch):
     The first run of the module goes through the real loader; the later runs reuse its policy.
     """
     import agent.actors.loading
+    import agent.drive.session  # run_drive loads the policy through its own name
 
     real = agent.actors.loading.load_policy
 
@@ -46,7 +47,7 @@ def cached_load(monkeypatch):
             _POLICIES[key] = real(name, device)
         return _POLICIES[key]
 
-    monkeypatch.setattr(agent.actors.loading, "load_policy", load)
+    monkeypatch.setattr(agent.drive.session, "load_policy", load)
 
 
 _POLICIES: dict = {}

@@ -226,10 +226,10 @@ def policy():
 
 @pytest.fixture
 def same_policy(monkeypatch, policy, tmp_path):
-    import agent.actors.loading
+    import agent.drive.session  # run_drive loads the policy through these names
 
-    monkeypatch.setattr(agent.actors.loading, "load_policy", lambda name, device="cpu": policy)
-    monkeypatch.setattr(agent.actors.loading, "resolve_policy_path", lambda name: tmp_path / "tiny.pt")
+    monkeypatch.setattr(agent.drive.session, "load_policy", lambda name, device="cpu": policy)
+    monkeypatch.setattr(agent.drive.session, "resolve_policy_path", lambda name: tmp_path / "tiny.pt")
     return policy
 
 
@@ -386,7 +386,8 @@ def test_train_with_skip_stalls_ignores_the_stalled_labels(tmp_path):
     from agent.data.recordings import Demonstrations
     from agent.data.windows import DemonstrationSource
     from agent.nn.policy import default_config
-    from agent.train.bc import TrainConfig, train
+    from agent.train.bc import TrainConfig
+    from agent.train.run import train
 
     eps = [_still_episode(2, 30, seed=s) for s in range(4)]
     labels = [np.r_[np.full(2, 3), np.full(30, 4)] for _ in eps]  # gas while moving, brake forever at rest
@@ -475,7 +476,8 @@ def test_train_with_standstills_learns_to_go_at_rest_and_refuses_a_visible_dashb
     from agent.data.recordings import Demonstrations
     from agent.data.windows import DemonstrationSource
     from agent.nn.policy import default_config
-    from agent.train.bc import TrainConfig, train
+    from agent.train.bc import TrainConfig
+    from agent.train.run import train
 
     rng = np.random.default_rng(0)
     eps = [rng.integers(0, 256, (24, 96, 96, 3), dtype=np.uint8) for _ in range(4)]

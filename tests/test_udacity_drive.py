@@ -34,10 +34,10 @@ def policy():
 
 @pytest.fixture
 def same_policy(monkeypatch, policy, tmp_path):
-    import agent.actors.loading
+    import agent.drive.session  # run_drive loads the policy through these names
 
-    monkeypatch.setattr(agent.actors.loading, "load_policy", lambda name, device="cpu": policy)
-    monkeypatch.setattr(agent.actors.loading, "resolve_policy_path", lambda name: tmp_path / "udacity-tiny.pt")
+    monkeypatch.setattr(agent.drive.session, "load_policy", lambda name, device="cpu": policy)
+    monkeypatch.setattr(agent.drive.session, "resolve_policy_path", lambda name: tmp_path / "udacity-tiny.pt")
     return policy
 
 

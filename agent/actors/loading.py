@@ -18,6 +18,12 @@ import logging
 from pathlib import Path
 from typing import Callable
 
+from agent.actors.rollout import ExpertActor, PolicyActor
+from agent.experts.policy import ExpertPolicy
+from agent.nn.legacy import convert_payload, is_legacy
+from agent.nn.policy import DrivingPolicy, read_policy_file
+from envs.carracing import make_carracing
+
 #: Where shipped policies live: ``policies/`` at the top of the repository.
 POLICIES_DIR = Path(__file__).resolve().parents[2] / "policies"
 
@@ -41,12 +47,7 @@ def resolve_policy_path(name: str | Path) -> Path:
 
 
 def _load_driving_policy(path: Path, payload: dict, device: str):
-    from agent.nn.legacy import is_legacy
-    from agent.nn.policy import DrivingPolicy
-
     if is_legacy(payload):
-        from agent.nn.legacy import convert_payload
-
         log.warning("%s is a format-1 policy file; converted in memory (save it with `agent convert-policy %s NEW`)",
                     path, path)
         return convert_payload(payload, path).to(device)
@@ -54,8 +55,6 @@ def _load_driving_policy(path: Path, payload: dict, device: str):
 
 
 def _load_expert(path: Path, payload, device: str):
-    from agent.experts.policy import ExpertPolicy
-
     return ExpertPolicy.load(path, device=device)
 
 
@@ -79,7 +78,6 @@ def file_kind(path: str | Path) -> tuple[str, object]:
         if not path.is_file():
             raise FileNotFoundError(f"expert file {path} does not exist")
         return "sb3-ppo-expert", None
-    from agent.nn.policy import read_policy_file
 
     payload = read_policy_file(path)
     kind = payload.get("kind") if isinstance(payload, dict) else None
@@ -108,9 +106,6 @@ def make_actor(policy, deterministic: bool = True, label: str | None = None):
 
     ``label`` names the policy in the HUD (e.g. its file name).
     """
-    from agent.actors.rollout import ExpertActor, PolicyActor
-    from agent.experts.policy import ExpertPolicy
-
     if isinstance(policy, ExpertPolicy):
         return ExpertActor(policy)
     if label is not None:
@@ -120,8 +115,6 @@ def make_actor(policy, deterministic: bool = True, label: str | None = None):
 
 def action_space_of(policy):
     """The gymnasium action space a loaded policy acts in (the expert's, or a DrivingPolicy's head's)."""
-    from agent.experts.policy import ExpertPolicy
-
     return policy.policy.action_space if isinstance(policy, ExpertPolicy) else policy.action_space
 
 
@@ -160,8 +153,6 @@ def make_carracing_for(policy, **kwargs):
     """
     import gymnasium as gym
     import numpy as np
-
-    from envs.carracing import make_carracing
 
     continuous = is_continuous(policy)
     if continuous:

@@ -42,7 +42,13 @@ from typing import Any, Callable, Iterator, Protocol
 import gymnasium as gym
 import numpy as np
 
-from agent.actors.rollout import Decision, Episode, _stack_labels
+from agent.actors.rollout import Decision, Episode, MixtureActor, _stack_labels
+from agent.actors.loading import is_continuous, make_carracing_for, reads_speedometer
+from agent.actors.perturb import DEFAULT_KINDS, DisturbanceConfig, PerturbedActor
+from agent.data.recordings import RecordingWriter
+from agent.experts.policy import ExpertPolicy
+from agent.log import get_logger, progress as progress_bar
+from envs.carracing import EPISODE_STEPS, make_carracing
 
 #: How many envs are worth stepping at once on a machine: the CPU count (each env is a process).
 MAX_ENVS = 64
@@ -93,16 +99,12 @@ class CarRacingEnvs:
         self.n = int(self.n)
 
     def _kwargs(self) -> dict:
-        from envs.carracing import EPISODE_STEPS
-
         return dict(continuous=self.continuous, render_pixels=self.render_pixels,
                     max_episode_steps=self.max_episode_steps or EPISODE_STEPS, speedometer=self.speedometer)
 
     def make_vector(self, n: int | None = None) -> gym.vector.AsyncVectorEnv:
         """An ``AsyncVectorEnv`` of ``n`` (default :attr:`n`) envs, autoreset disabled, each env's
         ``info`` holding its state (:class:`envs.carracing.StateInfo`). Close it when done."""
-        from envs.carracing import make_carracing
-
         fn = functools.partial(make_carracing, state_info=True, privileged_info=self.privileged_info, **self._kwargs())
         return gym.vector.AsyncVectorEnv([fn] * int(n or self.n), context=self.context,
                                          autoreset_mode=gym.vector.AutoresetMode.DISABLED)
@@ -110,8 +112,6 @@ class CarRacingEnvs:
     def template(self) -> gym.Env:
         """One env of the same kind in this process, for its spaces and spec (a recording's
         metadata), made exactly as the one-env path makes it; never stepped here."""
-        from envs.carracing import make_carracing
-
         return make_carracing(**self._kwargs())
 
 
@@ -123,9 +123,6 @@ def envs_for(policy, n: int, **kwargs) -> CarRacingEnvs:
     Raises:
         ValueError: a continuous policy whose actions are not CarRacing's (steering, throttle).
     """
-    from agent.actors.loading import is_continuous, make_carracing_for, reads_speedometer
-    from agent.experts.policy import ExpertPolicy
-
     make_carracing_for(policy).close()  # validates the action space with the one-env path's message
     expert = isinstance(policy, ExpertPolicy)
     fields = dict(continuous=is_continuous(policy), render_pixels=not expert, privileged_info=expert,
@@ -309,10 +306,6 @@ def collect(envs: CarRacingEnvs, actor: BatchActor, episodes: int, seed: int, ou
     Raises:
         RecordingError: ``out`` is not a dataset path, or is in the way.
     """
-    from agent.data.recordings import RecordingWriter
-    from agent.log import get_logger
-    from agent.log import progress as progress_bar
-
     log = get_logger(__name__)
     writer = RecordingWriter(out, envs.template(), algorithm_name, overwrite=overwrite, description=description)
     seeds = list(range(seed, seed + episodes))
@@ -469,20 +462,14 @@ class BatchMixtureActor:
 
     def __init__(self, student: BatchPolicyActor, expert: BatchExpertActor, beta: float, base_seed: int,
                  action_space: gym.Space, disturb: float = 0.0, disturb_kinds: tuple[str, ...] | None = None):
-        from agent.actors.rollout import MixtureActor
-
         MixtureActor(_Given(), _Given(), beta, np.random.default_rng(0))  # validates beta
         self.student, self.expert, self.beta, self.base_seed = student, expert, beta, int(base_seed)
-        from agent.actors.perturb import DEFAULT_KINDS
 
         self.disturb, self.env = disturb, types.SimpleNamespace(action_space=action_space)
         self.disturb_kinds = tuple(disturb_kinds or DEFAULT_KINDS)
         self.slots: dict[int, tuple] = {}
 
     def reset_rows(self, rows, seeds) -> None:
-        from agent.actors.rollout import MixtureActor
-        from agent.actors.perturb import DisturbanceConfig, PerturbedActor
-
         self.student.reset_rows(rows, seeds)
         for i in np.flatnonzero(np.asarray(rows, dtype=bool)):
             rng = np.random.default_rng([self.base_seed, int(seeds[i])])
@@ -509,8 +496,6 @@ class BatchMixtureActor:
 def batch_actor_for(policy, deterministic: bool = True) -> BatchActor:
     """The batch actor of a loaded policy: :class:`BatchExpertActor` for the PPO expert, else
     :class:`BatchPolicyActor` (the batched :func:`agent.actors.loading.make_actor`)."""
-    from agent.experts.policy import ExpertPolicy
-
     return BatchExpertActor(policy) if isinstance(policy, ExpertPolicy) else BatchPolicyActor(policy, deterministic)
 
 

@@ -31,6 +31,14 @@ from typing import Any
 
 import numpy as np
 
+from agent.actors.loading import load_policy
+from agent.actors.rollout import PolicyActor
+from agent.drive.explain import Overlays
+from agent.drive.hud import Renderer, StepView
+from agent.nn.policy import DrivingPolicy, default_config
+from envs.udacity.env import UdacityEnv
+from envs.udacity.fake import FakeSimulator, synthetic_road_frame
+
 ROW_KEYS = ("label", "n", "warmup", "p50_ms", "p90_ms", "p99_ms", "max_ms", "mean_ms", "steps_per_s",
             "frame_kb", "load1", "cpus")
 
@@ -53,9 +61,6 @@ def bench_bridge(n: int = 1000, policy_fn: Callable[[np.ndarray, dict], float] |
         per second over the timed part), frame_kb (mean JPEG size), load1 (1-minute load average
         when it started) and cpus.
     """
-    from envs.udacity.env import UdacityEnv
-    from envs.udacity.fake import FakeSimulator, synthetic_road_frame
-
     if n < 1 or warmup < 0:
         raise ValueError("n must be >= 1 and warmup >= 0")
     load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
@@ -122,9 +127,6 @@ def runner_policy_fn(policy, overlays: bool) -> Callable[[np.ndarray, dict], flo
     (with the frame's arrival time as the NAC time), and with ``overlays`` also Grad-CAM on the
     newest frame, the NAC traces and the composition of the whole view (frame, HUD, panel)."""
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    from agent.drive.explain import Overlays
-    from agent.drive.hud import Renderer, StepView
-    from agent.actors.rollout import PolicyActor
 
     driver = PolicyActor(policy, label="policy")
     renderer = ov = None
@@ -153,9 +155,6 @@ def bench_bridge_policy(policy_path: str | None, n: int, warmup: int) -> list[di
     shipped architecture: the cost does not depend on the weights.
     """
     import torch
-
-    from agent.actors.loading import load_policy
-    from agent.nn.policy import DrivingPolicy, default_config
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -39,6 +39,10 @@ from pathlib import Path
 
 import numpy as np
 
+from agent.actors.loading import load_policy, resolve_policy_path
+from agent.drive.args import DEFAULT_SEED, add_drive_arguments
+from agent.drive.session import DriveSession, quiet_gc
+
 CONFIGS = (
     ("policy only", ["--no-overlay"]),
     ("+ traces", ["--no-saliency"]),
@@ -149,10 +153,6 @@ def bench_drive(policy: str = "nac.pt", steps: int = 600, warmup: int = 25, seed
 
 
 def _bench(policy, steps, warmup, seed, rounds, configs, record, fps_limit, display) -> list[dict]:
-    from agent.actors.loading import load_policy, resolve_policy_path
-    from agent.drive.args import DEFAULT_SEED, add_drive_arguments
-    from agent.drive.session import DriveSession, quiet_gc
-
     path = resolve_policy_path(policy)
     pol = load_policy(path)
     parser = argparse.ArgumentParser()

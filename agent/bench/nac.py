@@ -79,6 +79,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from agent.nn import nac_kernels
+from agent.nn.nac import NAC
+
 PEER_PACKAGE = "torch-nac"
 PEER_VERSION = "0.0.2"
 DEFAULT_PEER_DIR = Path("~/.cache/nac-drive/peers/torch-nac-0.0.2").expanduser()
@@ -193,8 +196,6 @@ def _build(model_name: str, causal_T: int):
     if model_name == "lstm":
         model = torch.nn.LSTM(64, 64, batch_first=True)
         return model, lambda x: model(x)[0]
-    from agent.nn import nac_kernels
-    from agent.nn.nac import NAC
 
     if model_name == "ours-torch":
         nac_kernels.set_enabled(False)  # this subprocess measures the torch path

@@ -25,6 +25,12 @@ import time
 
 import numpy as np
 
+from agent.actors.loading import load_policy, make_actor, make_carracing_for
+from agent.actors.rollout import rollout
+from agent.actors.vector import batch_actor_for, close, envs_for, vector_rollouts
+from agent.experts.policy import ExpertPolicy
+from envs.tracks import EVAL_SEED_BASE
+
 #: the columns of a row
 ROW_KEYS = ("policy", "kind", "envs", "episodes", "steps", "startup_s", "seconds", "steps_per_s", "ratio",
             "cpu_ms_per_step", "same_returns", "returns")
@@ -40,11 +46,6 @@ def _cpu_seconds() -> float:
 
 def _run(policy, n: int, seeds: list[int], max_steps: int) -> tuple[float, float, float, list]:
     """(start-up seconds, rollout seconds, CPU seconds, episodes) of one configuration."""
-    from agent.actors.loading import make_actor, make_carracing_for
-    from agent.actors.rollout import rollout
-    from agent.experts.policy import ExpertPolicy
-    from agent.actors.vector import batch_actor_for, close, envs_for, vector_rollouts
-
     expert = isinstance(policy, ExpertPolicy)
     c0, t0 = _cpu_seconds(), time.perf_counter()
     if n == 1:
@@ -82,10 +83,6 @@ def bench_rollouts(policies=("carracing-expert.zip", "nac.pt"), envs=(1, 2, 4), 
     Raises:
         ValueError: an N below 1, or no episodes.
     """
-    from agent.actors.loading import load_policy
-    from agent.experts.policy import ExpertPolicy
-    from envs.tracks import EVAL_SEED_BASE
-
     if episodes < 1 or any(int(n) < 1 for n in envs):
         raise ValueError(f"episodes and every N of envs must be >= 1, got {episodes} and {list(envs)}")
     seed = EVAL_SEED_BASE if seed is None else seed

@@ -36,7 +36,17 @@ from typing import Any
 
 import numpy as np
 
-from agent.log import get_logger
+from agent.log import get_logger, progress as bar_for
+from agent.actors.loading import is_continuous, load_policy, make_carracing_for, reads_speedometer
+from agent.actors.rollout import PolicyActor
+from agent.data.recordings import load_demonstrations
+from agent.data.windows import DemonstrationSource
+from agent.eval.closed_loop import evaluate
+from agent.eval.offline import score_stream
+from agent.nn.cores import CORES, count_effective_parameters, count_parameters
+from agent.nn.policy import DrivingPolicy, default_config, default_core_kwargs
+from agent.train.bc import TRAIN_DEFAULTS, TrainConfig, report_metadata
+from agent.train.run import train
 
 log = get_logger(__name__)
 
@@ -69,8 +79,6 @@ class Variant:
             ValueError: an unknown core or option, a malformed or repeated option, a bad value, or
                 a NAC-only option on another core.
         """
-        from agent.nn.cores import CORES
-
         parts = text.strip().split("@")
         core, opts = parts[0].strip(), {}
         if core not in CORES:
@@ -195,8 +203,6 @@ class Protocol:
 
 # ---------------------------------------------------------------------------------------------- sizes
 def _config(variant: Variant, seed: int, protocol: Protocol, width: int):
-    from agent.nn.policy import default_config, default_core_kwargs
-
     core_kwargs = default_core_kwargs("carracing", variant.core)
     core_kwargs.update({k: v for k, v in variant.options if k in NAC_ONLY})
     return default_config("carracing", core=variant.core, window=variant.get("T", protocol.window), d_model=width,
@@ -205,9 +211,6 @@ def _config(variant: Variant, seed: int, protocol: Protocol, width: int):
 
 def core_parameters(variant: Variant, protocol: Protocol, width: int, seed: int = 0) -> int:
     """Effective parameters of the variant's core at width d (:func:`agent.nn.cores.count_effective_parameters`)."""
-    from agent.nn.cores import count_effective_parameters
-    from agent.nn.policy import DrivingPolicy
-
     return count_effective_parameters(DrivingPolicy(_config(variant, seed, protocol, width)).core)
 
 
@@ -218,8 +221,6 @@ def choose_width(variant: Variant, protocol: Protocol) -> tuple[int, int, int]:
     other core gets the multiple of 4 whose effective parameter count is closest to the reference's
     (in ratio), found by doubling and bisection (the count grows with d).
     """
-    from agent.nn.policy import default_config
-
     default_width = default_config("carracing").d_model
     ref_variant = Variant(REFERENCE, tuple((k, v) for k, v in variant.options if k == "T"))
     reference = core_parameters(ref_variant, protocol, default_width)
@@ -258,8 +259,6 @@ def step_latency(policy, steps: int = 200, warmup: int = 10, seed: int = 0) -> t
     :class:`agent.actors.rollout.PolicyActor` ``act`` per frame (the CNN, the core's streaming ``step`` and
     the head; no env, no overlays) on random 96x96x3 frames, after ``warmup`` steps, in this
     process's torch threads."""
-    from agent.actors.rollout import PolicyActor
-
     rng = np.random.default_rng(seed)
     frames = rng.integers(0, 256, size=(8, 96, 96, 3), dtype=np.uint8)
     actor = PolicyActor(policy)
@@ -307,8 +306,6 @@ def _return_summary(returns: list[float]) -> dict:
 
 
 def _closed_loop(path: Path, protocol: Protocol) -> dict:
-    from agent.eval.closed_loop import evaluate
-
     res = evaluate(path, protocol.episodes, protocol.eval_seed, max_steps=protocol.max_steps, workers=1,
                    progress=False)
     return {"seeds": res.seeds, "returns": res.returns, "steps": res.steps,
@@ -337,14 +334,6 @@ def run_cell(variant: Variant | str, seed: int, protocol: Protocol, out: str | P
         FileNotFoundError, ValueError (RecordingError): missing or malformed recordings or expert.
     """
     import torch
-
-    from agent.data.recordings import load_demonstrations
-    from agent.data.windows import DemonstrationSource
-    from agent.eval.offline import score_stream
-    from agent.actors.loading import is_continuous, load_policy, make_carracing_for, reads_speedometer
-    from agent.nn.cores import count_parameters
-    from agent.nn.policy import DrivingPolicy
-    from agent.train.bc import TRAIN_DEFAULTS, TrainConfig, report_metadata, train
 
     variant = Variant.parse(variant) if isinstance(variant, str) else variant
     name = cell_name(variant, seed)
@@ -470,8 +459,6 @@ def run_comparison(variants: list[Variant], seeds: list[int], protocol: Protocol
     Raises:
         ValueError: see :func:`update_plan`; no variants or seeds.
     """
-    from agent.log import progress as bar_for
-
     if not variants or not seeds:
         raise ValueError("the comparison needs at least one core and one seed")
     cells = [(v, s) for s in seeds for v in variants]

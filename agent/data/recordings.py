@@ -40,6 +40,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from agent.log import get_logger
+from envs.carracing import draw_speedometer
 
 _log = get_logger(__name__)
 
@@ -290,8 +291,6 @@ class Demonstrations:
             ValueError: an episode whose speeds were not recorded (NaN), or frames that are not
                 CarRacing's (N, H, W, 3) uint8; nothing has been drawn then.
         """
-        from envs.carracing import draw_speedometer
-
         speeds = self.frame_speeds()
         for i, (f, v) in enumerate(zip(self.frames, speeds)):
             if not np.all(np.isfinite(v)):

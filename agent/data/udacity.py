@@ -33,6 +33,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from agent.log import progress as bar_for
+from envs.udacity.camera import CameraImageError, decode_camera_jpeg
+
 HEADER = ("center", "left", "right", "steering", "throttle", "brake", "speed")
 CAMERAS = ("center", "left", "right")
 FRAME_SHAPE = (160, 320, 3)  # H, W, C of the simulator's camera images
@@ -162,8 +165,6 @@ def _decode(path: Path) -> np.ndarray | str:
     """RGB uint8 image, or the reason it cannot be used. The live bridge decodes the simulator's
     frames with the same function (:func:`envs.udacity.camera.decode_camera_jpeg`), so the policy
     sees in the simulator exactly what it saw in training."""
-    from envs.udacity.camera import CameraImageError, decode_camera_jpeg
-
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -260,8 +261,6 @@ def load_recording(path: str | Path, on_bad_row: str = "skip", max_gap: float = 
     csv_path, good, bad = parse_log(path, on_bad_row)
 
     # pass 2: decode every image once (also in "error" mode, so the error lists every bad row)
-    from agent.log import progress as bar_for
-
     n = len(good)
     frames = {c: np.empty((n, *FRAME_SHAPE), np.uint8) for c in CAMERAS}
     keep = np.ones(n, bool)

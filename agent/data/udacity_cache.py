@@ -40,6 +40,7 @@ import numpy as np
 from agent.data.udacity import (CAMERAS, CROP_ROWS, FRAME_SHAPE, INPUT_SHAPE, MAX_GAP_S, AugmentConfig, AugmentParams,
                                 BadRow, _bad_rows_message, _decode, augment_steering, find_segments, parse_log,
                                 preprocess)
+from agent.log import progress as bar_for
 
 CACHE_FORMAT = 1
 #: the default cache folder (``agent train --crop-cache``)
@@ -204,8 +205,6 @@ def build_cache(path: str | Path, cache_dir: str | Path = DEFAULT_CACHE_DIR,
         FileNotFoundError: no ``driving_log.csv`` at ``path``.
         ValueError: no usable row at all.
     """
-    from agent.log import progress as bar_for
-
     csv_path, good, bad = parse_log(path)
     cache_dir = Path(cache_dir)
     npy, npz = _paths(csv_path, good, cache_dir)

@@ -33,6 +33,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from agent.data.udacity import INPUT_SHAPE, AugmentConfig, AugmentParams, augmented_window, preprocess
+from envs.carracing import dashboard_rows, speed_bar_columns, speedometer_region
+
 
 def make_windows(lengths: list[int], window: int, rng: np.random.Generator | None) -> list[tuple[int, int, int]]:
     """(sequence, start, length) of non-overlapping windows covering every sequence once.
@@ -69,8 +72,6 @@ def expert_stalls(frames: np.ndarray, prev: np.ndarray, targets: np.ndarray) -> 
             (the first frame itself at an episode's start).
         targets: (n,) discrete actions or (n, A) continuous (steering, throttle).
     """
-    from agent.nn.features import dashboard_rows
-
     frames = np.asarray(frames)
     rows = frames.shape[1] - dashboard_rows(frames.shape[1])
     before = np.concatenate([np.asarray(prev)[None], frames[:-1]])
@@ -163,7 +164,7 @@ class DemonstrationSource:
         bar blanked to black (CarRacing draws no bar at speed 0) and the speedometer region too
         (:func:`envs.carracing.draw_speedometer` at 0 units/s; the rest of the strip is what a
         ``speed``, ``speedometer`` or ``hidden`` student cannot read, so only those may use this, see
-        :func:`agent.train.bc.train`). Labels: gas (discrete), or full throttle with the recorded
+        :func:`agent.train.run.train`). Labels: gas (discrete), or full throttle with the recorded
         steering kept (continuous), the teacher's start rule at rest
         (:meth:`agent.experts.policy.ExpertPolicy.use_start_rule`).
 
@@ -175,7 +176,6 @@ class DemonstrationSource:
         """
         if self.standstills <= 0 or rng.random() >= self.standstills:
             return None
-        from envs.carracing import dashboard_rows, speed_bar_columns, speedometer_region
 
         n = len(frames)
         frame = np.array(frames[int(rng.integers(n))], copy=True)  # (H, W, C)
@@ -248,8 +248,6 @@ class UdacitySource:
 
     def __init__(self, recordings: list, augment=None, smooth_labels: int = 1, smooth_mode: str = "centred",
                  straight_keep: float = 1.0, seed: int = 0):
-        from agent.data.udacity import INPUT_SHAPE
-
         if not 0.0 < straight_keep <= 1.0:
             raise ValueError(f"straight_keep must be in (0, 1], got {straight_keep}")
         self.raw_recordings = list(recordings)  # as recorded: the held-out split is scored on raw labels
@@ -273,8 +271,6 @@ class UdacitySource:
 
     def window(self, e: int, start: int, n: int, rng: np.random.Generator | None = None):
         """Frames (n, 66, 200, 3) uint8 YUV, steering (n,) float32, times (n,) float64 s from the first."""
-        from agent.data.udacity import AugmentConfig, AugmentParams, augmented_window, preprocess
-
         r, s0, _ = self.index[e]
         rec = self.recordings[r]
         idx = np.arange(s0 + start, s0 + start + n)

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from agent.actors.vector import close, split_infos
+
 #: ``--env-worker`` choices: "auto" uses the worker where it can help (see :func:`use_env_worker`).
 ENV_WORKER_CHOICES = ("auto", "on", "off")
 
@@ -95,8 +97,6 @@ class EnvWorker:
 
     def reset(self, seed: int | None = None) -> tuple[np.ndarray, dict]:
         """Start an episode on track ``seed`` (waits for a step in flight first). Returns (obs, info)."""
-        from agent.actors.vector import split_infos
-
         if self.pending:
             self.step_wait()
         obs, info = self.venv.reset(seed=[None if seed is None else int(seed)])
@@ -121,8 +121,6 @@ class EnvWorker:
         Raises:
             RuntimeError: no step is in flight.
         """
-        from agent.actors.vector import split_infos
-
         if not self.pending:
             raise RuntimeError("EnvWorker.step_wait: no step in flight; call step_async first")
         self.pending = False
@@ -136,8 +134,6 @@ class EnvWorker:
 
     def close(self) -> None:
         """Stop the worker (terminating it if it no longer answers)."""
-        from agent.actors.vector import close
-
         close(self.venv)
 
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 import numpy as np
 
 from agent.actors.rollout import Actor, Decision, PolicyActor
-from agent.drive.saliency import PendingSaliency
+from agent.drive.saliency import PendingSaliency, SaliencyOverlay, saliency_unavailable_reason
 from agent.drive.hud import DEFAULT_ACTION_NAMES, Renderer
-from agent.drive.traces import action_number, step_traces
+from agent.drive.traces import TraceHistory, TraceRecorder, action_number, step_traces
+from agent.drive.overlays import PanelNote, SaliencyDrawer, TracePanel
 
 
 class Overlays:
@@ -53,8 +54,6 @@ class Overlays:
         # even when nothing is drawn (headless), unless saliency is off (--no-saliency, --no-overlay).
         dumping = dump and policy_actor and not driver.traces_reason
         if saliency and (renderer is not None or dumping):
-            from agent.drive.saliency import SaliencyOverlay, saliency_unavailable_reason
-
             reason = saliency_unavailable_reason(policy) if policy_actor else \
                 f"{driver.label} acts without a CNN on the frame"
             if reason:
@@ -62,8 +61,6 @@ class Overlays:
             else:
                 self.saliency = SaliencyOverlay(policy, tuple(getattr(policy.config, "action_names", ())))
                 if renderer is not None:
-                    from agent.drive.overlays import SaliencyDrawer
-
                     self.saliency_drawer = SaliencyDrawer(opacity)
                     renderer.frame_filters.append(self.saliency_drawer)
                 # one forward for the action and Grad-CAM (a policy without saliency_step: two)
@@ -72,19 +69,13 @@ class Overlays:
             if not policy_actor or driver.traces_reason:
                 self.reasons["traces"] = driver.traces_reason
                 if traces and renderer is not None and renderer.panel_rect.width:
-                    from agent.drive.overlays import PanelNote
-
                     renderer.panels.append(PanelNote(f"NAC traces off: {driver.traces_reason}",
                                                      renderer.panel_rect.width))
             else:
-                from agent.drive.traces import TraceHistory, TraceRecorder
-
                 driver.want_intermediates = True
                 if dump:
                     self.recorder = TraceRecorder()
                 if traces and renderer is not None and renderer.panel_rect.width:
-                    from agent.drive.overlays import TracePanel
-
                     size = renderer.panel_rect.size
                     self.history = TraceHistory(TracePanel.plot_width_for(size[0]))
                     self.panel = TracePanel(size, self.history, policy.nac.num_heads, policy.config.window,

@@ -38,6 +38,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from agent._torchvision_compat import ensure_torchvision
+
 log = logging.getLogger(__name__)
 
 
@@ -175,7 +177,6 @@ class SaliencyOverlay:
         reason = saliency_unavailable_reason(policy)
         if reason:
             raise ValueError(reason)
-        from agent._torchvision_compat import ensure_torchvision
 
         ensure_torchvision()  # grad-cam imports torchvision; see that module
         from pytorch_grad_cam import GradCAM

@@ -31,17 +31,21 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.actors.loading import is_continuous, make_actor
+from agent.actors.loading import is_continuous, load_policy, make_actor, make_carracing_for, resolve_policy_path
 from agent.actors.rollout import StallMeter, all_wheels_off_road, tiles_missed
 from agent.drive.args import DEFAULT_SCALE, ENV_FPS, check_drive_args
-from agent.drive.envworker import use_env_worker
+from agent.drive.envworker import EnvWorker, use_env_worker
 from agent.drive.explain import Overlays
 from agent.drive.hud import STEERING_CLASSES, Renderer, StepView
-from agent.drive.traces import action_number
+from agent.drive.traces import action_number, save_traces
 from agent.drive.video import VideoWriter
 from agent.drive.window import HELP_TEXT, Window, display_unavailable_reason
 from agent.experts.rules import TeacherRules
-from envs.carracing import car_speed
+from envs.carracing import ACTION_NAMES, EPISODE_STEPS, car_speed, make_carracing
+from agent.actors.vector import envs_for
+from agent.drive.teacher import Teacher
+from agent.experts.policy import ExpertPolicy
+from envs.udacity.env import UdacityEnv
 
 EXIT_OK, EXIT_ERROR, EXIT_INTERRUPTED = 0, 2, 130
 
@@ -61,7 +65,6 @@ def run_drive(args: argparse.Namespace) -> int:
     if problem:
         _err(problem)
         return EXIT_ERROR
-    from agent.actors.loading import load_policy, resolve_policy_path
 
     try:
         path = resolve_policy_path(args.policy)
@@ -144,8 +147,6 @@ def quiet_gc() -> None:
 
 
 def _is_expert(policy) -> bool:
-    from agent.experts.policy import ExpertPolicy
-
     return isinstance(policy, ExpertPolicy)
 
 
@@ -188,8 +189,6 @@ class DriveSession:
     def __init__(self, args, policy, name: str, headless: bool, force_draw: bool = False):
         import torch
 
-        from envs.carracing import ACTION_NAMES
-
         self.args = args
         policy_env = getattr(getattr(policy, "config", None), "env", "carracing")
         if policy_env != args.env:
@@ -199,8 +198,6 @@ class DriveSession:
         #: the expert that labels every step (``--teacher``; :class:`agent.drive.teacher.Teacher`), or None
         self.teacher = None
         if getattr(args, "teacher", None):
-            from agent.drive.teacher import Teacher
-
             rules = TeacherRules(start_rule=True, creep_speed=getattr(args, "teacher_creep_speed", 0.0),
                                  brake_floor=getattr(args, "teacher_brake_floor", None),
                                  grass_rule=getattr(args, "teacher_grass_rule", False))
@@ -270,19 +267,12 @@ class DriveSession:
         if args.env == "udacity":
             from gymnasium.wrappers import TimeLimit
 
-            from envs.udacity.env import UdacityEnv
-
             env = UdacityEnv(host=args.host, port=args.port, target_speed=args.target_speed,
                              connect_timeout=args.connect_timeout)
             env.start()
             return TimeLimit(env, args.max_steps) if args.max_steps else env
-        from agent.actors.loading import make_carracing_for
-        from envs.carracing import EPISODE_STEPS, make_carracing
 
         if worker:
-            from agent.drive.envworker import EnvWorker
-            from agent.actors.vector import envs_for
-
             return EnvWorker(envs_for(policy, 1, max_episode_steps=args.max_steps or EPISODE_STEPS))
 
         if policy is None:
@@ -459,8 +449,6 @@ class DriveSession:
             rec = self.overlays.recorder
             if rec is not None:
                 if len(rec):
-                    from agent.drive.traces import save_traces
-
                     names = tuple(getattr(self.driver.policy.config, "action_names", ()))
                     out = save_traces(self.args.dump_traces, rec, action_names=names, class_names=self.class_names,
                                       policy=self.driver.label, env=self.args.env,

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from agent.actors.rollout import longest_run, standstill
+
 #: The pair quantities kept per (head, kept key), in plotting order.
 PAIR_QUANTITIES = ("phi", "omega", "logits", "weights")
 #: The NCP neuron groups, in wiring order.
@@ -288,8 +290,6 @@ def save_traces(path: str | Path, recorder: TraceRecorder, *, action_names: tupl
     Raises:
         ValueError: nothing was recorded.
     """
-    from agent.actors.rollout import longest_run, standstill
-
     if not len(recorder):
         raise ValueError("no NAC traces were recorded (the policy exposes no NAC intermediates, or no step ran)")
     path = Path(path)

@@ -13,8 +13,12 @@ from pathlib import Path
 import numpy as np
 
 from agent.eval.card import identity
-from agent.actors.rollout import CRAWL_METRIC_SPEED, SLOW_SPEED, STALL_STEPS
+from agent.actors.rollout import CRAWL_METRIC_SPEED, SLOW_SPEED, STALL_STEPS, rollout
 from envs.carracing import STANDSTILL_SPEED
+from agent.actors.loading import load_policy, make_actor, make_carracing_for, resolve_policy_path
+from agent.actors.vector import batch_actor_for, envs_for, run_episodes
+from agent.experts.policy import ExpertPolicy
+from agent.log import progress as bar_for
 
 
 @dataclass
@@ -111,12 +115,8 @@ def _run_seeds(args, on_episode=None) -> list[tuple]:
     policy_path, seeds, max_steps, threads, deterministic, start_rule, slow_speed = args
     import torch
 
-    from agent.actors.loading import make_actor, make_carracing_for
-    from agent.actors.rollout import rollout
-
     if threads:
         torch.set_num_threads(threads)
-    from agent.experts.policy import ExpertPolicy
 
     policy = _load_for_eval(policy_path, start_rule)
     actor = make_actor(policy, deterministic=deterministic)
@@ -137,9 +137,6 @@ def _run_seeds(args, on_episode=None) -> list[tuple]:
 
 def _load_for_eval(policy_path, start_rule: bool):
     """The policy of a file, with the expert's start rule when asked for."""
-    from agent.actors.loading import load_policy
-    from agent.experts.policy import ExpertPolicy
-
     policy = load_policy(policy_path)
     if start_rule:
         if not isinstance(policy, ExpertPolicy):
@@ -152,8 +149,6 @@ def _run_seeds_vector(policy_path, seeds: list[int], max_steps: int | None, envs
                       start_rule: bool, slow_speed: float = SLOW_SPEED, on_episode=None) -> list[tuple]:
     """:func:`_run_seeds` on ``envs`` envs stepped at once (:mod:`agent.actors.vector`), the policy acting
     on the batch of their observations; the same tuples, in seed order."""
-    from agent.actors.vector import batch_actor_for, envs_for, run_episodes
-
     policy = _load_for_eval(policy_path, start_rule)
     actor = batch_actor_for(policy, deterministic=deterministic)  # sampled: one generator per track
     done = run_episodes(envs_for(policy, envs), actor, seeds, max_steps=max_steps, keep_frames=False,
@@ -202,10 +197,6 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
             not a discrete expert; ``envs`` > 1 together with ``workers`` > 1, or ``envs`` < 1;
             a ``slow_speed`` that is not a positive number.
     """
-    from agent.log import progress as bar_for
-
-    from agent.actors.loading import resolve_policy_path
-
     if env != "carracing":
         raise ValueError(f"closed-loop evaluation supports --env carracing, got {env!r}")
     if episodes < 1:

@@ -19,6 +19,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from agent.data.udacity import UdacityRecording, load_recording
+from agent.data.udacity_cache import CachedRecording
+from agent.data.windows import UdacitySource
+from agent.eval.label_floor import FLOOR_HALF_WIDTH_S, smoothed_oracle_ratio
+from agent.log import progress as bar_for
+
 
 @torch.no_grad()
 def stream_outputs(policy, source, rows: int = 16, progress: bool = False) -> list[np.ndarray]:
@@ -30,8 +36,6 @@ def stream_outputs(policy, source, rows: int = 16, progress: bool = False) -> li
         rows: sequences stepped side by side (a batch of ``rows`` frames per step).
         progress: show a progress bar (only where stderr is a terminal).
     """
-    from agent.log import progress as bar_for
-
     was_training = policy.training
     policy.eval()
     lengths = source.lengths
@@ -78,8 +82,6 @@ def score_stream(policy, source, rows: int = 16) -> tuple[float, int]:
 def predict_recording(policy, rec, rows: int = 16) -> np.ndarray:
     """Steering (N,) ``policy`` outputs streaming through a Udacity recording's center camera in
     order, the window restarting at every session segment (as a live drive restarts)."""
-    from agent.data.windows import UdacitySource
-
     outs = stream_outputs(policy, UdacitySource([rec]), rows)
     return np.concatenate([o[:, 0] for o in outs]).astype(np.float32) if outs else np.zeros(0, np.float32)
 
@@ -111,14 +113,10 @@ def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = Tr
     Raises:
         ValueError: a policy that does not output steering.
     """
-    from agent.data.udacity import UdacityRecording, load_recording
-    from agent.eval.label_floor import FLOOR_HALF_WIDTH_S, smoothed_oracle_ratio
-
     if getattr(policy, "output_kind", None) != "steering":
         raise ValueError(f"offline Udacity evaluation needs a steering policy; this one outputs "
                          f"{getattr(policy, 'output_kind', type(policy).__name__)!r}")
     t0 = time.time()
-    from agent.data.udacity_cache import CachedRecording
 
     rec = data if isinstance(data, (UdacityRecording, CachedRecording)) else \
         load_recording(Path(data), on_bad_row=on_bad_row, progress=progress)

@@ -19,6 +19,7 @@ import numpy as np
 
 from agent.log import progress
 from agent.actors.perturb import DisturbanceConfig, PerturbedActor
+from agent.actors.rollout import rollout
 
 #: speed (simulator units per second, CarRacing's dashboard "true speed") above which the car counts as moving
 MOVING_SPEED = 5.0
@@ -51,8 +52,6 @@ def run_disturbed(env, actor, seed: int, kind: str, start: int, length: int, sid
         limit: steps after the disturbance ends within which the car must be on the road and moving.
         max_steps: cap on the episode length (None: the env's 1000 steps).
     """
-    from agent.actors.rollout import rollout
-
     wrapped = PerturbedActor(actor, DisturbanceConfig(per_episode=0.0), np.random.default_rng(0),
                              schedule=[(start, kind, length, side)])
     end = start + length
@@ -79,8 +78,6 @@ def recovery_check(env, actor, seeds: list[int], kinds=("off-road", "stop"), sta
     Returns:
         one :class:`RecoveryResult` per (seed, kind).
     """
-    from agent.actors.rollout import rollout
-
     lengths = {"off-road": 40, "stop": 100, **(lengths or {})}
     results = []
     for i, seed in enumerate(progress(list(seeds), desc="recovery check", unit="track")):

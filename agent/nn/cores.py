@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from agent.nn.nac import NAC, NACCache
+from agent.nn.nac import NAC, NACCache, SparseLinear
 
 
 # --------------------------------------------------------------------------------------------
@@ -532,8 +532,6 @@ def count_effective_parameters(module: nn.Module) -> int:
     :class:`agent.nn.nac.SparseLinear`'s weight counts only the connections its wiring mask keeps
     (the masked entries of its dense weight tensor never reach the output). The figure used to
     match the cores' sizes in ``agent compare``."""
-    from agent.nn.nac import SparseLinear
-
     sparse = [m for m in module.modules() if isinstance(m, SparseLinear)]
     masked = {id(m.weight): int(m.mask.sum()) for m in sparse}
     return sum(masked.get(id(p), p.numel()) for p in module.parameters() if p.requires_grad)

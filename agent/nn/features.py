@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 # the dashboard's geometry lives with the env that draws it (re-exported here, where the CNN reads it)
 from envs.carracing import SPEEDOMETER_FULL_SCALE, dashboard_rows, speed_bar_columns, speedometer_region
+from agent.data.udacity import CROP_ROWS, FRAME_SHAPE, INPUT_SHAPE, preprocess
 
 
 class FeaturesExtractor(nn.Module):
@@ -267,7 +268,6 @@ class PilotNet(FeaturesExtractor):
 
     def __init__(self, obs_shape=(160, 320, 3), dropout: float = 0.5):
         super().__init__()
-        from agent.data.udacity import FRAME_SHAPE, INPUT_SHAPE
 
         if tuple(int(s) for s in obs_shape) != tuple(FRAME_SHAPE):
             raise ValueError(f"PilotNet reads the Udacity camera's 160x320x3 frames, got obs_shape {tuple(obs_shape)}")
@@ -286,8 +286,6 @@ class PilotNet(FeaturesExtractor):
     def preprocess(self, obs, prev=None) -> Tensor:
         """(N, 160, 320, 3) raw RGB or (N, 66, 200, 3) preprocessed YUV uint8 -> (N, 3, 66, 200) in [-1, 1].
         ``prev`` is ignored (PilotNet reads one frame)."""
-        from agent.data.udacity import preprocess
-
         arr = obs.detach().cpu().numpy() if isinstance(obs, Tensor) else np.asarray(obs)
         shape = tuple(arr.shape[1:])
         if shape == self.obs_shape:
@@ -308,8 +306,6 @@ class PilotNet(FeaturesExtractor):
 
     def region(self, frame_hw: tuple[int, int]) -> tuple[int, int, int, int]:
         """Rows 60..135 of a 160-row frame (scaled for other heights), all columns."""
-        from agent.data.udacity import CROP_ROWS
-
         h, w = int(frame_hw[0]), int(frame_hw[1])
         return round(CROP_ROWS[0] * h / self.obs_shape[0]), round(CROP_ROWS[1] * h / self.obs_shape[0]), 0, w
 

@@ -43,8 +43,9 @@ import torch
 from torch import Tensor, nn
 
 from agent.nn.cores import CORES, TemporalCore, make_core
-from agent.nn.features import FeaturesExtractor, make_features
+from agent.nn.features import CarRacingCNN, FeaturesExtractor, make_features
 from agent.nn.heads import ActionHead, head_for, space_from_dict
+from agent.nn.nac import masks_from_state_dict
 
 #: The ``kind`` stored in every policy file of this project, and its format version.
 FILE_KIND = "nac-drive-policy"
@@ -536,9 +537,6 @@ class DrivingPolicy(nn.Module):
             ValueError: a policy without the CarRacing CNN, an unknown mode, or a change to or
                 from ``"hidden"`` (a cropped input of another size).
         """
-        from agent.nn.features import CarRacingCNN
-        from agent.nn.nac import masks_from_state_dict
-
         if not isinstance(self.features, CarRacingCNN):
             raise ValueError(f"only a CarRacing CNN reads a dashboard; this policy's features are {self.config.features!r}")
         if dashboard not in CarRacingCNN.DASHBOARD_MODES:
@@ -600,7 +598,6 @@ class DrivingPolicy(nn.Module):
                 version < FORMAT_VERSION else ""
             raise ValueError(f"{path} has policy format version {version}; this version of the project reads "
                              f"version {FORMAT_VERSION}{hint}")
-        from agent.nn.nac import masks_from_state_dict
 
         try:
             with masks_from_state_dict():  # the sensory masks are in the state dict: not rebuilt (seconds)

@@ -18,7 +18,8 @@ Read top to bottom (CleanRL style; DESIGN.md section 6):
 
 TensorBoard (``runs/<run name>``, the name holds env, core, seed and time): ``losses/train``,
 ``losses/val_<metric>``, ``charts/lr``, ``charts/epoch_seconds``, and the hyper-parameters as
-text. DAgger (:mod:`agent.train.dagger`) sits on top of :func:`fit`.
+text. DAgger (:mod:`agent.train.dagger`) sits on top of :func:`fit`; :func:`agent.train.run.train` runs
+behaviour cloning, then DAgger.
 
 Under ``torchrun`` (:mod:`agent.train.distributed`) the same loop runs data-parallel: each rank
 reads its shard of the windows (``DistributedSampler``), the model is wrapped in
@@ -31,12 +32,12 @@ import copy
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from agent.actors.perturb import DisturbanceConfig
 from agent.data.windows import WindowDataset
 from agent.eval.offline import score_stream
 from agent.log import get_logger, progress
@@ -121,8 +122,6 @@ class TrainConfig:
         if self.dagger_edge_weight < 0 or not math.isfinite(self.dagger_edge_weight) or self.dagger_edge_horizon < 0:
             raise ValueError(f"dagger_edge_weight must be finite and >= 0 and dagger_edge_horizon >= 0 steps, got "
                              f"{self.dagger_edge_weight} and {self.dagger_edge_horizon}")
-        from agent.actors.perturb import DisturbanceConfig
-
         DisturbanceConfig(kinds=tuple(self.dagger_disturb_kinds))  # validates the kinds
 
 
@@ -174,7 +173,8 @@ def run_name(env: str, core: str, seed: int) -> str:
     return f"{env}__{core}__s{seed}__{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def _hparams_text(cfg: TrainConfig, pcfg: PolicyConfig) -> str:
+def hparams_text(cfg: TrainConfig, pcfg: PolicyConfig) -> str:
+    """The run's hyper-parameters as a markdown table (TensorBoard's text tab)."""
     rows = [f"|{k}|{v}|" for k, v in {**asdict(cfg), **{f"policy.{k}": v for k, v in pcfg.to_dict().items()}}.items()]
     return "|parameter|value|\n|-|-|\n" + "\n".join(rows)
 
@@ -337,113 +337,6 @@ def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epoch
     return policy.eval()
 
 
-def train(source, policy_config: PolicyConfig, cfg: TrainConfig, tensorboard_dir: str | Path | None = None,
-          expert=None, env=None, bc_checkpoint: str | Path | None = None,
-          init: DrivingPolicy | None = None, dist: DistContext | None = None) -> tuple[DrivingPolicy, TrainReport]:
-    """Behaviour cloning on ``source``, then ``cfg.dagger_rounds`` DAgger rounds with ``expert`` in ``env``.
-
-    Args:
-        source: a :class:`agent.data.windows.DemonstrationSource` or ``UdacitySource``.
-        policy_config: the policy to build (:func:`agent.nn.policy.default_config`).
-        cfg: hyper-parameters.
-        tensorboard_dir: TensorBoard root (a run folder is made inside), or None.
-        expert, env: the PPO expert and the CarRacing env, for DAgger.
-        bc_checkpoint: also save the policy as it is after behaviour cloning, before DAgger.
-        init: start from this trained policy (its configuration replaces ``policy_config``); with
-            ``cfg.epochs == 0`` behaviour cloning is skipped, so DAgger continues a saved BC policy.
-        dist: this process's place in a torchrun run (:func:`agent.train.distributed.init_from_env`);
-            None: one process. Every rank returns the same policy; only rank 0 logs, writes
-            TensorBoard and ``bc_checkpoint``. The initial weights are seeded alike on every rank
-            (DDP broadcasts rank 0's anyway); torch's RNG is then reseeded with ``seed + rank``
-            (dropout). The augmentation draws depend on (seed, epoch, window), not on the rank.
-
-    Returns:
-        (the best policy, in eval mode; the report).
-
-    Raises:
-        ValueError: DAgger without an expert and env, DAgger under torchrun
-            (:data:`agent.train.distributed.DAGGER_UNDER_TORCHRUN`), a source without training
-            frames, no epochs and nothing to start from, or synthetic standstills
-            (``source.standstills``) for a student that reads the whole dashboard; a
-            ``speedometer`` student on frames without recorded speeds (nothing drawn then).
-    """
-    dist = dist if dist is not None else DistContext(device=cfg.device)
-    if cfg.epochs == 0 and init is None:
-        raise ValueError("epochs 0 (no behaviour cloning) needs a policy to start from (--init)")
-    if cfg.dagger_rounds and dist.world_size > 1:
-        raise ValueError(ddp.DAGGER_UNDER_TORCHRUN)
-    if cfg.dagger_rounds and (expert is None or env is None):
-        raise ValueError("DAgger needs --expert (the PPO expert that labels the student's states)")
-    t_start = time.time()
-    torch.manual_seed(cfg.seed)
-    if init is not None:
-        policy, policy_config = init, init.config
-    else:
-        policy = DrivingPolicy(policy_config)
-    if dist.distributed:
-        torch.manual_seed(cfg.seed + dist.rank)  # dropout differs between ranks; the weights above do not
-    from agent.actors.loading import reads_speedometer
-
-    if reads_speedometer(policy):
-        if not hasattr(source, "draw_speedometer"):
-            raise ValueError(f"--dashboard {policy.features.dashboard} reads the speed CarRacing frames carry; "
-                             "these data are not CarRacing's")
-        source.draw_speedometer()  # recorded frames, as the speedometer env would have given them
-    if getattr(source, "standstills", 0) and getattr(policy.features, "dashboard", None) == "visible":
-        raise ValueError("synthetic standstills (--standstills) blank only the speed bar; a student that reads the "
-                         "whole dashboard (--dashboard visible) would see indicators no standing car shows. Use "
-                         "--dashboard speed or hidden, or leave --standstills at 0")
-    train_src, val_src = source.split(cfg.val_fraction, cfg.seed)
-    name = run_name(policy_config.env, policy_config.core, cfg.seed)
-    report = TrainReport(run_name=name, config=asdict(cfg), policy_config=policy_config.to_dict(),
-                         metric=policy.head.metric, higher_is_better=policy.head.higher_is_better,
-                         data=source.describe(), n_train_frames=int(sum(train_src.lengths)),
-                         n_val_frames=int(sum(val_src.lengths)) if val_src is not None else 0,
-                         n_train_sequences=len(train_src.lengths),
-                         n_val_sequences=len(val_src.lengths) if val_src is not None else 0)
-    if policy.head.kind == "continuous":  # the trivial baselines on the held-out frames
-        ys = [train_src.targets(e) for e, n in enumerate(train_src.lengths) if n]
-        # per output: (A,) for (N, A) targets (CarRacing's steering and throttle), a scalar for (N,) steering
-        mean = np.mean(np.concatenate(ys), axis=0) if ys else 0.0
-        if np.ndim(mean) == 0:
-            mean = float(mean)
-            report.baselines["train_mean_steering"] = mean
-        else:
-            report.baselines["train_mean_action"] = [float(m) for m in mean]
-        if val_src is not None:
-            vy = np.concatenate([val_src.targets(e) for e, n in enumerate(val_src.lengths) if n])
-            report.baselines.update(val_zero_mse=float(np.mean(vy ** 2)), val_mean_mse=float(np.mean((vy - mean) ** 2)))
-    tb = None
-    if tensorboard_dir and dist.is_main:
-        from torch.utils.tensorboard import SummaryWriter
-
-        tb = SummaryWriter(str(Path(tensorboard_dir) / name))
-        tb.add_text("hyperparameters", _hparams_text(cfg, policy_config))
-    log.info("behaviour cloning %s: %s (train %d frames, held-out %d), %s core, window T=%d, %d parameters",
-             name, source.describe(), report.n_train_frames, report.n_val_frames, policy_config.core,
-             policy_config.window, sum(p.numel() for p in policy.parameters()))
-    if dist.distributed:
-        log.info("data-parallel (torchrun): world size %d, %s, %d torch thread(s) per rank, %d windows per step "
-                 "per rank", dist.world_size, dist.backend, torch.get_num_threads(),
-                 ddp.shard_batch_size(max(1, cfg.batch_frames // policy_config.window), dist))
-    if report.baselines.get("val_zero_mse") is not None:
-        log.info("held-out baselines: predict 0 MSE %.4f, predict the training mean MSE %.4f",
-                 report.baselines["val_zero_mse"], report.baselines["val_mean_mse"])
-    if cfg.epochs:
-        policy = fit(policy, train_src, val_src, cfg, cfg.epochs, report, tb, "bc", t_start=t_start, dist=dist)
-    report.seconds["bc"] = time.time() - t_start
-    if bc_checkpoint is not None and dist.is_main:
-        policy.save(bc_checkpoint, metadata=report_metadata(report, stage="behaviour cloning (before DAgger)"))
-    if cfg.dagger_rounds:
-        from agent.train.dagger import dagger
-
-        policy = dagger(policy, train_src, val_src, expert, env, cfg, report, tb)
-    report.seconds["total"] = time.time() - t_start
-    if tb is not None:
-        tb.close()
-    return policy, report
-
-
 def report_metadata(report: TrainReport, **extra) -> dict:
     """The policy file's metadata for a run: metric, best value, data, baselines, seconds (+ ``extra``)."""
     meta = {"run_name": report.run_name, "metric": report.metric, f"best_val_{report.metric}": report.best_metric,
@@ -453,5 +346,5 @@ def report_metadata(report: TrainReport, **extra) -> dict:
     return meta
 
 
-__all__ = ["EpochMetrics", "SCHEDULES", "TRAIN_DEFAULTS", "TrainConfig", "TrainReport", "fit", "report_metadata",
-           "run_name", "train"]
+__all__ = ["EpochMetrics", "SCHEDULES", "TRAIN_DEFAULTS", "TrainConfig", "TrainReport", "class_frame_weights", "fit",
+           "hparams_text", "report_metadata", "run_name"]

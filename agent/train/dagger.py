@@ -45,6 +45,11 @@ import time
 import numpy as np
 
 from agent.log import get_logger, progress
+from agent.actors.perturb import DEFAULT_KINDS, DisturbanceConfig, PerturbedActor
+from agent.actors.rollout import ExpertActor, MixtureActor, PolicyActor, rollout
+from agent.actors.vector import BatchExpertActor, BatchMixtureActor, BatchPolicyActor, CarRacingEnvs, run_episodes
+from agent.data.recordings import Demonstrations, RecordingWriter
+from agent.train.bc import fit
 
 log = get_logger(__name__)
 
@@ -110,11 +115,6 @@ def dagger_round(policy, expert, env, seeds: list[int], beta: float, max_steps: 
         (Demonstrations of the labelled episodes, their episode returns, the Episodes themselves),
         in seed order.
     """
-    from agent.data.recordings import Demonstrations
-    from agent.actors.rollout import ExpertActor, MixtureActor, PolicyActor, rollout
-    from agent.actors.perturb import DEFAULT_KINDS, DisturbanceConfig, PerturbedActor
-    from agent.actors.vector import CarRacingEnvs
-
     kinds = tuple(disturb_kinds or DEFAULT_KINDS)
     if isinstance(env, CarRacingEnvs):
         episodes = _vector_round(policy, expert, env, seeds, beta, max_steps, rng, disturb, kinds)
@@ -140,8 +140,6 @@ def dagger_round(policy, expert, env, seeds: list[int], beta: float, max_steps: 
 def _vector_round(policy, expert, envs, seeds: list[int], beta: float, max_steps: int | None,
                   rng: np.random.Generator, disturb: float, kinds: tuple[str, ...]) -> list:
     """:func:`dagger_round`'s episodes on ``envs`` (an :class:`agent.actors.vector.CarRacingEnvs`), in seed order."""
-    from agent.actors.vector import BatchExpertActor, BatchMixtureActor, BatchPolicyActor, run_episodes
-
     if not envs.privileged_info:
         raise ValueError("DAgger's expert labels from privileged state: make the CarRacingEnvs with privileged_info=True")
     teacher = BatchExpertActor(expert)
@@ -162,9 +160,6 @@ def _save_round(episodes, env, out: str, r: int, beta: float) -> str:
     """Write one round's episodes, actions replaced by the expert's labels, as a Minari dataset."""
     import dataclasses
 
-    from agent.data.recordings import RecordingWriter
-    from agent.actors.vector import CarRacingEnvs
-
     path = f"{out}-r{r}-v0"
     if isinstance(env, CarRacingEnvs):
         env = env.template()  # the recording's spaces and spec: the one-env path's env
@@ -178,8 +173,6 @@ def _save_round(episodes, env, out: str, r: int, beta: float) -> str:
 
 def dagger(policy, train_source, val_source, expert, env, cfg, report, tb=None):
     """``cfg.dagger_rounds`` rounds of rollouts, relabelling, aggregation and :func:`fit`; returns the policy."""
-    from agent.train.bc import fit
-
     rng = np.random.default_rng(cfg.seed)
     done = cfg.epochs
     betas = beta_schedule(cfg.dagger_beta, cfg.dagger_beta_decay, cfg.dagger_rounds)

@@ -42,6 +42,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
 
 from agent.log import PROJECT_LOGGERS
+from agent.eval.offline import score_stream, stream_outputs
 
 #: the error message for DAgger rounds under torchrun
 DAGGER_UNDER_TORCHRUN = (
@@ -241,8 +242,6 @@ def score_stream_sharded(policy, source, ctx: DistContext) -> tuple[float, int]:
     Returns NaN with 0 frames when no rank has a frame.
     """
     import numpy as np
-
-    from agent.eval.offline import score_stream, stream_outputs
 
     if not ctx.distributed:
         return score_stream(policy, source)

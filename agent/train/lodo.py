@@ -40,6 +40,10 @@ from pathlib import Path
 import numpy as np
 
 from agent.log import get_logger
+from agent.data.windows import UdacitySource, smooth_steering
+from agent.eval.label_floor import FLOOR_HALF_WIDTH_S, recording_floor, width_key
+from agent.eval.offline import evaluate_udacity
+from agent.train.run import train
 
 log = get_logger(__name__)
 
@@ -140,10 +144,6 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
         ValueError: fewer than 2 recordings, an unknown fold name, or an ``out`` folder whose
             finished folds were made with other settings.
     """
-    from agent.data.windows import UdacitySource, smooth_steering
-    from agent.eval.offline import evaluate_udacity
-    from agent.train.bc import train
-
     if len(paths) < 2:
         raise ValueError(f"leave-one-driver-out needs at least 2 recordings (one driver each), got {len(paths)}")
     names = driver_names(paths)
@@ -217,8 +217,6 @@ def _fold_floor(d: dict) -> tuple[float | None, float | None]:
     """(oracle MSE, oracle ratio) at ``FLOOR_HALF_WIDTH_S`` of a fold: stored in the fold, or for a
     fold written before the floor existed, computed from its recording's CSV when that is still
     there and reads the same number of frames; (None, None) otherwise."""
-    from agent.eval.label_floor import FLOOR_HALF_WIDTH_S, recording_floor, width_key
-
     if d.get("oracle_mse") is not None and d.get("oracle_half_width_s") == FLOOR_HALF_WIDTH_S:
         return d["oracle_mse"], d.get("oracle_ratio")
     data = d.get("data")

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from agent.nn.policy import DrivingPolicy
+from agent.actors.loading import load_policy
 
 
 def average_state_dicts(states: list[dict[str, torch.Tensor]], weights: list[float] | None = None) -> dict:
@@ -72,8 +73,6 @@ def average_policies(paths: list[str | Path], weights: list[float] | None = None
         ValueError: fewer than two files, a file that is not a NAC-drive policy (an expert .zip),
             configurations that differ, or the errors of :func:`average_state_dicts`.
     """
-    from agent.actors.loading import load_policy
-
     if len(paths) < 2:
         raise ValueError(f"averaging needs two or more policy files, got {len(paths)}")
     policies = [load_policy(p) for p in paths]
