@@ -1,66 +1,88 @@
 """agent: record demonstrations, train and evaluate NAC driving policies, and watch them drive.
 
-The workflow, one direction (DESIGN.md section 2):
+The workflow, one direction (docs/design.md, "Layout and data flow"):
 
-  agent expert train   PPO expert on CarRacing's privileged state     -> policies/carracing-expert.zip
-  agent collect        the expert (or you, --keyboard) drives; frames -> recordings/nac-drive/NAME-v0 (Minari)
-  agent train          behaviour cloning (+ DAgger) of CNN + NAC       -> policies/nac.pt
-  agent evaluate       closed-loop returns on unseen tracks            -> JSON
+  agent expert train   PPO expert on CarRacing's privileged state      -> runs/expert/*.zip
+  agent collect        the teacher (or you, --keyboard) drives; frames -> recordings/nac-drive/NAME-v0 (Minari)
+  agent train          behaviour cloning (+ DAgger) of CNN + NAC        -> a policy .pt
+                       (--config recipes/nac.toml: a shipped policy's recipe)
+  agent evaluate       closed-loop returns on unseen tracks             -> JSON
                        (--env udacity: offline steering error; --floor: the recordings' keyboard-noise floor)
-  agent compare        every temporal core trained and driven alike     -> table, figure (results/)
+  agent info           a policy file's model card: recipe, teacher, data, scores with 95 % CIs, sha256
+  agent compare        every temporal core trained and driven alike      -> table, figure (results/)
   drive                watch a policy drive, with Grad-CAM and NAC neuron traces live
   agent plot-traces    Figure-4-style plots of the traces from drive --dump-traces
   agent wiring         a picture of the policy's NCP wiring
-  agent bench nac      NAC layer speed and memory against the authors' torch-nac
-  agent bench drive    runner FPS and latency with and without the overlays
-  agent bench bridge   Udacity bridge round trip, with and without the policy and overlays
-  agent bench rollouts env steps/s with 1, 2, 4 envs at once (--envs) for the expert and the student
+  agent convert-policy a format-1 policy file in the current format
+  agent average-policies  the weight average of policies of one start (a model soup)
+  agent bench ...      NAC layer, runner, bridge and rollout benchmarks
+
+`agent COMMAND --help` explains each command's options.
 """
 
-# One module per command (agent/cli/<command>.py: add_parser(subparsers) and run(args)); what they share is
-# agent.cli.common. The docstring above is `agent --help`'s description.
+# One module per command (agent/cli/<command>.py, each with main(argv) -> exit code); what they share is
+# agent.cli.common. The modules are imported when their command runs, so `agent --help` stays quick.
 
 from __future__ import annotations
 
-import argparse
+import difflib
+import importlib
 import sys
 
-from agent.cli import bench, collect, compare, drive, evaluate, expert, tools, train
 from agent.cli.common import CLIError
+from agent.train.config import ConfigError
 
-#: each command: (add its parser to the subparsers, run it on the parsed arguments -> exit code)
+#: each command: (its module, or module:function, that takes the arguments after the command name)
 COMMANDS = {
-    "expert": (expert.add_parser, expert.run),
-    "collect": (collect.add_parser, collect.run),
-    "train": (train.add_parser, train.run),
-    "evaluate": (evaluate.add_parser, evaluate.run),
-    "compare": (compare.add_parser, compare.run),
-    "drive": (drive.add_parser, drive.run),
-    "bench": (bench.add_parser, bench.run),
-    "plot-traces": (tools.add_plot_traces, tools.run_plot_traces),
-    "wiring": (tools.add_wiring, tools.run_wiring),
-    "convert-policy": (tools.add_convert_policy, tools.run_convert_policy),
-    "average-policies": (tools.add_average_policies, tools.run_average_policies),
+    "expert": "agent.cli.expert",
+    "collect": "agent.cli.collect",
+    "train": "agent.cli.train",
+    "evaluate": "agent.cli.evaluate",
+    "info": "agent.cli.info",
+    "compare": "agent.cli.compare",
+    "drive": "agent.cli.drive",
+    "bench": "agent.cli.bench",
+    "plot-traces": "agent.cli.tools:plot_traces",
+    "wiring": "agent.cli.tools:wiring",
+    "convert-policy": "agent.cli.tools:convert_policy",
+    "average-policies": "agent.cli.tools:average_policies",
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="agent", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add, _ in COMMANDS.values():
-        add(sub)
-    return parser
+def command(name: str):
+    """The ``main(argv) -> int`` of a command.
+
+    Raises:
+        CLIError: an unknown command (with the closest names).
+    """
+    if name not in COMMANDS:
+        close = difflib.get_close_matches(name, COMMANDS, n=2)
+        hint = f"; did you mean {' or '.join(close)}?" if close else f"; choose one of {', '.join(COMMANDS)}"
+        raise CLIError(f"unknown command {name!r}{hint}")
+    module, _, function = COMMANDS[name].partition(":")
+    return getattr(importlib.import_module(module), function or "main")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``agent``. Returns the exit code (2 for a user error, printed as one line)."""
-    args = build_parser().parse_args(argv)
+    """Entry point of ``agent``. Returns the exit code: 2 for a user error and 1 for a failed file
+    operation, each printed as one line; 130 after Ctrl-C."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(f"usage: agent COMMAND [OPTIONS]\n\n{__doc__.strip()}")
+        return 0 if argv else 2
+    name = argv[0]
     try:
-        return COMMANDS[args.command][1](args)
-    except (CLIError, FileNotFoundError, FileExistsError, ValueError) as exc:
-        print(f"agent {args.command}: error: {exc}", file=sys.stderr)
+        return command(name)(argv[1:])
+    except (CLIError, ConfigError, FileNotFoundError, FileExistsError, ValueError) as exc:
+        print(f"agent {name}: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a full disk, a permission, a broken pipe: one line, never a traceback
+        print(f"agent {name}: error: {exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}",
+              file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"agent {name}: interrupted", file=sys.stderr)
+        return 130
 
 
 def drive_main(argv: list[str] | None = None) -> int:
@@ -68,4 +90,4 @@ def drive_main(argv: list[str] | None = None) -> int:
     return main(["drive", *(sys.argv[1:] if argv is None else argv)])
 
 
-__all__ = ["CLIError", "COMMANDS", "build_parser", "drive_main", "main"]
+__all__ = ["CLIError", "COMMANDS", "command", "drive_main", "main"]

@@ -6,7 +6,7 @@ from agent.bench import nac as bench
 from agent.bench.bridge import bench_bridge, bench_bridge_policy, print_bridge_table
 from agent.bench.drive import DisplayUnavailable, bench_drive, print_drive_table
 from agent.bench.rollouts import bench_rollouts, print_rollouts_table
-from agent.cli.common import FMT, CLIError, write_json
+from agent.cli.common import argparse_main, FMT, CLIError, write_json
 from envs.tracks import EVAL_SEED_BASE
 
 
@@ -114,3 +114,6 @@ def run(args) -> int:
     if args.json:
         write_json(args.json, rows)
     return 0
+
+
+main = argparse_main("bench", add_parser, run)

@@ -8,7 +8,7 @@ from pathlib import Path
 from agent.actors.loading import is_continuous, load_policy, make_actor, make_carracing_for
 from agent.actors.record import KeyboardActor, collect
 from agent.actors.vector import BatchExpertActor, collect as collect_vector, envs_for
-from agent.cli.common import ENVS_HELP, FMT, START_RULE_HELP, CLIError
+from agent.cli.common import argparse_main, ENVS_HELP, FMT, START_RULE_HELP, CLIError
 from agent.data.recordings import dataset_layout
 from agent.experts.rules import TeacherRules
 from agent.log import get_logger
@@ -74,3 +74,6 @@ def run(args) -> int:
     print(f"recorded {writer.episodes} episode(s), {writer.steps} steps, {kind} actions -> {out} "
           f"(Minari dataset {dataset_id})")
     return 0 if writer.episodes else 1
+
+
+main = argparse_main("collect", add_parser, run)

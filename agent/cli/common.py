@@ -79,3 +79,28 @@ def parse_tracks(specs: list[str], data: list[str]) -> dict[str, str]:
         raise CLIError(f"--track names unknown driver(s) {', '.join(unknown)}; the drivers are "
                        f"{', '.join(driver_names(data))}")
     return tracks
+
+
+def driver_tracks(tracks: dict[str, str], data: list[str]) -> dict[str, str]:
+    """The {driver: track} table of a leave-one-driver-out run ("*": every driver not named), checked
+    against the drivers of ``data``.
+
+    Raises:
+        CLIError: a driver that is not one of the recordings.
+    """
+    unknown = sorted(set(tracks) - set(driver_names(data)) - {"*"})
+    if unknown:
+        raise CLIError(f"lodo.tracks names unknown driver(s) {', '.join(unknown)}; the drivers are "
+                       f"{', '.join(driver_names(data))}")
+    return dict(tracks)
+
+
+def argparse_main(name: str, add_parser, run):
+    """``main(argv)`` of a command whose options are still an argparse parser: ``add_parser(subparsers)``
+    adds it, ``run(args)`` runs it. (Commands move to a config dataclass parsed by tyro one by one.)"""
+    def main(argv: list[str]) -> int:
+        parser = argparse.ArgumentParser(prog="agent")
+        add_parser(parser.add_subparsers(dest="command", required=True))
+        return run(parser.parse_args([name, *argv]))
+
+    return main

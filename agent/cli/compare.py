@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from agent.cli.common import FMT, START_RULE_HELP, CLIError
+from agent.cli.common import argparse_main, FMT, START_RULE_HELP, CLIError
 from agent.compare.cells import DEFAULT_CORES, Protocol, parse_variants, run_comparison
 from agent.compare.report import write_report
 from envs.tracks import EVAL_SEED_BASE
@@ -109,3 +109,6 @@ def run(args) -> int:
     print(rep["markdown"])
     print("wrote " + ", ".join(map(str, rep["paths"])))
     return 1 if any(r.status == "failed" for r in results) else 0
+
+
+main = argparse_main("compare", add_parser, run)

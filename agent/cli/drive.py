@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.cli.common import FMT
+from agent.cli.common import FMT, argparse_main
 from agent.drive.args import add_drive_arguments
 from agent.drive.session import run_drive
 
@@ -17,3 +17,6 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     return run_drive(args)
+
+
+main = argparse_main("drive", add_parser, run)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agent.actors.loading import LOADERS, file_kind, resolve_policy_path
 from agent.actors.rollout import SLOW_SPEED
-from agent.cli.common import (CROP_CACHE_HELP, ENVS_HELP, FMT, CLIError, check_udacity_folders, parse_tracks,
+from agent.cli.common import (argparse_main, CROP_CACHE_HELP, ENVS_HELP, FMT, CLIError, check_udacity_folders, parse_tracks,
                               udacity_loader, write_json)
 from agent.eval.closed_loop import evaluate
 from agent.eval.label_floor import floor_markdown, floor_means, recording_floor
@@ -204,3 +204,6 @@ def _evaluate_udacity_many(args, policy, head: dict) -> int:
         write_json(args.json, {**head, "recordings": rows, "summary": summary})
         print(f"wrote {args.json}")
     return 0
+
+
+main = argparse_main("evaluate", add_parser, run)

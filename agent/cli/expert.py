@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from agent.actors.loading import load_policy, make_actor, make_carracing_for, resolve_policy_path
-from agent.cli.common import FMT, RULE_OPTIONS, START_RULE_HELP, CLIError, write_json
+from agent.cli.common import argparse_main, FMT, RULE_OPTIONS, START_RULE_HELP, CLIError, write_json
 from agent.eval.recovery import recovery_check, summarize
 from agent.experts.policy import ExpertPolicy
 from agent.experts.rules import RuleError, TeacherRules
@@ -143,3 +143,6 @@ def run(args) -> int:
                        wheel_off_penalty=args.wheel_off_penalty, keep=args.keep, **extra)
     train_expert(cfg, args.out, tensorboard_dir=args.tensorboard or None)
     return 0
+
+
+main = argparse_main("expert", add_parser, run)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agent.actors.loading import load_policy
-from agent.cli.common import FMT, CLIError
+from agent.cli.common import argparse_main, FMT, CLIError
 from agent.drive.traces import plot_traces
 from agent.drive.wiring import draw_wiring, wiring_summary
 from agent.nn.legacy import convert_policy_file
@@ -99,3 +99,9 @@ def run_average_policies(args) -> int:
     print(f"averaged {len(args.policies)} policies -> {out} ({soup.config.core}, window {soup.config.window}, "
           f"{sum(p.numel() for p in soup.parameters())} parameters)")
     return 0
+
+
+plot_traces = argparse_main("plot-traces", add_plot_traces, run_plot_traces)
+wiring = argparse_main("wiring", add_wiring, run_wiring)
+convert_policy = argparse_main("convert-policy", add_convert_policy, run_convert_policy)
+average_policies = argparse_main("average-policies", add_average_policies, run_average_policies)

@@ -1,0 +1,141 @@
+"""Config files and recipes on the command line: ``--config FILE`` then ``--SECTION.FIELD`` overrides.
+
+A command whose options are a config dataclass (``agent train``: :class:`agent.train.config.TrainRun`;
+``agent expert train``: :class:`agent.train.config.ExpertRun`) is parsed here: the recipe's stages
+are read (:func:`agent.train.config.load_recipe`), the command line is applied to each stage by
+tyro, and the stages are chained (each starts from the previous stage's output). A stage whose
+output exists beside a run folder holding the same resolved config is finished: a rerun skips it,
+so a recipe killed in its third stage resumes there.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+import tyro
+
+from agent.cli.common import CLIError
+from agent.log import get_logger
+from agent.train.config import ConfigError, load_recipe, to_toml
+
+log = get_logger("agent.recipe")
+
+#: the comment line that opens every resolved config a run writes
+RESOLVED_HEADER = "# the resolved config of this run: `--config` this file remakes it\n"
+
+
+def split_config(argv: list[str]) -> tuple[str | None, list[str]]:
+    """``(--config value, the other arguments)``.
+
+    Raises:
+        CLIError: ``--config`` without a file, or given twice.
+    """
+    argv, path, rest = list(argv), None, []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--config" or a.startswith("--config="):
+            if path is not None:
+                raise CLIError("--config is given twice; give one recipe")
+            if a == "--config":
+                if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
+                    raise CLIError("--config needs a TOML file, e.g. --config recipes/nac.toml")
+                path, i = argv[i + 1], i + 2
+                continue
+            path = a.split("=", 1)[1]
+        else:
+            rest.append(a)
+        i += 1
+    return path, rest
+
+
+def parse_stages(cls, argv: list[str], prog: str, description: str) -> list[tuple[str, object]]:
+    """The validated stages of ``prog ARGV``: the recipe of ``--config`` (or the defaults), each
+    stage overridden by the other options, chained, and checked.
+
+    Stages after the first start from the previous stage's output (``init``) unless they name one;
+    every stage but the last writes into the recipe's run folder (``RUN_DIR/<stage>/``).
+
+    Raises:
+        CLIError: an unreadable recipe or an invalid value, in one line.
+    """
+    path, rest = split_config(argv)
+    try:
+        stages = load_recipe(path, cls) if path else [("", cls())]
+        parsed = [(name, tyro.cli(cls, args=rest, default=cfg, prog=prog, description=description))
+                  for name, cfg in stages]
+    except ConfigError as exc:
+        raise CLIError(str(exc)) from exc
+    if len(parsed) > 1:
+        root = Path(getattr(parsed[-1][1], "run_dir", None) or
+                    Path("runs/recipes") / f"{Path(path).stem}-s{parsed[-1][1].seed}")
+        chained, previous = [], None
+        for i, (name, cfg) in enumerate(parsed):
+            last = i == len(parsed) - 1
+            changes = {"init": cfg.init or previous}
+            if not last:
+                changes["out"] = str(root / name / f"{name}{Path(cfg.out_path).suffix}")
+                changes["overwrite"] = False
+            if hasattr(cfg, "run_dir"):
+                changes["run_dir"] = str(root / name)
+            if i == 0:
+                changes["init"] = cfg.init
+            cfg = replace(cfg, **changes)
+            chained.append((name, cfg))
+            previous = changes.get("out", cfg.out)
+        parsed = chained
+    try:
+        return [(name, cfg.check()) for name, cfg in parsed]
+    except ConfigError as exc:
+        raise CLIError(f"{path} [stage {name}]: {exc}" if path and len(parsed) > 1 else str(exc)) from exc
+
+
+def resolved_text(cfg) -> str:
+    """The resolved config as the TOML a run writes (and that a finished stage is recognised by)."""
+    return RESOLVED_HEADER + to_toml(cfg.resolved())
+
+
+def stage_done(cfg, config_file: Path) -> bool:
+    """Whether a stage already ran to the end with this config: its output exists and
+    ``config_file`` (written at the start of that run) holds the same resolved config."""
+    return cfg.out_path.exists() and config_file.is_file() and config_file.read_text() == resolved_text(cfg)
+
+
+def write_resolved(cfg, config_file: Path) -> None:
+    """Write the resolved config to ``config_file`` (atomically; its folder is made).
+
+    Raises:
+        CLIError: a different config is already there and ``overwrite`` is off.
+    """
+    text = resolved_text(cfg)
+    if config_file.is_file() and config_file.read_text() != text and not cfg.overwrite:
+        raise CLIError(f"{config_file} holds another run's config; choose another run folder or pass --overwrite")
+    config_file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = config_file.with_name(config_file.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(config_file)
+
+
+def run_stages(stages: list[tuple[str, object]], run_one: Callable[[object], int],
+               config_file: Callable[[object], Path]) -> int:
+    """Run each stage with ``run_one(cfg)`` (0: success) in order, skipping finished ones.
+
+    Returns:
+        the first non-zero exit code, or 0.
+    """
+    for i, (name, cfg) in enumerate(stages):
+        label = f"stage {i + 1}/{len(stages)} {name}" if name else ""
+        if name and stage_done(cfg, config_file(cfg)):
+            log.info("%s: finished earlier (%s); skipped", label, cfg.out_path)
+            continue
+        if label:
+            log.info("%s -> %s", label, cfg.out_path)
+        rc = run_one(cfg)
+        if rc:
+            return rc
+    return 0
+
+
+__all__ = ["RESOLVED_HEADER", "parse_stages", "resolved_text", "run_stages", "split_config", "stage_done",
+           "write_resolved"]
