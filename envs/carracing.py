@@ -1,7 +1,7 @@
 """CarRacing-v3 with the paper's five discrete actions, seeded tracks and a privileged-state view.
 
 The student sees the 96x96x3 pixels that gymnasium renders. The PPO expert sees a short vector
-of privileged state read from the Box2D simulation ("learning by cheating", DESIGN.md section 4):
+of privileged state read from the Box2D simulation ("learning by cheating", docs/design.md section 4):
 car speed in its own frame, yaw rate, wheel states and the next track waypoints in the car's
 frame. While the expert trains, the pixel rendering (the costly part of a step) is skipped.
 

@@ -1,7 +1,7 @@
 """Udacity simulator recordings: reader, preprocessing and training augmentation.
 
 The simulator's training mode writes ``driving_log.csv`` and an ``IMG/`` folder beside it
-(``/work/shared/data/udacity/README.md``, DESIGN.md section 5):
+(docs/design.md section 5; docs/udacity.md lists the public recordings):
 
 - columns ``center, left, right, steering, throttle, brake, speed``; with or without the header
   line ``center,left,right,steering,throttle,brake,speed``; fields separated by ``,`` or ``, ``;

@@ -5,7 +5,7 @@ Per control step the runner asks the policy for the NAC intermediates
 submodules) and keeps, for the newest query of every head h and kept key k:
 
 - phi (content-target gate, (0, 1)), omega (time-constant gate, > 0), the logit a = ODE solution
-  of da/dt = -omega a + phi (DESIGN.md section 3, items 5-6; paper Eqs. for NAC-Steady/Exact) and
+  of da/dt = -omega a + phi (docs/design.md section 3, items 5-6; paper Eqs. for NAC-Steady/Exact) and
   the attention weight (softmax over the kept keys), each also as the mean over the kept keys;
 - the activity of the NCP neuron groups: sensory (the q, k, v gates, 3 * d_model neurons) and,
   per head and averaged over the kept keys, inter, command and motor neurons.

@@ -1,6 +1,6 @@
 """A picture of a policy's NCP wiring (``agent wiring``), drawn by ncps itself.
 
-The NAC backbone (DESIGN.md section 3, item 5) is an ``ncps.wirings.AutoNCP`` wiring: the 2d
+The NAC backbone (docs/design.md section 3, item 5) is an ``ncps.wirings.AutoNCP`` wiring: the 2d
 entries of each pair input u_ij = [q_i ; k_j] are its sensory neurons, then inter, command and
 motor neurons (the motor neurons feed the phi and omega heads). ncps draws it with networkx and
 matplotlib (``Wiring.draw_graph``); this adds the title, the legend and the counts.

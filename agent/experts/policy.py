@@ -1,6 +1,6 @@
 """The runtime teacher: a trained PPO expert that acts from CarRacing's privileged state.
 
-A pixel PPO expert is out of reach on a 2-core CPU within an hour (DESIGN.md section 4), so the
+A pixel PPO expert is out of reach on a 2-core CPU within an hour (docs/design.md section 4), so the
 expert learns from privileged state with the pixel rendering skipped ("learning by cheating",
 Chen et al. 2019; :mod:`agent.train.ppo` trains it), then acts in the real, rendered env while
 recordings store the frames the student sees. :class:`ExpertPolicy` loads its stable-baselines3

@@ -1,7 +1,7 @@
 """The Neuronal Attention Circuit (NAC) layer.
 
 Razzaq et al., "Neuronal Attention Circuit (NAC) for Representation Learning", arXiv 2512.10282.
-The mathematics is restated in ``DESIGN.md`` section 3; the numbered steps below follow it.
+The mathematics is restated in ``docs/design.md`` section 3; the numbered steps below follow it.
 
 Notation: B batch, T sequence length, D_in input features, d_model model width, H heads,
 d = d_model / H head width, K keys kept per query.

@@ -1,6 +1,6 @@
 """The driving policy: a features extractor, then a temporal core, then an action head.
 
-One class serves both simulators (DESIGN.md section 2; stable-baselines3's
+One class serves both simulators (docs/design.md section 2; stable-baselines3's
 ``common/policies.py`` for the split and for saving the constructor arguments beside the state
 dict). Shapes: B batch, T window (frames), H x W x C a raw frame, F features, d the core width,
 A the head's outputs.

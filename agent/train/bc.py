@@ -1,6 +1,6 @@
 """Behaviour cloning: one training loop for both simulators and every core.
 
-Read top to bottom (CleanRL style; DESIGN.md section 6):
+Read top to bottom (CleanRL style; docs/design.md section 6):
 
 1. the data: a source of sequences (CarRacing episodes or Udacity session segments,
    :mod:`agent.data.windows`) is split for validation (by episode; Udacity: the last block of each

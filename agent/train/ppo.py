@@ -1,6 +1,6 @@
 """Training the PPO expert: stable-baselines3 PPO on CarRacing's privileged-state view.
 
-A pixel PPO expert is out of reach on a 2-core CPU within an hour (DESIGN.md section 4), so the
+A pixel PPO expert is out of reach on a 2-core CPU within an hour (docs/design.md section 4), so the
 expert learns from privileged state with the pixel rendering skipped ("learning by cheating",
 Chen et al. 2019), then acts in the real, rendered env (:class:`agent.experts.policy.ExpertPolicy`)
 while recordings store the frames the student sees. This module holds the training env's wrappers

@@ -30,7 +30,7 @@ SOLICIT_AFTER_S = 1.0
 
 
 class UdacityEnv(gym.Env):
-    """The Udacity simulator in autonomous mode as a gymnasium env (DESIGN.md section 5).
+    """The Udacity simulator in autonomous mode as a gymnasium env (docs/design.md section 5).
 
     Observation: the centre camera, (160, 320, 3) uint8 RGB. Action: normalised steering,
     shape (1,), clamped to [-1, 1] (1.0 = 25 degrees right). The throttle is not the policy's:

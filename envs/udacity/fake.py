@@ -2,7 +2,7 @@
 
 :class:`FakeSimulator` is a raw websocket client (``websocket-client``, not a socket.io client,
 which would hide protocol mismatches) that behaves as the simulator's ``CommandServer`` does
-(DESIGN.md section 5):
+(docs/design.md section 5):
 
 - it opens ``ws://HOST:PORT/socket.io/?EIO=4&transport=websocket`` and reads the engine.io OPEN
   packet ``0{"sid": ..., "pingInterval": ...}``; it never sends the socket.io CONNECT ``40``

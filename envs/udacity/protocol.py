@@ -2,7 +2,7 @@
 
 The simulator (udacity/self-driving-car-sim, "Autonomous mode") is the socket.io *client*: it
 opens ``ws://127.0.0.1:4567/socket.io/?EIO=4&transport=websocket`` and we are the server
-(:mod:`envs.udacity.bridge`). Facts from its source (DESIGN.md section 5):
+(:mod:`envs.udacity.bridge`). Facts from its source (docs/design.md section 5):
 
 - It speaks the old protocol despite the ``EIO=4`` in its URL: it sends engine.io PINGs ("2")
   itself and expects PONGs ("3"), and it never sends the socket.io namespace CONNECT ("40").
