@@ -117,3 +117,16 @@ def test_not_a_policy(tmp_path):
         read_card(bad)
     with pytest.raises(FileNotFoundError):
         read_card(tmp_path / "missing.pt")
+
+
+def test_udacity_offline_evaluations_are_a_table_of_recordings(tmp_path):
+    policy = DrivingPolicy(default_config("udacity", window=2)).save(tmp_path / "u.pt")
+    ev = {"env": "udacity", "recordings": [{"recording": "drive-2018", "n_frames": 40, "mse": 0.0275, "ratio": 0.7588},
+                                           {"recording": "drive-2020", "n_frames": 9, "mse": 0.0839, "ratio": 0.889}],
+          **{k: v for k, v in identity(policy).items() if k != "policy_file"}}
+    card = update_card(policy, evaluations=[(ev, "u.json")])
+    assert card.evaluations[0]["kind"] == "offline" and card.evaluations[0]["tracks"] == "drive-2018, drive-2020"
+    md = "\n".join(card.lines(markdown=True))
+    assert "| drive-2018 | 40 | 0.0275 | 0.759 |" in md and "95 % CI" not in md
+    with pytest.raises(CardError, match="no scored recording"):
+        summarize_evaluation({"env": "udacity", "recordings": [{"recording": "x"}]})

@@ -142,30 +142,41 @@ def _tracks_label(seeds: list[int]) -> str:
 
 
 def summarize_evaluation(result: dict, source: str = "") -> dict:
-    """The card's row for one ``agent evaluate --json`` result (CarRacing, closed loop).
+    """The card's row for one ``agent evaluate --json`` result.
+
+    A CarRacing closed-loop result (``seeds``, ``returns``) gives ``{"kind": "closed-loop",
+    "tracks", "episodes", "mean", "ci95": [low, high], "std", "worst", "at_least_600", "laps",
+    "unseen", "weights_sha256", "source"}``; a Udacity offline result (``recordings``) gives
+    ``{"kind": "offline", "tracks": the recordings' names, "recordings": [{"recording", "frames",
+    "mse", "ratio"}], "weights_sha256", "source"}`` (``ratio``: MSE over the predict-0 MSE on the
+    same frames; a recording of correlated frames gives no interval).
 
     Args:
-        result: the JSON object ``agent evaluate`` wrote (needs ``seeds`` and ``returns``).
+        result: the JSON object ``agent evaluate`` wrote.
         source: where it was read from, kept in the row.
 
-    Returns:
-        ``{"tracks", "episodes", "mean", "ci95": [low, high], "std", "worst", "at_least_600",
-        "laps", "unseen", "weights_sha256", "source"}``.
-
     Raises:
-        CardError: not a closed-loop evaluation, or seeds and returns of different lengths.
+        CardError: neither kind, or seeds and returns of different lengths.
     """
+    if isinstance(result.get("recordings"), list) and result.get("env") == "udacity":
+        rows = [{"recording": r.get("recording"), "frames": r.get("n_frames"), "mse": round(float(r["mse"]), 4),
+                 "ratio": round(float(r["ratio"]), 3)} for r in result["recordings"]
+                if isinstance(r, dict) and "mse" in r and "ratio" in r]
+        if not rows:
+            raise CardError(f"{source or 'the evaluation'} holds no scored recording (mse, ratio)")
+        return {"kind": "offline", "tracks": ", ".join(str(r["recording"]) for r in rows), "recordings": rows,
+                "weights_sha256": result.get("weights_sha256"), "source": source}
     seeds, returns = result.get("seeds"), result.get("returns")
     if not isinstance(seeds, list) or not isinstance(returns, list) or len(seeds) != len(returns) or not seeds:
-        raise CardError(f"{source or 'the evaluation'} is not a closed-loop evaluation from `agent evaluate --json` "
-                        "(it needs equally long 'seeds' and 'returns' lists)")
+        raise CardError(f"{source or 'the evaluation'} is not an `agent evaluate --json` result (it needs equally "
+                        "long 'seeds' and 'returns' lists, or Udacity 'recordings')")
     mean, low, high = mean_ci(returns)
     r = np.asarray(returns, dtype=np.float64)
-    return {"tracks": _tracks_label([int(s) for s in seeds]), "episodes": len(seeds), "mean": round(mean, 1),
-            "ci95": [round(low, 1), round(high, 1)], "std": round(float(r.std()), 1), "worst": round(float(r.min()), 1),
-            "at_least_600": int((r >= GOOD_RETURN).sum()), "laps": result.get("laps_finished"),
-            "unseen": min(seeds) >= EVAL_SEED_BASE, "weights_sha256": result.get("weights_sha256"),
-            "source": source}
+    return {"kind": "closed-loop", "tracks": _tracks_label([int(s) for s in seeds]), "episodes": len(seeds),
+            "mean": round(mean, 1), "ci95": [round(low, 1), round(high, 1)], "std": round(float(r.std()), 1),
+            "worst": round(float(r.min()), 1), "at_least_600": int((r >= GOOD_RETURN).sum()),
+            "laps": result.get("laps_finished"), "unseen": min(seeds) >= EVAL_SEED_BASE,
+            "weights_sha256": result.get("weights_sha256"), "source": source}
 
 
 @dataclass
@@ -220,21 +231,31 @@ class Card:
             out.append("no evaluation stored (`agent evaluate ... --json E.json`, then "
                        "`agent info POLICY --attach E.json --overwrite`)")
             return out
-        head = ["tracks", "episodes", "mean return", "95 % CI", "worst", ">= 600", "laps"]
-        rows = [[("unseen " if e.get("unseen") else "") + e["tracks"], str(e["episodes"]), f"{e['mean']:.1f}",
-                 f"[{e['ci95'][0]:.1f}, {e['ci95'][1]:.1f}]", f"{e['worst']:.1f}",
-                 f"{e['at_least_600']}/{e['episodes']}", "-" if e.get("laps") is None else str(e["laps"])]
-                for e in self.evaluations]
-        if markdown:
-            out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-            out += ["| " + " | ".join(r) + " |" for r in rows]
-        else:
-            widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
-            out += ["  ".join(h.rjust(w) for h, w in zip(head, widths))]
-            out += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
-        out.append("")
-        out.append("95 % CI: Student-t interval of the mean return over the tracks (each track one episode).")
+        closed = [e for e in self.evaluations if e.get("kind", "closed-loop") == "closed-loop"]
+        offline = [r for e in self.evaluations if e.get("kind") == "offline" for r in e["recordings"]]
+        if closed:
+            head = ["tracks", "episodes", "mean return", "95 % CI", "worst", ">= 600", "laps"]
+            rows = [[("unseen " if e.get("unseen") else "") + e["tracks"], str(e["episodes"]), f"{e['mean']:.1f}",
+                     f"[{e['ci95'][0]:.1f}, {e['ci95'][1]:.1f}]", f"{e['worst']:.1f}",
+                     f"{e['at_least_600']}/{e['episodes']}", "-" if e.get("laps") is None else str(e["laps"])]
+                    for e in closed]
+            out += _table(head, rows, markdown)
+            out += ["", "95 % CI: Student-t interval of the mean return over the tracks (one episode each)."]
+        if offline:
+            head = ["recording (offline)", "frames", "steering MSE", "MSE / predict-0 MSE"]
+            rows = [[str(r["recording"]), str(r["frames"]), f"{r['mse']:.4f}", f"{r['ratio']:.3f}"] for r in offline]
+            out += ([""] if closed else []) + _table(head, rows, markdown)
+            out += ["", "Offline: the steering error on recorded frames of drivers it never saw; below 1 it beats "
+                    "driving straight. Correlated frames of one recording give no interval."]
         return out
+
+
+def _table(head: list[str], rows: list[list[str]], markdown: bool) -> list[str]:
+    if markdown:
+        return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    return ["  ".join(h.rjust(w) for h, w in zip(head, widths))] + \
+        ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
 
 
 def _stored_card_pt(payload: dict) -> dict:
