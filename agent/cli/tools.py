@@ -6,10 +6,10 @@ from pathlib import Path
 
 from agent.actors.loading import load_policy
 from agent.cli.common import argparse_main, FMT, CLIError
-from agent.drive.traces import plot_traces
+from agent.drive.traces import plot_traces as plot_trace_file  # the name plot_traces is this command's main
 from agent.drive.wiring import draw_wiring, wiring_summary
 from agent.nn.legacy import convert_policy_file
-from agent.train.soup import average_policies
+from agent.train.soup import average_policies as average_policy_files  # average_policies: the command's main
 
 
 def add_plot_traces(sub) -> None:
@@ -28,7 +28,7 @@ def add_plot_traces(sub) -> None:
 def run_plot_traces(args) -> int:
     if min(args.size) < 200:
         raise CLIError(f"--size must be at least 200 x 200 pixels, got {args.size[0]} x {args.size[1]}")
-    out = plot_traces(args.traces, args.out, head=args.head, size=tuple(args.size))
+    out = plot_trace_file(args.traces, args.out, head=args.head, size=tuple(args.size))
     print(f"wrote {out}")
     return 0
 
@@ -93,7 +93,7 @@ def run_average_policies(args) -> int:
     out = Path(args.out)
     if out.exists() and not args.overwrite:
         raise CLIError(f"{out} already exists; choose another --out or pass --overwrite")
-    soup = average_policies(args.policies, args.weights)
+    soup = average_policy_files(args.policies, args.weights)
     soup.save(out, metadata={"stage": "weight average (model soup)", "averaged": [str(p) for p in args.policies],
                              "weights": args.weights})
     print(f"averaged {len(args.policies)} policies -> {out} ({soup.config.core}, window {soup.config.window}, "
