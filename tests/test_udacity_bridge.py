@@ -249,6 +249,7 @@ def test_live_and_training_decoders_give_identical_tensors(tmp_path, monkeypatch
     import torch
     from udacity_fixture import write_recording
 
+    import agent.data.udacity as training
     import envs.udacity.camera as camera
     import envs.udacity.protocol as protocol
     from agent.data.udacity import load_recording, preprocess
@@ -263,6 +264,8 @@ def test_live_and_training_decoders_give_identical_tensors(tmp_path, monkeypatch
     decoder = camera.decode_camera_jpeg
     monkeypatch.setattr(camera, "decode_camera_jpeg", spy)
     monkeypatch.setattr(protocol, "decode_camera_jpeg", spy)
+    assert training.decode_camera_jpeg is decoder  # the training pipeline imports the same function
+    monkeypatch.setattr(training, "decode_camera_jpeg", spy)
 
     root, _ = write_recording(tmp_path / "rec", n=4)
     rec = load_recording(root, on_bad_row="error", progress=False)  # the training pipeline

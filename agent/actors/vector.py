@@ -42,9 +42,9 @@ from typing import Any, Callable, Iterator, Protocol
 import gymnasium as gym
 import numpy as np
 
-from agent.actors.rollout import Decision, Episode, MixtureActor, _stack_labels
 from agent.actors.loading import is_continuous, make_carracing_for, reads_speedometer
 from agent.actors.perturb import DEFAULT_KINDS, DisturbanceConfig, PerturbedActor
+from agent.actors.rollout import Decision, Episode, MixtureActor, _stack_labels
 from agent.data.recordings import RecordingWriter
 from agent.experts.policy import ExpertPolicy
 from agent.log import get_logger, progress as progress_bar

@@ -36,13 +36,14 @@ from typing import Any
 
 import numpy as np
 
-from agent.log import get_logger, progress as bar_for
 from agent.actors.loading import is_continuous, load_policy, make_carracing_for, reads_speedometer
 from agent.actors.rollout import PolicyActor
 from agent.data.recordings import load_demonstrations
 from agent.data.windows import DemonstrationSource
 from agent.eval.closed_loop import evaluate
 from agent.eval.offline import score_stream
+from agent.experts.rules import TeacherRules
+from agent.log import get_logger, progress as bar_for
 from agent.nn.cores import CORES, count_effective_parameters, count_parameters
 from agent.nn.policy import DrivingPolicy, default_config, default_core_kwargs
 from agent.train.bc import TRAIN_DEFAULTS, TrainConfig, report_metadata
@@ -361,7 +362,7 @@ def run_cell(variant: Variant | str, seed: int, protocol: Protocol, out: str | P
             expert = load_policy(protocol.expert)
             if is_continuous(expert):
                 raise ValueError(f"{protocol.expert} is a continuous expert; the comparison uses the discrete one")
-            expert.use_start_rule(protocol.start_rule)
+            TeacherRules(start_rule=protocol.start_rule).apply(expert)
             env = make_carracing_for(expert, speedometer=reads_speedometer(pcfg))
         t0 = time.time()
         log.info("cell %s: training (%s, width %d, %d core parameters)", name, variant.core, width, params)

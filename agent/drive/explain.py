@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 
 from agent.actors.rollout import Actor, Decision, PolicyActor
-from agent.drive.saliency import PendingSaliency, SaliencyOverlay, saliency_unavailable_reason
 from agent.drive.hud import DEFAULT_ACTION_NAMES, Renderer
-from agent.drive.traces import TraceHistory, TraceRecorder, action_number, step_traces
 from agent.drive.overlays import PanelNote, SaliencyDrawer, TracePanel
+from agent.drive.saliency import PendingSaliency, SaliencyOverlay, saliency_unavailable_reason
+from agent.drive.traces import TraceHistory, TraceRecorder, action_number, step_traces
 
 
 class Overlays:

@@ -33,18 +33,18 @@ import numpy as np
 
 from agent.actors.loading import is_continuous, load_policy, make_actor, make_carracing_for, resolve_policy_path
 from agent.actors.rollout import StallMeter, all_wheels_off_road, tiles_missed
+from agent.actors.vector import envs_for
 from agent.drive.args import DEFAULT_SCALE, ENV_FPS, check_drive_args
 from agent.drive.envworker import EnvWorker, use_env_worker
 from agent.drive.explain import Overlays
 from agent.drive.hud import STEERING_CLASSES, Renderer, StepView
+from agent.drive.teacher import Teacher
 from agent.drive.traces import action_number, save_traces
 from agent.drive.video import VideoWriter
 from agent.drive.window import HELP_TEXT, Window, display_unavailable_reason
+from agent.experts.policy import ExpertPolicy
 from agent.experts.rules import TeacherRules
 from envs.carracing import ACTION_NAMES, EPISODE_STEPS, car_speed, make_carracing
-from agent.actors.vector import envs_for
-from agent.drive.teacher import Teacher
-from agent.experts.policy import ExpertPolicy
 from envs.udacity.env import UdacityEnv
 
 EXIT_OK, EXIT_ERROR, EXIT_INTERRUPTED = 0, 2, 130

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agent.actors.loading import resolve_policy_path
+from agent.actors.rollout import steering_class
 from agent.drive.traces import action_number
 from agent.experts.policy import ExpertPolicy
 from agent.experts.rules import TeacherRules
-from agent.actors.loading import resolve_policy_path
-from agent.actors.rollout import steering_class
 
 
 class Teacher:

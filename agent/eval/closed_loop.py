@@ -12,13 +12,14 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.eval.card import identity
-from agent.actors.rollout import CRAWL_METRIC_SPEED, SLOW_SPEED, STALL_STEPS, rollout
-from envs.carracing import STANDSTILL_SPEED
 from agent.actors.loading import load_policy, make_actor, make_carracing_for, resolve_policy_path
+from agent.actors.rollout import CRAWL_METRIC_SPEED, SLOW_SPEED, STALL_STEPS, rollout
 from agent.actors.vector import batch_actor_for, envs_for, run_episodes
+from agent.eval.card import identity
 from agent.experts.policy import ExpertPolicy
+from agent.experts.rules import TeacherRules
 from agent.log import progress as bar_for
+from envs.carracing import STANDSTILL_SPEED
 
 
 @dataclass
@@ -141,7 +142,7 @@ def _load_for_eval(policy_path, start_rule: bool):
     if start_rule:
         if not isinstance(policy, ExpertPolicy):
             raise ValueError(f"start_rule is the PPO expert's start rule; {policy_path} is not one")
-        policy.use_start_rule(True)
+        TeacherRules(start_rule=True).apply(policy)
     return policy
 
 

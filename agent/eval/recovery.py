@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from agent.log import progress
 from agent.actors.perturb import DisturbanceConfig, PerturbedActor
 from agent.actors.rollout import rollout
+from agent.log import progress
 
 #: speed (simulator units per second, CarRacing's dashboard "true speed") above which the car counts as moving
 MOVING_SPEED = 5.0

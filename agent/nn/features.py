@@ -21,8 +21,8 @@ import torch
 from torch import Tensor, nn
 
 # the dashboard's geometry lives with the env that draws it (re-exported here, where the CNN reads it)
-from envs.carracing import SPEEDOMETER_FULL_SCALE, dashboard_rows, speed_bar_columns, speedometer_region
 from agent.data.udacity import CROP_ROWS, FRAME_SHAPE, INPUT_SHAPE, preprocess
+from envs.carracing import SPEEDOMETER_FULL_SCALE, dashboard_rows, speed_bar_columns, speedometer_region
 
 
 class FeaturesExtractor(nn.Module):

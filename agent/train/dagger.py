@@ -44,11 +44,11 @@ import time
 
 import numpy as np
 
-from agent.log import get_logger, progress
 from agent.actors.perturb import DEFAULT_KINDS, DisturbanceConfig, PerturbedActor
 from agent.actors.rollout import ExpertActor, MixtureActor, PolicyActor, rollout
 from agent.actors.vector import BatchExpertActor, BatchMixtureActor, BatchPolicyActor, CarRacingEnvs, run_episodes
 from agent.data.recordings import Demonstrations, RecordingWriter
+from agent.log import get_logger, progress
 from agent.train.bc import fit
 
 log = get_logger(__name__)

@@ -41,8 +41,8 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
 
-from agent.log import PROJECT_LOGGERS
 from agent.eval.offline import score_stream, stream_outputs
+from agent.log import PROJECT_LOGGERS
 
 #: the error message for DAgger rounds under torchrun
 DAGGER_UNDER_TORCHRUN = (

@@ -39,10 +39,10 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.log import get_logger
 from agent.data.windows import UdacitySource, smooth_steering
 from agent.eval.label_floor import FLOOR_HALF_WIDTH_S, recording_floor, width_key
 from agent.eval.offline import evaluate_udacity
+from agent.log import get_logger
 from agent.train.run import train
 
 log = get_logger(__name__)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from agent.nn.policy import DrivingPolicy
 from agent.actors.loading import load_policy
+from agent.nn.policy import DrivingPolicy
 
 
 def average_state_dicts(states: list[dict[str, torch.Tensor]], weights: list[float] | None = None) -> dict:
