@@ -2,8 +2,8 @@
 
 Usage (the .npz files come from ``drive --headless --dump-traces``; README, "The creep rule"):
 
-    drive --policy runs/polA.pt --seed 700002 --headless --no-overlay --dump-traces a.npz
-    drive --policy runs/polE.pt --seed 700002 --headless --no-overlay --dump-traces e.npz
+    drive --policy runs/polA.pt --track-seed 700002 --headless --no-overlay --dump-traces a.npz
+    drive --policy runs/polE.pt --track-seed 700002 --headless --no-overlay --dump-traces e.npz
     python docs/creep_trace.py a.npz e.npz --label "without the rule" "with --creep-speed 10" --out docs/creep.png
 
 One panel per file: the car's speed (simulator units per second) at every step, the steps with

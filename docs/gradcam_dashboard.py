@@ -2,8 +2,8 @@
 
 Usage (the dumps come from ``drive --dump-traces``, which stores each step's Grad-CAM map as ``cam``):
 
-    drive --policy OLD.pt --headless --max-steps 800 --seed 1000000 --dump-traces old.npz
-    drive --policy NEW.pt --headless --max-steps 800 --seed 1000000 --dump-traces new.npz
+    drive --policy OLD.pt --headless --max-steps 800 --track-seed 1000000 --dump-traces old.npz
+    drive --policy NEW.pt --headless --max-steps 800 --track-seed 1000000 --dump-traces new.npz
     python docs/gradcam_dashboard.py "visible dashboard" old.npz "dashboard masked" new.npz --out docs/gradcam-dashboard.png
 
 Each panel is the mean Grad-CAM map over the steps of its dump(s), with CarRacing's dashboard

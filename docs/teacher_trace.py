@@ -1,10 +1,10 @@
 """Draw docs/teacher-failures.png: where a student's lap goes wrong, next to what its teacher would do.
 
-Usage (the .npz files come from ``drive --teacher ... --dump-traces``; README, "Where the last
+Usage (the .npz files come from ``drive --teacher.expert ... --dump-traces``; README, "Where the last
 failures begin"):
 
-    drive --policy nac.pt --seed 700169 --headless --no-saliency --teacher carracing-expert-discrete-margin.zip \\
-        --teacher-creep-speed 10 --dump-traces t169.npz
+    drive --policy nac.pt --track-seed 700169 --headless --no-saliency \\
+        --teacher.expert carracing-expert-discrete-margin.zip --teacher.creep-speed 10 --dump-traces t169.npz
     python docs/teacher_trace.py t169.npz t139.npz t126.npz --out docs/teacher-failures.png
 
 One panel per file: the car's speed (simulator units per second) at every step, the steps with all
@@ -24,7 +24,7 @@ MARKED = (("left", "tab:blue"), ("right", "tab:orange"), ("brake", "tab:red"))
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("npz", nargs="+", help="drive --teacher --dump-traces files, one lap each")
+    p.add_argument("npz", nargs="+", help="drive --teacher.expert --dump-traces files, one lap each")
     p.add_argument("--label", nargs="*", default=None, help="one title per file (default: file stem)")
     p.add_argument("--out", default="docs/teacher-failures.png")
     args = p.parse_args(argv)
@@ -41,7 +41,7 @@ def main(argv=None) -> int:
     for i, f in enumerate(args.npz):
         d = load_traces(f)
         if "teacher_class" not in d:
-            p.error(f"{f} has no teacher labels: write it with drive --teacher EXPERT.zip --dump-traces")
+            p.error(f"{f} has no teacher labels: write it with drive --teacher.expert EXPERT.zip --dump-traces")
         speed, off = np.asarray(d["speed"], float), np.asarray(d["off_road"], bool)
         names = [str(n) for n in d["class_names"]]
         mine, teacher = np.asarray(d["action_class"], int), np.asarray(d["teacher_class"], int)

@@ -1,4 +1,4 @@
-"""``drive --teacher``: the expert's label of every state a policy visits (HUD, printed agreement,
+"""``drive --teacher.expert``: the expert's label of every state a policy visits (HUD, printed agreement,
 ``--dump-traces``), checked against a replay of the same episode with the expert asked directly."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ import os
 os.environ["SDL_VIDEODRIVER"] = "dummy"
 os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
 
-import argparse
 import re
 from pathlib import Path
 
@@ -16,18 +15,17 @@ import numpy as np
 import pytest
 import torch
 
-from agent.drive.args import add_drive_arguments, check_drive_args
+from agent.drive.config import DRIVE_TEACHER, DriveConfig, parse_drive_args
 from agent.drive.session import run_drive
+from agent.train.config import ConfigError, TeacherSection
 
 POLICIES = Path(__file__).resolve().parents[1] / "policies"
 TEACHER = POLICIES / "carracing-expert-discrete-margin.zip"
 SEED = 700_010  # a validation track; within 100 steps the expert both drives on and turns
 
 
-def _parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="drive")
-    add_drive_arguments(parser)
-    return parser.parse_args(list(argv))
+def _parse(*argv: str) -> DriveConfig:
+    return parse_drive_args(list(argv))
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +49,8 @@ def test_teacher_labels_are_the_experts_actions_in_the_visited_states(tmp_path, 
     out = tmp_path / "t.npz"
     # the shipped student drives (a random policy stands still, and at a standstill the start rule
     # makes every label gas)
-    assert run_drive(_parse("--policy", "nac.pt", "--headless", "--no-saliency", "--seed", str(SEED),
-                            "--max-steps", "100", "--teacher", str(TEACHER), "--dump-traces", str(out))) == 0
+    assert run_drive(_parse("--policy", "nac.pt", "--headless", "--no-saliency", "--track-seed", str(SEED),
+                            "--max-steps", "100", "--teacher.expert", str(TEACHER), "--dump-traces", str(out))) == 0
     printed = capsys.readouterr().out
     assert f"teacher {TEACHER.name}" in printed
     d = load_traces(out)
@@ -83,8 +81,8 @@ def test_creep_rule_makes_every_slow_label_gas(policy_file, tmp_path, capsys):
 
     out = tmp_path / "t.npz"
     # 40 steps from the start never reach 1000 units/s: with the creep rule at 1000 every label is gas
-    assert run_drive(_parse("--policy", str(policy_file), "--headless", "--no-saliency", "--seed", str(SEED),
-                            "--max-steps", "40", "--teacher", TEACHER.name, "--teacher-creep-speed", "1000",
+    assert run_drive(_parse("--policy", str(policy_file), "--headless", "--no-saliency", "--track-seed", str(SEED),
+                            "--max-steps", "40", "--teacher.expert", TEACHER.name, "--teacher.creep-speed", "1000",
                             "--dump-traces", str(out))) == 0
     d = load_traces(out)
     gas = ACTION_NAMES.index("gas")
@@ -93,30 +91,56 @@ def test_creep_rule_makes_every_slow_label_gas(policy_file, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["--env", "udacity", "--teacher", "x.zip"], "Udacity simulator has no expert"),
-    (["--teacher", "nac.pt"], "expert's .zip"),
-    (["--teacher-creep-speed", "10"], "give the teacher with --teacher"),
-    (["--teacher", "x.zip", "--teacher-creep-speed", "-1"], ">= 0 units/s"),
-    (["--teacher", "x.zip", "--env-worker", "on"], "--env-worker auto or off"),
-    (["--teacher-brake-floor", "20"], "give the teacher with --teacher"),
-    (["--teacher", "x.zip", "--teacher-brake-floor", "-1"], "--teacher-brake-floor must be a speed"),
+    (["--env", "udacity", "--teacher.expert", "x.zip"], "Udacity simulator has no expert"),
+    (["--teacher.expert", "nac.pt"], "expert's .zip"),
+    (["--teacher.creep-speed", "10"], "--teacher.creep-speed sets the teacher's rules; give the teacher with "
+                                      "--teacher.expert"),
+    (["--teacher.expert", "x.zip", "--env-worker", "on"], "--env-worker auto or off"),
+    (["--teacher.brake-floor", "20", "--teacher.grass-rule"], "--teacher.brake-floor, --teacher.grass-rule set the "
+                                                               "teacher's rules; give the teacher with --teacher.expert"),
+    (["--teacher.no-start-rule"], "--teacher.no-start-rule sets the teacher's rules"),
+    (["--teacher.expert", "x.zip", "--teacher.no-start-rule", "--teacher.brake-floor", "20"],
+     "--teacher.brake-floor is the start rule's floor"),
 ])
-def test_bad_teacher_options_are_refused_with_a_reason(argv, words):
-    assert words in check_drive_args(_parse(*argv))
+def test_bad_teacher_options_are_refused_with_a_reason(argv, words, capsys):
+    from agent.cli import main
+
+    with pytest.raises(ConfigError, match=re.escape(words)) as e:
+        _parse(*argv)
+    assert main(["drive", *argv]) == 2  # one line, before anything loads
+    assert capsys.readouterr().err.strip() == f"agent drive: error: {e.value}"
+
+
+@pytest.mark.parametrize("rules, words", [
+    (dict(creep_speed=-1), "teacher.creep_speed must be a finite speed >= 0 units/s"),
+    (dict(brake_floor=-1), "teacher.brake_floor must be a finite speed >= 0 units/s"),
+])
+def test_bad_teacher_values_are_refused_where_the_section_is_built(rules, words):
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        TeacherSection(expert="x.zip", start_rule=True, **rules)
+
+
+def test_drives_teacher_has_the_start_rule_unless_turned_off():
+    assert DriveConfig().teacher == DRIVE_TEACHER and DRIVE_TEACHER.rules.start_rule is True
+    cfg = _parse("--teacher.expert", "x.zip", "--teacher.creep-speed", "10", "--teacher.brake-floor", "20",
+                 "--teacher.grass-rule")
+    assert (cfg.teacher.expert, cfg.teacher.rules.start_rule, cfg.teacher.creep_speed, cfg.teacher.brake_floor,
+            cfg.teacher.grass_rule) == ("x.zip", True, 10.0, 20.0, True)
+    assert _parse("--teacher.expert", "x.zip", "--teacher.no-start-rule").teacher.rules.start_rule is False
 
 
 def test_teacher_of_the_other_action_space_is_refused(policy_file, capsys):
     code = run_drive(_parse("--policy", str(policy_file), "--headless", "--max-steps", "3",
-                            "--teacher", "carracing-expert-continuous.zip"))
+                            "--teacher.expert", "carracing-expert-continuous.zip"))
     err = capsys.readouterr().err
     assert code == 2 and "continuous" in err and "carracing-expert-discrete-margin.zip" in err
 
 
 def test_missing_teacher_file_is_a_clear_error(policy_file, capsys):
     code = run_drive(_parse("--policy", str(policy_file), "--headless", "--max-steps", "3",
-                            "--teacher", "no-such-expert.zip"))
+                            "--teacher.expert", "no-such-expert.zip"))
     err = capsys.readouterr().err
-    assert code == 2 and "--teacher" in err and "no-such-expert.zip" in err
+    assert code == 2 and "--teacher.expert" in err and "no-such-expert.zip" in err
 
 
 def test_hud_shows_the_teacher_in_another_colour_where_it_disagrees():

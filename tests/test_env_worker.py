@@ -8,20 +8,17 @@ import os
 os.environ["SDL_VIDEODRIVER"] = "dummy"  # never open a window in tests
 os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
 
-import argparse
 
 import numpy as np
 import pytest
 
-from agent.drive.args import add_drive_arguments
+from agent.drive.config import DriveConfig, parse_drive_args
 from agent.drive.envworker import EnvWorker, use_env_worker
 from agent.drive.window import FramePacer
 
 
-def _parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="drive")
-    add_drive_arguments(parser)
-    return parser.parse_args(list(argv))
+def _parse(*argv: str) -> DriveConfig:
+    return parse_drive_args(list(argv))
 
 
 # ------------------------------------------------------------------------------- the worker

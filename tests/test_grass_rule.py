@@ -111,20 +111,17 @@ def test_grass_rule_trains_through_the_cli(tmp_path, capsys):
 def test_check_recovery_and_drive_take_the_grass_rule(tiny_expert, tmp_path):
     import json
 
-    from agent.drive.args import check_drive_args
+    from agent.drive.config import parse_drive_args
     from agent.drive.teacher import Teacher
     from agent.experts.policy import ExpertPolicy as Expert
     from agent.experts.rules import TeacherRules
+    from agent.train.config import ConfigError
 
     js = tmp_path / "rec.json"
     assert main(["expert", "check-recovery", "--expert", str(tiny_expert), "--episodes", "1", "--start", "5",
                  "--limit", "10", "--max-steps", "40", "--start-rule", "--grass-rule", "--json", str(js)]) == 0
     assert json.loads(js.read_text())["grass_rule"] is True
     assert Teacher(Expert.load(tiny_expert), False, TeacherRules(start_rule=True, grass_rule=True)).expert.grass_rule is True
-    import argparse
-
-    from agent.drive.args import add_drive_arguments
-
-    p = argparse.ArgumentParser()
-    add_drive_arguments(p)
-    assert "give the teacher" in check_drive_args(p.parse_args(["--teacher-grass-rule"]))
+    with pytest.raises(ConfigError, match="give the teacher"):
+        parse_drive_args(["--teacher.grass-rule"])
+    assert parse_drive_args(["--teacher.expert", str(tiny_expert), "--teacher.grass-rule"]).teacher.rules.grass_rule

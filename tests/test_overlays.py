@@ -7,7 +7,6 @@ import os
 os.environ["SDL_VIDEODRIVER"] = "dummy"
 os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
 
-import argparse
 import gc
 import struct
 
@@ -15,15 +14,13 @@ import numpy as np
 import pytest
 import torch
 
-from agent.drive.args import add_drive_arguments
+from agent.drive.config import DriveConfig, parse_drive_args
 from agent.drive.hud import Renderer, StepView
 from agent.drive.session import run_drive
 
 
-def _parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="drive")
-    add_drive_arguments(parser)
-    return parser.parse_args(list(argv))
+def _parse(*argv: str) -> DriveConfig:
+    return parse_drive_args(list(argv))
 
 
 @pytest.fixture(scope="module")

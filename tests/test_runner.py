@@ -7,20 +7,17 @@ import os
 os.environ["SDL_VIDEODRIVER"] = "dummy"  # never open a window in tests
 os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
 
-import argparse
-
 import numpy as np
 import pytest
 
-from agent.drive.args import DEFAULT_SEED, ENV_FPS, add_drive_arguments
+from agent.drive.config import DEFAULT_SEED, ENV_FPS, DriveConfig, parse_drive_args
 from agent.drive.hud import DEFAULT_ACTION_NAMES, Renderer, StepView
 from agent.drive.session import run_drive
+from agent.train.config import ConfigError
 
 
-def _parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="drive")
-    add_drive_arguments(parser)
-    return parser.parse_args(list(argv))
+def _parse(*argv: str) -> DriveConfig:
+    return parse_drive_args(list(argv))
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +57,10 @@ def test_defaults_match_the_env():
     assert ENV_FPS == FPS
     assert DEFAULT_ACTION_NAMES == ACTION_NAMES
     a = _parse()
-    assert (a.env, a.policy, a.episodes, a.seed, a.max_steps) == ("carracing", "nac.pt", 1, EVAL_SEED_BASE, None)
-    assert (a.headless, a.record, a.scale, a.fps_limit) == (False, None, None, 50.0)  # scale: 6 for CarRacing
-    assert (a.no_overlay, a.no_saliency, a.no_traces, a.cam_opacity, a.dump_traces) == (False, False, False, 0.5, None)
+    assert (a.env, a.policy, a.episodes, a.track_seed, a.max_steps) == ("carracing", "nac.pt", 1, EVAL_SEED_BASE, None)
+    assert (a.headless, a.record, a.scale, a.fps_limit, a.frame_scale) == (False, None, None, 50.0, 6)
+    assert (a.overlay, a.saliency, a.traces, a.cam_opacity, a.dump_traces) == (True, True, True, 0.5, None)
+    assert (a.device, a.overwrite, a.teacher.expert, a.teacher.start_rule) == ("auto", False, None, True)
 
 
 def test_drive_headless_prints_the_return(policy_file, cached_load, capsys):
@@ -156,9 +154,23 @@ def test_missing_policy_names_the_policies_folder(capsys):
     assert "no-such-policy.pt" in err and "policies" in err
 
 
-def test_bad_record_suffix_is_an_error(policy_file, tmp_path, capsys):
-    code = run_drive(_parse("--policy", str(policy_file), "--headless", "--record", str(tmp_path / "x.gif")))
-    assert code != 0 and ".mp4" in capsys.readouterr().err
+def test_bad_record_suffix_is_an_error(policy_file, tmp_path):
+    with pytest.raises(ConfigError, match=r"give a path ending in \.mp4"):
+        DriveConfig(policy=str(policy_file), headless=True, record=str(tmp_path / "x.gif"))
+    with pytest.raises(SystemExit) as e:  # on the command line tyro reports it
+        _parse("--policy", str(policy_file), "--headless", "--record", str(tmp_path / "x.gif"))
+    assert e.value.code == 2
+
+
+def test_existing_outputs_are_refused_without_overwrite(policy_file, tmp_path, capsys):
+    from agent.cli import main
+
+    for option, name in (("--record", "x.mp4"), ("--dump-traces", "x.npz")):
+        (tmp_path / name).write_bytes(b"keep")
+        assert main(["drive", "--policy", str(policy_file), "--headless", option, str(tmp_path / name)]) == 2
+        assert f"{option} {tmp_path / name} already exists" in capsys.readouterr().err
+        assert (tmp_path / name).read_bytes() == b"keep"
+        assert _parse(option, str(tmp_path / name), "--overwrite").overwrite
 
 
 def _frame(value: int) -> np.ndarray:

@@ -9,7 +9,6 @@ import os
 os.environ["SDL_VIDEODRIVER"] = "dummy"
 os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
 
-import argparse
 import json
 import re
 
@@ -17,17 +16,15 @@ import numpy as np
 import pytest
 import torch
 
-from agent.drive.args import add_drive_arguments
+from agent.drive.config import DriveConfig, parse_drive_args
 from agent.drive.session import run_drive
 from agent.actors.rollout import (STALL_STEPS, Decision, Episode, ExpertActor, StallMeter, all_wheels_off_road, longest_run,
                            rollout, standstill)
 from envs.carracing import STANDSTILL_SPEED
 
 
-def _parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="drive")
-    add_drive_arguments(parser)
-    return parser.parse_args(list(argv))
+def _parse(*argv: str) -> DriveConfig:
+    return parse_drive_args(list(argv))
 
 
 def _episode(speeds, off_road=None) -> Episode:

@@ -6,7 +6,6 @@ import os
 
 os.environ["SDL_VIDEODRIVER"] = "dummy"
 
-import argparse
 import socket
 import threading
 
@@ -14,14 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-from agent.drive.args import add_drive_arguments
+from agent.drive.config import DriveConfig, parse_drive_args
 from agent.drive.session import DriveSession, run_drive
 
 
-def _parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="drive")
-    add_drive_arguments(parser)
-    return parser.parse_args(list(argv))
+def _parse(*argv: str) -> DriveConfig:
+    return parse_drive_args(list(argv))
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +47,7 @@ def _free_port() -> int:
 def test_drive_udacity_steers_the_fake_simulator_with_overlays(same_policy):
     from envs.udacity.fake import FakeSimulator
 
-    s = DriveSession(_parse("--env", "udacity", "--headless", "--port", "0", "--max-steps", "25"), same_policy,
+    s = DriveSession(_parse("--env", "udacity", "--headless", "--udacity.port", "0", "--max-steps", "25"), same_policy,
                      "udacity-tiny.pt", headless=True, force_draw=True)
     sim = FakeSimulator(s.env.unwrapped.port, autoreply=True)
     timer = threading.Timer(0.2, sim.connect)
@@ -92,7 +89,7 @@ def test_drive_udacity_records_and_dumps(same_policy, tmp_path, capsys):
     t.start()
     video, traces = tmp_path / "u.mp4", tmp_path / "u.npz"
     try:
-        code = run_drive(_parse("--env", "udacity", "--port", str(port), "--headless", "--max-steps", "15",
+        code = run_drive(_parse("--env", "udacity", "--udacity.port", str(port), "--headless", "--max-steps", "15",
                                 "--record", str(video), "--dump-traces", str(traces)))
         sent = [float(sim.next_event("steer", timeout=2)["steering_angle"]) for _ in range(15)]
     finally:
@@ -113,7 +110,7 @@ def test_drive_udacity_records_and_dumps(same_policy, tmp_path, capsys):
 
 
 def test_drive_udacity_without_simulator_times_out_clearly(same_policy, capsys):
-    code = run_drive(_parse("--env", "udacity", "--port", "0", "--headless", "--connect-timeout", "0.3"))
+    code = run_drive(_parse("--env", "udacity", "--udacity.port", "0", "--headless", "--udacity.connect-timeout", "0.3"))
     err = capsys.readouterr().err
     assert code == 2 and "simulator" in err.lower() and "Traceback" not in err
 

@@ -28,7 +28,6 @@ the env worker's and ffmpeg's are given apart). CarRacing runs at 50 FPS, the ta
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import shutil
@@ -40,18 +39,19 @@ from pathlib import Path
 import numpy as np
 
 from agent.actors.loading import load_policy, resolve_policy_path
-from agent.drive.args import DEFAULT_SEED, add_drive_arguments
+from agent.drive.config import DEFAULT_SEED, DriveConfig
 from agent.drive.session import DriveSession, quiet_gc
 
+#: each configuration: its name and the :class:`agent.drive.config.DriveConfig` fields it changes
 CONFIGS = (
-    ("policy only", ["--no-overlay"]),
-    ("+ traces", ["--no-saliency"]),
-    ("+ Grad-CAM", ["--no-traces"]),
-    ("all on", []),
-    ("all on, env in this process", ["--env-worker", "off"]),
+    ("policy only", {"overlay": False}),
+    ("+ traces", {"saliency": False}),
+    ("+ Grad-CAM", {"traces": False}),
+    ("all on", {}),
+    ("all on, env in this process", {"env_worker": "off"}),
 )
-#: The extra configuration of ``record=True``.
-RECORD_CONFIG = ("all on + --record", ["--record"])
+#: The extra configuration of ``record=True`` (its ``record`` is a temporary mp4).
+RECORD_CONFIG = ("all on + --record", {"record": True})
 #: Screen of the Xvfb started when there is no display (the size the README's figures were taken at).
 XVFB_SCREEN = "1280x1024x24"
 
@@ -155,21 +155,19 @@ def bench_drive(policy: str = "nac.pt", steps: int = 600, warmup: int = 25, seed
 def _bench(policy, steps, warmup, seed, rounds, configs, record, fps_limit, display) -> list[dict]:
     path = resolve_policy_path(policy)
     pol = load_policy(path)
-    parser = argparse.ArgumentParser()
-    add_drive_arguments(parser)
     seed = DEFAULT_SEED if seed is None else seed
     configs = tuple(configs) + ((RECORD_CONFIG,) if record else ())
     pooled = {name: {"step": [], "lat": [], "cpu": [], "enc": [], "frames": 0, "worker": [], "worker_steps": 0}
               for name, _ in configs}
     with tempfile.TemporaryDirectory(prefix="bench-drive-") as tmp:
         for _ in range(rounds):
-            for name, flags in configs:
-                flags = [f for f in flags if f != "--record"] + (["--record", str(Path(tmp) / "run.mp4")]
-                                                                  if "--record" in flags else [])
-                args = parser.parse_args(["--max-steps", str(steps + warmup), "--seed", str(seed),
-                                          "--fps-limit", str(fps_limit), *(["--headless"] if display is None else []),
-                                          *flags])
-                session = DriveSession(args, pol, path.name, headless=display is None, force_draw=True)
+            for name, changes in configs:
+                changes = dict(changes)
+                if changes.pop("record", False):
+                    changes["record"] = str(Path(tmp) / "run.mp4")  # replaced each round
+                cfg = DriveConfig(max_steps=steps + warmup, track_seed=seed, fps_limit=fps_limit,
+                                  headless=display is None, overwrite=True, **changes)
+                session = DriveSession(cfg, pol, path.name, headless=display is None, force_draw=True)
                 try:
                     if display is not None and session.window is None:
                         raise DisplayUnavailable(f"no window could be opened on {display} (see the note above)")
@@ -216,14 +214,3 @@ def print_drive_table(rows: list[dict], target_fps: float = 50.0) -> None:
     verdict = "meets" if allon["fps"] >= target_fps else "misses"
     print(f"\n'{allon['config']}' runs at {allon['fps']:.1f} FPS: {verdict} the {target_fps:g} FPS target "
           f"(CarRacing's own rate). Load average now: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores.")
-
-
-if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--policy", default="nac.pt")
-    p.add_argument("--steps", type=int, default=600)
-    p.add_argument("--rounds", type=int, default=1)
-    p.add_argument("--window", action="store_true")
-    p.add_argument("--record", action="store_true")
-    a = p.parse_args()
-    print_drive_table(bench_drive(a.policy, a.steps, rounds=a.rounds, window=a.window, record=a.record))

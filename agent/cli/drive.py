@@ -1,22 +1,17 @@
-"""`agent drive` (also the `drive` command): watch a policy drive; its options are :mod:`agent.drive.args`'."""
+"""`drive` (also `agent drive`): watch a policy drive; its options are :class:`agent.drive.config.DriveConfig`."""
 
 from __future__ import annotations
 
-from agent.cli.common import FMT, argparse_main
-from agent.drive.args import add_drive_arguments
+from agent.cli.common import CLIError
+from agent.drive.config import parse_drive_args
 from agent.drive.session import run_drive
+from agent.train.config import ConfigError
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("drive", help="watch a policy drive (also the `drive` command)", formatter_class=FMT,
-                       description="Run a policy in the simulator with a live window (frame, action, speed, "
-                                   "return, FPS). Without a display, or with --headless, it runs without a "
-                                   "window; --record writes an mp4.")
-    add_drive_arguments(p)
-
-
-def run(args) -> int:
-    return run_drive(args)
-
-
-main = argparse_main("drive", add_parser, run)
+def main(argv: list[str]) -> int:
+    """Run ``drive ARGV``; the exit code."""
+    try:
+        cfg = parse_drive_args(argv)
+    except ConfigError as exc:
+        raise CLIError(str(exc)) from exc
+    return run_drive(cfg)

@@ -1,6 +1,7 @@
 """drive: the live runner (``drive`` / ``agent drive``), one module per job.
 
-- :mod:`agent.drive.args`: the command-line options, their checks and the run's constants.
+- :mod:`agent.drive.config`: the options (:class:`~agent.drive.config.DriveConfig`, parsed by tyro), their
+  checks and the run's constants.
 - :mod:`agent.drive.session`: one run (:class:`~agent.drive.session.DriveSession`), its loop and ``run_drive``.
 - :mod:`agent.drive.explain`: the per-run interpretability (Grad-CAM, NAC traces, their history and dump).
 - :mod:`agent.drive.hud`: the per-step view and the HUD renderer.

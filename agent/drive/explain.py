@@ -155,7 +155,7 @@ class Overlays:
             episode, step: 1-based; ``time_s`` the frame time in seconds.
             speed: the car's speed after the step, simulator units per second (NaN if unknown).
             off_road: all four wheels off the road after the step (None for an env without wheels).
-            teacher: ``--teacher``'s label of the step's state, (its action as one number: the
+            teacher: ``--teacher.expert``'s label of the step's state, (its action as one number: the
                 index or the normalised steering, its class), or None.
         """
         if self.recorder is not None and "traces" in extras:

@@ -40,7 +40,7 @@ class StepView:
             :data:`agent.actors.rollout.STANDSTILL_SPEED` (0 while it moves).
         longest_standstill: the episode's longest such run so far, steps (None: the env reports no speed).
         off_road_steps: steps so far with all four wheels off the road (None: the env has no wheels).
-        teacher_class: ``drive --teacher``: the class of the expert's action for this frame (an
+        teacher_class: ``drive --teacher.expert``: the class of the expert's action for this frame (an
             action index, or the steering class of a steering policy); None without a teacher.
     """
 
@@ -276,7 +276,7 @@ class Renderer:
                 else "-"
         big = self._text(self.font_big, name.upper(), _ACCENT)
         c.blit(big, (x, y))
-        if v.teacher_class is not None:  # drive --teacher: highlighted where the teacher would do otherwise
+        if v.teacher_class is not None:  # drive --teacher.expert: highlighted where the teacher would do otherwise
             names = STEERING_CLASSES if self.steering else self.action_names
             mine = steering_class(v.steering) if self.steering and v.steering is not None else v.action
             t = names[v.teacher_class] if 0 <= v.teacher_class < len(names) else "-"

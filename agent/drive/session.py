@@ -1,6 +1,6 @@
 """The live runner behind ``drive``: one run (:class:`DriveSession`) and its loop, and :func:`run_drive`.
 
-``drive --env carracing --policy nac.pt [--episodes N] [--seed S] [--max-steps M] [--headless]
+``drive --env carracing --policy nac.pt [--episodes N] [--track-seed S] [--max-steps M] [--headless]
 [--record out.mp4]`` loads the policy once and drives episodes on tracks S, S+1, ... For every
 step it shows the 96x96 frame the policy sees (scaled up, nearest neighbour), a HUD with the
 action chosen on that frame, the NAC policy's action probabilities (the expert has none), the
@@ -14,14 +14,13 @@ a window (:mod:`agent.drive.window`) shows it, ``--record`` writes it to an mp4
 display is available, no window is opened (``SDL_VIDEODRIVER=dummy``) and the run is never
 rate-limited; without ``--record`` a headless run skips drawing entirely.
 
-The options are :mod:`agent.drive.args`'s; the policy acts through :mod:`agent.actors.rollout` (one actor interface) and
-is explained by :mod:`agent.drive.explain`. Heavy modules (pygame, torch, imageio, gymnasium) are
+The options are :class:`agent.drive.config.DriveConfig`; the policy acts through :mod:`agent.actors.rollout`
+(one actor interface) and is explained by :mod:`agent.drive.explain`. Heavy modules (pygame, torch, imageio, gymnasium) are
 imported lazily.
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import sys
@@ -34,7 +33,7 @@ import numpy as np
 from agent.actors.loading import is_continuous, load_policy, make_actor, make_carracing_for, resolve_policy_path
 from agent.actors.rollout import StallMeter, all_wheels_off_road, tiles_missed
 from agent.actors.vector import envs_for
-from agent.drive.args import DEFAULT_SCALE, ENV_FPS, check_drive_args
+from agent.drive.config import ENV_FPS, DriveConfig
 from agent.drive.envworker import EnvWorker, use_env_worker
 from agent.drive.explain import Overlays
 from agent.drive.hud import STEERING_CLASSES, Renderer, StepView
@@ -43,8 +42,8 @@ from agent.drive.traces import action_number, save_traces
 from agent.drive.video import VideoWriter
 from agent.drive.window import HELP_TEXT, Window, display_unavailable_reason
 from agent.experts.policy import ExpertPolicy
-from agent.experts.rules import TeacherRules
 from envs.carracing import ACTION_NAMES, EPISODE_STEPS, car_speed, make_carracing
+from agent.train.config import torch_device
 from envs.udacity.env import UdacityEnv
 
 EXIT_OK, EXIT_ERROR, EXIT_INTERRUPTED = 0, 2, 130
@@ -54,26 +53,21 @@ def _err(msg: str) -> None:
     print(f"drive: error: {msg}", file=sys.stderr)
 
 
-def run_drive(args: argparse.Namespace) -> int:
-    """Drive ``args.episodes`` episodes with ``args.policy``; print per-episode and mean returns.
+def run_drive(cfg: DriveConfig) -> int:
+    """Drive ``cfg.episodes`` episodes with ``cfg.policy``; print per-episode and mean returns.
 
-    ``args`` holds the options of :func:`add_drive_arguments`. Returns the exit code: 0 (done, or
-    the window was closed / Escape / Q), 2 (bad options or policy file: a message on stderr), 130
-    (Ctrl-C; the video and the traces so far are still written).
+    ``cfg`` is checked already (:func:`agent.drive.config.parse_drive_args`). Returns the exit code:
+    0 (done, or the window was closed / Escape / Q), 2 (a policy file that cannot be driven: a
+    message on stderr), 130 (Ctrl-C; the video and the traces so far are still written).
     """
-    problem = check_drive_args(args)
-    if problem:
-        _err(problem)
-        return EXIT_ERROR
-
     try:
-        path = resolve_policy_path(args.policy)
-        policy = load_policy(path)
+        path = resolve_policy_path(cfg.policy)
+        policy = load_policy(path, torch_device(cfg.device))
     except (FileNotFoundError, ValueError) as exc:
         _err(str(exc))
         return EXIT_ERROR
 
-    headless = bool(args.headless)
+    headless = bool(cfg.headless)
     if not headless:
         reason = display_unavailable_reason()
         if reason:
@@ -85,18 +79,18 @@ def run_drive(args: argparse.Namespace) -> int:
         if not pygame.display.get_init():
             os.environ["SDL_VIDEODRIVER"] = "dummy"  # never open a window, even if something inits the display
     try:
-        session = DriveSession(args, policy, path.name, headless=headless)
+        session = DriveSession(cfg, policy, path.name, headless=headless)
     except (ValueError, OSError) as exc:  # a policy for another simulator; the port is taken
         _err(str(exc))
         return EXIT_ERROR
     try:
-        where = (f"tracks {args.seed}..{args.seed + args.episodes - 1}" if args.env == "carracing" else
+        where = (f"tracks {cfg.track_seed}..{cfg.track_seed + cfg.episodes - 1}" if cfg.env == "carracing" else
                  f"serving {session.env.unwrapped.url}: start the simulator and choose Autonomous mode")
-        print(f"policy {path} ({session.driver.label}); env {args.env}; {where}"
+        print(f"policy {path} ({session.driver.label}); env {cfg.env}; {where}"
               f"{'; headless' if session.window is None else ''}"
               f"{'; env in a worker process' if session.env_worker else ''}"
               f"{f'; teacher {session.teacher.name}' if session.teacher else ''}"
-              f"{f'; recording {args.record}' if session.writer else ''}", flush=True)
+              f"{f'; recording {cfg.record}' if session.writer else ''}", flush=True)
         return session.run()
     except TimeoutError as exc:  # no simulator connected
         _err(str(exc))
@@ -160,7 +154,7 @@ class DriveSession:
     """One ``drive`` run: env, policy driver, overlays, renderer, window and video, and the loop.
 
     Args:
-        args: the ``drive`` options (:func:`add_drive_arguments`).
+        cfg: the ``drive`` options (:class:`agent.drive.config.DriveConfig`).
         policy: the loaded policy; ``name`` labels it.
         headless: no window.
         force_draw: compose every frame even without a window or video (the FPS benchmark).
@@ -182,38 +176,34 @@ class DriveSession:
             env is stepped (the policy and the overlays).
         stalls: the "no stalls" figures of the current (or last) episode (:class:`agent.actors.rollout.StallMeter`):
             the longest standstill and the steps with all four wheels off the road.
-        teacher: with ``--teacher``, the expert that labels every step and counts the current (or
+        teacher: with ``--teacher.expert``, the expert that labels every step and counts the current (or
             last) episode's agreement (:class:`agent.drive.teacher.Teacher`); else None.
     """
 
-    def __init__(self, args, policy, name: str, headless: bool, force_draw: bool = False):
+    def __init__(self, cfg: DriveConfig, policy, name: str, headless: bool, force_draw: bool = False):
         import torch
 
-        self.args = args
+        self.cfg = cfg
         policy_env = getattr(getattr(policy, "config", None), "env", "carracing")
-        if policy_env != args.env:
+        if policy_env != cfg.env:
             raise ValueError(f"{name} is a {policy_env} policy; drive it with --env {policy_env} "
-                             f"(or choose a {args.env} policy)")
+                             f"(or choose a {cfg.env} policy)")
         self.driver = make_actor(policy, label=name)
-        #: the expert that labels every step (``--teacher``; :class:`agent.drive.teacher.Teacher`), or None
+        #: the expert that labels every step (``--teacher.expert``; :class:`agent.drive.teacher.Teacher`), or None
         self.teacher = None
-        if getattr(args, "teacher", None):
-            rules = TeacherRules(start_rule=True, creep_speed=getattr(args, "teacher_creep_speed", 0.0),
-                                 brake_floor=getattr(args, "teacher_brake_floor", None),
-                                 grass_rule=getattr(args, "teacher_grass_rule", False))
-            self.teacher = Teacher.load(args.teacher, is_continuous(policy), rules)
-        overlay = not args.no_overlay
-        draw = force_draw or not headless or args.record is not None
+        if cfg.teacher.expert:
+            self.teacher = Teacher.load(cfg.teacher.expert, is_continuous(policy), cfg.teacher.rules)
+        overlay = cfg.overlay
+        draw = force_draw or not headless or cfg.record is not None
         self.env_worker, self.env_worker_reason = use_env_worker(
-            getattr(args, "env_worker", "auto"), args.env, _is_expert(policy) or self.teacher is not None, draw,
-            os.cpu_count())
-        self.env = self._make_env(args, policy, self.env_worker)
+            cfg.env_worker, cfg.env, _is_expert(policy) or self.teacher is not None, draw, os.cpu_count())
+        self.env = self._make_env(cfg, policy, self.env_worker)
         self.env_fps = int(self.env.metadata.get("render_fps", ENV_FPS))
         obs_shape = self.env.observation_space.shape  # (H, W, C)
         names = tuple(getattr(getattr(policy, "config", None), "action_names", ACTION_NAMES))
         discrete = not is_continuous(policy)  # continuous: a steering gauge and throttle, no probabilities
         self.class_names = names if discrete else STEERING_CLASSES
-        scale = args.scale or DEFAULT_SCALE[args.env]
+        scale = cfg.frame_scale
         # One frame at a time: intra-op threads only add synchronisation (with 2 threads on a busy 2-core
         # machine a NAC step took 40 ms instead of 1.5 ms), so act single-threaded; restored at close().
         self._threads = torch.get_num_threads()
@@ -224,21 +214,21 @@ class DriveSession:
                                      policy_label=self.driver.label, show_probs=self.driver.has_probs,
                                      panel_width=420 if overlay else 0,
                                      help_text=HELP_TEXT if not headless else "", steering=not discrete,
-                                     speed_unit="mph" if args.env == "udacity" else "",
-                                     steering_degrees=25.0 if args.env == "udacity" else None)
+                                     speed_unit="mph" if cfg.env == "udacity" else "",
+                                     steering_degrees=25.0 if cfg.env == "udacity" else None)
         if not headless:
             try:
-                self.window = Window(self.renderer.size, f"drive - {self.driver.label}", args.fps_limit)
+                self.window = Window(self.renderer.size, f"drive - {self.driver.label}", cfg.fps_limit)
             except Exception as exc:  # pygame.error, or a broken video driver
                 print(f"drive: note: cannot open a window ({exc}); running headless", file=sys.stderr)
                 os.environ["SDL_VIDEODRIVER"] = "dummy"
-                if args.record is None and not force_draw:
+                if cfg.record is None and not force_draw:
                     self.renderer = None  # nothing would show the drawing
-        if args.record is not None:
-            self.writer = VideoWriter(Path(args.record), self.renderer.size, fps=self.env_fps)
-        self.overlays = Overlays(policy, self.driver, self.renderer, saliency=overlay and not args.no_saliency,
-                                 traces=overlay and not args.no_traces, dump=args.dump_traces is not None,
-                                 opacity=args.cam_opacity, class_names=self.class_names)
+        if cfg.record is not None:
+            self.writer = VideoWriter(Path(cfg.record), self.renderer.size, fps=self.env_fps)
+        self.overlays = Overlays(policy, self.driver, self.renderer, saliency=overlay and cfg.saliency,
+                                 traces=overlay and cfg.traces, dump=cfg.dump_traces is not None,
+                                 opacity=cfg.cam_opacity, class_names=self.class_names)
         for what, why in self.overlays.reasons.items():
             print(f"drive: note: {what} overlay off: {why}", file=sys.stderr)
         self.paused = self.single_step = self.restart_requested = False
@@ -259,25 +249,26 @@ class DriveSession:
         self.stalls = StallMeter()
 
     @staticmethod
-    def _make_env(args, policy=None, worker: bool = False):
+    def _make_env(cfg: DriveConfig, policy=None, worker: bool = False):
         """CarRacing (one episode per track seed; the continuous configuration for a policy with
         continuous actions, :func:`agent.actors.loading.make_carracing_for`), in a worker process with
         ``worker`` (:class:`agent.drive.envworker.EnvWorker`), or the Udacity bridge (started at
         once, so its address is known; an episode lasts until the simulator disconnects or --max-steps)."""
-        if args.env == "udacity":
+        if cfg.env == "udacity":
             from gymnasium.wrappers import TimeLimit
 
-            env = UdacityEnv(host=args.host, port=args.port, target_speed=args.target_speed,
-                             connect_timeout=args.connect_timeout)
+            ud = cfg.udacity
+            env = UdacityEnv(host=ud.host, port=ud.port, target_speed=ud.target_speed,
+                             connect_timeout=ud.connect_timeout)
             env.start()
-            return TimeLimit(env, args.max_steps) if args.max_steps else env
+            return TimeLimit(env, cfg.max_steps) if cfg.max_steps else env
 
         if worker:
-            return EnvWorker(envs_for(policy, 1, max_episode_steps=args.max_steps or EPISODE_STEPS))
+            return EnvWorker(envs_for(policy, 1, max_episode_steps=cfg.max_steps or EPISODE_STEPS))
 
         if policy is None:
-            return make_carracing(max_episode_steps=args.max_steps or EPISODE_STEPS)
-        return make_carracing_for(policy, max_episode_steps=args.max_steps or EPISODE_STEPS)
+            return make_carracing(max_episode_steps=cfg.max_steps or EPISODE_STEPS)
+        return make_carracing_for(policy, max_episode_steps=cfg.max_steps or EPISODE_STEPS)
 
     def _speed_of(self, info: dict) -> float:
         """The speed shown in the HUD: mph from the Udacity bridge, else CarRacing's speed in
@@ -313,7 +304,6 @@ class DriveSession:
         Ends with "done" (terminated or truncated), "quit" (window closed, Escape, Q) or "restart" (R).
         """
         env, driver, renderer, window, ov = self.env, self.driver, self.renderer, self.window, self.overlays
-        args = self.args
         obs, info = env.reset(seed=int(seed))
         driver.reset()
         ov.new_episode()
@@ -349,7 +339,7 @@ class DriveSession:
                 fps = (len(ticks) - 1) / (ticks[-1] - ticks[0]) if len(ticks) > 1 and ticks[-1] > ticks[0] else 0.0
                 view = StepView(frame=obs, step=steps + 1, action=d.action if np.isscalar(d.action) else None,
                                 probs=d.probs, speed=speed, episode_return=ep_return, fps=fps, seed=seed,
-                                episode=episode, episodes=args.episodes, policy_state=d.state, extras=extras,
+                                episode=episode, episodes=self.cfg.episodes, policy_state=d.state, extras=extras,
                                 latency_ms=1000 * latency, status=status,
                                 steering=None if np.isscalar(d.action) else float(np.asarray(d.action).reshape(-1)[0]),
                                 throttle=info.get("throttle_command", info.get("throttle", _throttle_of(d.action))),
@@ -406,17 +396,17 @@ class DriveSession:
     def run(self) -> int:
         """All episodes; prints each one's return and stall figures (:func:`stall_text`) and the mean
         return. Returns the exit code."""
-        args = self.args
+        cfg = self.cfg
         returns: list[float] = []
         ep, code = 0, EXIT_OK
         quiet_gc()
         ep_return, steps = 0.0, 0
         try:
-            while ep < args.episodes:
-                seed = args.seed + ep
+            while ep < cfg.episodes:
+                seed = cfg.track_seed + ep
                 how, ep_return, steps = self.play_episode(seed, ep + 1)
                 note = {"quit": "  (stopped)", "restart": "  (restarted)"}.get(how, "")
-                print(f"episode {ep + 1}/{args.episodes}  seed {seed}  return {ep_return:8.1f}  steps {steps:4d}  "
+                print(f"episode {ep + 1}/{cfg.episodes}  seed {seed}  return {ep_return:8.1f}  steps {steps:4d}  "
                       f"mean FPS {self.episode_fps:6.1f}{note}{stall_text(self.stalls)}"
                       f"{self.teacher.text() if self.teacher is not None else ''}", flush=True)
                 if how == "quit":
@@ -450,14 +440,14 @@ class DriveSession:
             if rec is not None:
                 if len(rec):
                     names = tuple(getattr(self.driver.policy.config, "action_names", ()))
-                    out = save_traces(self.args.dump_traces, rec, action_names=names, class_names=self.class_names,
-                                      policy=self.driver.label, env=self.args.env,
+                    out = save_traces(self.cfg.dump_traces, rec, action_names=names, class_names=self.class_names,
+                                      policy=self.driver.label, env=self.cfg.env,
                                       teacher=self.teacher.name if self.teacher is not None else "")
                     print(f"wrote {out} (NAC traces of {len(rec)} steps)")
                 else:
                     why = getattr(self.driver, "traces_reason", None) or "no step ran"
                     print(f"drive: note: no NAC traces to dump ({why})", file=sys.stderr)
-            elif getattr(self.args, "dump_traces", None):
+            elif self.cfg.dump_traces:
                 why = getattr(self.driver, "traces_reason", None) or "no NAC layer"
                 print(f"drive: note: no NAC traces to dump ({why})", file=sys.stderr)
         finally:

@@ -1,8 +1,8 @@
 """The teacher's view of a ``drive`` run: what the PPO expert would do in every state the policy visits.
 
-``drive --teacher EXPERT.zip`` asks the expert (:class:`agent.experts.policy.ExpertPolicy`, the
-DAgger teacher, with its start rule and optionally its creep, brake-floor and grass rules) for its action in the state the
-policy is about to act on, before the policy acts. The HUD shows it beside the policy's action,
+``drive --teacher.expert EXPERT.zip`` asks the expert (:class:`agent.experts.policy.ExpertPolicy`, the
+DAgger teacher, with its start rule unless ``--teacher.no-start-rule``, and optionally its creep, brake-floor and
+grass rules) for its action in the state the policy is about to act on, before the policy acts. The HUD shows it beside the policy's action,
 each episode's line prints how often the two agree, and ``--dump-traces`` stores it per step
 (``teacher_action``, ``teacher_class``). It is DAgger's relabelling (Ross, Gordon and Bagnell,
 "A Reduction of Imitation Learning and Structured Prediction to No-Regret Online Learning",
@@ -47,7 +47,7 @@ class Teacher:
         if bool(expert.continuous) != bool(continuous_policy):
             kind = ("continuous (steering, throttle)" if expert.continuous else "five discrete actions")
             want = "a continuous expert" if continuous_policy else "a discrete expert"
-            raise ValueError(f"--teacher {name} drives with {kind}, but the policy does not; give {want} "
+            raise ValueError(f"--teacher.expert {name} drives with {kind}, but the policy does not; give {want} "
                              f"(e.g. {'carracing-expert-continuous.zip' if continuous_policy else 'carracing-expert-discrete-margin.zip'})")
         self.expert = (rules if rules is not None else TeacherRules(start_rule=True)).apply(expert, strict=True)
         self.continuous = bool(expert.continuous)
@@ -68,7 +68,7 @@ class Teacher:
             path = resolve_policy_path(name)
             expert = ExpertPolicy.load(path)
         except (FileNotFoundError, ValueError) as exc:
-            raise ValueError(f"--teacher: {exc}") from exc
+            raise ValueError(f"--teacher.expert: {exc}") from exc
         return cls(expert, continuous_policy, rules, name=path.name)
 
     def reset(self) -> None:

@@ -241,7 +241,7 @@ class TraceRecorder:
         speed after the step (simulator units per second, NaN if unknown), whether all four wheels
         were off the road after it (None if unknown) and the step's Grad-CAM map, (H, W) float in
         [0, 1] over the raw frame (None if it was not computed) and the teacher's label of the state
-        the step acted on, (action as one number, its class), from ``drive --teacher`` (None without)."""
+        the step acted on, (action as one number, its class), from ``drive --teacher.expert`` (None without)."""
         row = {name: getattr(tr, name) for name in (*PAIR_QUANTITIES, "t_gate", "indices", "valid", "ages")}
         row.update({"neuron_" + g: x for g, x in tr.neurons.items()})
         row.update(action=float(action), action_class=int(action_class), reward=float(reward), episode=int(episode),
@@ -282,7 +282,7 @@ def save_traces(path: str | Path, recorder: TraceRecorder, *, action_names: tupl
     (a restarted episode counts again): ``episodes`` (E,) its 1-based number, ``longest_standstill_steps``
     and ``off_road_steps`` (E,) int64.
 
-    Teacher (``drive --teacher``; absent without it): ``teacher_action`` (S,) float64, the expert's
+    Teacher (``drive --teacher.expert``; absent without it): ``teacher_action`` (S,) float64, the expert's
     action for the state each step acted on (an action index or normalised steering),
     ``teacher_class`` (S,) int64 (the class ``action_class`` is compared with) and the string
     ``teacher``, the expert's file name.

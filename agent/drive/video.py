@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.drive.args import ENV_FPS
+from agent.drive.config import ENV_FPS
 
 #: Frames that may wait for the encoder (996x776 RGB: 2.3 MB each).
 QUEUE_FRAMES = 32

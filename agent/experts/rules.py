@@ -5,7 +5,7 @@ on recorded demonstrations (the ``relabel_*`` functions: the labels the teacher 
 from the recorded speeds and frames), and on a live expert (:class:`TeacherRules`, which sets
 them on an :class:`agent.experts.policy.ExpertPolicy` in one place for every command that drives
 a teacher: ``agent collect``, DAgger in ``agent train``, ``agent expert check-recovery`` and
-``drive --teacher``).
+``drive --teacher.expert``).
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ class TeacherRules:
         expert keeps its own). The creep and grass rules are the discrete expert's and are set on
         it as given (0 and False turn them off); with ``strict`` False (DAgger's teacher in ``agent
         train``) a continuous expert drives without them; with ``strict`` True (``agent expert
-        check-recovery``, ``drive --teacher``) they are set on any expert, so a continuous one
+        check-recovery``, ``drive --teacher.expert``) they are set on any expert, so a continuous one
         refuses a creep speed above 0 or the grass rule.
 
         Raises:
