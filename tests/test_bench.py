@@ -1,4 +1,5 @@
-"""A tiny run of the NAC benchmark (agent/bench.py): ours only, plus the missing-peer path."""
+"""A tiny run of the NAC benchmark (agent/bench/nac.py): ours only, plus the missing-peer path; and the options of
+`agent bench` (agent/bench/config.py)."""
 
 from __future__ import annotations
 
@@ -54,3 +55,40 @@ def test_bench_nac_reports_why_the_peer_is_missing(tmp_path):
     buf = io.StringIO()
     print_table(rows, file=buf)
     assert "torch-nac column missing" in buf.getvalue()
+
+
+def test_bench_options_are_one_dataclass_per_subcommand(tmp_path, capsys):
+    import json
+    from pathlib import Path
+
+    from agent.bench.config import BenchNac, BenchRollouts
+    from agent.bench.rollouts import bench_rollouts
+    from agent.cli import main
+
+    # the default expert is the one nac.pt was taught by, and it ships
+    expert = "carracing-expert-discrete-margin.zip"
+    assert BenchRollouts().policies == (expert, "nac.pt") and bench_rollouts.__defaults__[0] == (expert, "nac.pt")
+    assert (Path(__file__).resolve().parents[1] / "policies" / expert).is_file()
+    assert BenchNac().block_sizes == (4096, 16384) and BenchRollouts().track_seed == 1_000_000
+    for argv in (["--help"], ["nac", "--help"], ["rollouts", "--help"]):
+        with pytest.raises(SystemExit) as e:
+            main(["bench", *argv])
+        assert e.value.code == 0
+    assert "usage: agent bench" in capsys.readouterr().out
+    # --json refuses an existing file unless --overwrite, before anything runs
+    rows = tmp_path / "rows.json"
+    rows.write_text("keep")
+    for argv in (["nac"], ["drive"], ["bridge"], ["rollouts"]):
+        assert main(["bench", *argv, "--json", str(rows)]) == 2
+        assert f"agent bench: error: --json {rows} already exists" in capsys.readouterr().err
+    assert rows.read_text() == "keep"
+    assert main(["bench", "nac", "--clock", "cpu", "--threads", "2"]) == 2
+    assert "--clock cpu measures one thread's CPU time: add --threads 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # a value out of range: tyro says so
+        main(["bench", "rollouts", "--episodes", "0"])
+    assert e.value.code == 2
+    # a tiny run writes the rows
+    assert main(["bench", "rollouts", "--policies", expert, "--envs", "1", "--episodes", "1", "--max-steps", "3",
+                 "--track-seed", "5", "--json", str(rows), "--overwrite"]) == 0
+    written = json.loads(rows.read_text())
+    assert [(r["policy"], r["envs"], r["steps"]) for r in written] == [(expert, 1, 3)]

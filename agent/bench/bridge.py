@@ -16,17 +16,15 @@ throttle controller and the ``steer`` encoding. It runs in one process on 127.0.
 runner would call a policy and draw overlays, so its cost lands inside the round trip.
 
 Entry points: :func:`bench_bridge` (returns one row), :func:`print_bridge_table` (prints rows),
-and ``python -m agent.bench.bridge``.
+and ``agent bench bridge`` (:class:`agent.bench.config.BenchBridge`).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -117,11 +115,6 @@ def print_bridge_table(rows: list[dict], file=None) -> None:
         p(" | ".join(v.rjust(w) for v, (_, w) in zip(vals, cols)))
 
 
-def _frame_mean_policy(frame: np.ndarray, info: dict) -> float:
-    """A stand-in policy: touches every pixel once (about what a frame copy or resize costs)."""
-    return float(frame.mean() / 255.0 - 0.5)
-
-
 def runner_policy_fn(policy, overlays: bool) -> Callable[[np.ndarray, dict], float]:
     """What ``drive --env udacity`` does per frame, as a ``policy_fn``: the policy's streaming step
     (with the frame's arrival time as the NAC time), and with ``overlays`` also Grad-CAM on the
@@ -173,30 +166,3 @@ def bench_bridge_policy(policy_path: str | None, n: int, warmup: int) -> list[di
         return rows
     finally:
         torch.set_num_threads(threads)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m agent.bench.bridge [--n 2000] [--warmup 100] [--policy udacity-nac.pt] [--json rows.json]``"""
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="python -m agent.bench.bridge", description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--n", type=int, default=2000, help="timed round trips per row")
-    ap.add_argument("--warmup", type=int, default=100, help="untimed round trips first")
-    ap.add_argument("--json", default="", help="also write the rows to this JSON file")
-    ap.add_argument("--policy", default="udacity-nac.pt",
-                    help="the Udacity policy to time with and without overlays ('' for the stand-in only)")
-    a = ap.parse_args(argv)
-    if a.policy:
-        rows = bench_bridge_policy(a.policy, a.n, a.warmup)
-    else:
-        rows = [bench_bridge(a.n, None, a.warmup),
-                bench_bridge(a.n, _frame_mean_policy, a.warmup, label="frame.mean() stand-in")]
-    print_bridge_table(rows)
-    if a.json:
-        Path(a.json).write_text(json.dumps(rows, indent=1))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

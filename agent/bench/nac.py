@@ -67,7 +67,7 @@ another torch; the benchmark refuses a target folder that contains its own ``tor
   steps); its backbone is one recurrent NCP step from a zero state over the B H T K pairs.
 
 Entry points: :func:`bench_nac` (returns rows), :func:`print_table` (prints them), and
-``python -m agent.bench.nac`` for a quick run.
+``agent bench nac`` (its options: :class:`agent.bench.config.BenchNac`) for a quick run.
 """
 
 from __future__ import annotations
@@ -542,33 +542,3 @@ def print_table(rows: list[dict], file=None) -> None:
     for r in errors:
         if r["error"] not in peer_errors:
             p(f"{r['model']} {r.get('task', 'forward')} at T={r['T']}: {r['error']}")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m agent.bench.nac [--sizes 16 256 1024] [--block-sizes 4096 16384] ...``"""
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="python -m agent.bench.nac", description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--sizes", type=int, nargs="+", default=[16, 256, 1024], help="T for all models")
-    ap.add_argument("--block-sizes", type=int, nargs="*", default=[4096, 16384], help="extra T, blocks selector only")
-    ap.add_argument("--repeats", type=int, default=3, help="timed forwards per run (median)")
-    ap.add_argument("--no-peer", action="store_true", help="skip torch-nac")
-    ap.add_argument("--peer-max-T", type=int, default=1024, help="run torch-nac only up to this T")
-    ap.add_argument("--peer-repeats", type=int, default=None, help="timed forwards for torch-nac (default: "
-                                                                   "repeats below T=256, else 1)")
-    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="wall time, or the measuring thread's "
-                                                                            "CPU time (needs --threads 1)")
-    ap.add_argument("--json", default="", help="also write the rows to this JSON file")
-    a = ap.parse_args(argv)
-    rows = bench_nac(a.sizes, a.block_sizes, a.repeats, not a.no_peer, a.peer_max_T, a.peer_repeats, a.threads,
-                     clock=a.clock)
-    print_table(rows)
-    if a.json:
-        Path(a.json).write_text(json.dumps(rows, indent=1))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,13 +1,14 @@
 """Env steps per second of vectorised rollouts (``agent bench rollouts``): a benchmark, not a test.
 
-For each policy and each N in ``--envs`` the same episodes (``--episodes`` tracks from ``--seed``,
+For each policy and each N in ``--envs`` the same episodes (``--episodes`` tracks from ``--track-seed``,
 ``--max-steps`` steps each) run once: N = 1 through the one-env path (:func:`agent.actors.rollout.rollout`,
 as ``agent evaluate --workers 1`` and ``agent collect`` run today), N > 1 through
 :func:`agent.actors.vector.vector_rollouts` on an ``AsyncVectorEnv`` of N subprocesses, the policy acting on
 the batch. Two policies:
 
-- the PPO expert (what ``agent collect`` and DAgger's labels cost), with the pixel rendering
-  skipped as ``agent evaluate`` does for the expert, its privileged state coming through ``info``;
+- the PPO expert (``carracing-expert-discrete-margin.zip``, the teacher of ``nac.pt``: what ``agent collect``
+  and DAgger's labels cost), with the pixel rendering skipped as ``agent evaluate`` does for the
+  expert, its privileged state coming through ``info``;
 - the student (``policies/nac.pt``) on rendered 96x96 frames, as ``agent evaluate`` runs it.
 
 Printed per row: env steps, the seconds of the rollouts (env start-up excluded and shown apart:
@@ -66,7 +67,7 @@ def _run(policy, n: int, seeds: list[int], max_steps: int) -> tuple[float, float
     return t1 - t0, t2 - t1, _cpu_seconds() - c0, [done[i] for i in range(len(seeds))]
 
 
-def bench_rollouts(policies=("carracing-expert.zip", "nac.pt"), envs=(1, 2, 4), episodes: int = 4,
+def bench_rollouts(policies=("carracing-expert-discrete-margin.zip", "nac.pt"), envs=(1, 2, 4), episodes: int = 4,
                    max_steps: int = 250, seed: int | None = None) -> list[dict]:
     """Time the same episodes with 1, 2, 4, ... envs at once, for each policy.
 

@@ -1,0 +1,196 @@
+"""The options of ``agent bench nac|drive|bridge|rollouts``: one frozen dataclass per benchmark,
+parsed by tyro as subcommands (:data:`BENCHES`).
+
+Every value is checked once: each field in ``__post_init__`` (tyro reports a bad one and exits with
+code 2), the rules between fields and an existing ``--json`` file in ``check()``; both raise
+:class:`agent.train.config.ConfigError` with one line that names the option.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from agent.train.config import ConfigError
+from envs.tracks import EVAL_SEED_BASE
+
+
+def _need(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def _check_json(json: str | None, overwrite: bool) -> None:
+    _need(json is None or overwrite or not Path(json).exists(),
+          f"--json {json} already exists; choose another path or pass --overwrite")
+
+
+@dataclass(frozen=True)
+class BenchNac:
+    """NAC layer: time and memory against torch MHA, LSTM and torch-nac.
+
+    Our NAC layer side by side with torch.nn.MultiheadAttention (causal, same width and heads),
+    torch.nn.LSTM and torch-nac 0.0.2 (the authors' PyTorch port, installed on demand into a private
+    folder): forward time and peak memory (B=1, input and d_model 64, 4 heads, top-k 8, exact mode),
+    forward+backward (B=8), streaming step p50/p99, with ratios and issue 12's layer targets.
+    """
+
+    sizes: tuple[int, ...] = (16, 256, 1024)
+    """T for both layers"""
+    block_sizes: tuple[int, ...] = (4096, 16384)
+    """extra T for our blocks selector (none: give the option without values)"""
+    repeats: int = 3
+    """timed forwards per size (median)"""
+    peer: bool = True
+    """run torch-nac beside ours (--no-peer: skip it)"""
+    peer_max_T: int = 1024
+    """run torch-nac only up to this T"""
+    peer_repeats: int | None = None
+    """timed forwards for torch-nac (default: repeats below T=256, else 1)"""
+    baselines: bool = True
+    """run torch's MultiheadAttention and LSTM beside ours (--no-baselines: skip them)"""
+    train_T: int = 256
+    """T of the forward+backward rows (B=8); 0 skips them"""
+    step_window: int = 16
+    """cached frames of the streaming-step rows; 0 skips them"""
+    threads: int = 1
+    """torch CPU threads per measurement (0: torch's default)"""
+    clock: Literal["wall", "cpu"] = "wall"
+    """wall time, or the measuring thread's CPU time (with --threads 1; steadier on a busy CPU)"""
+    json: str | None = None
+    """also write the rows as JSON here"""
+    overwrite: bool = False
+    """replace an existing --json file"""
+
+    def __post_init__(self):
+        _need(bool(self.sizes) and min(self.sizes) >= 1 and all(t >= 1 for t in self.block_sizes),
+              f"--sizes and --block-sizes must be T >= 1 (and --sizes not empty), got {list(self.sizes)} and "
+              f"{list(self.block_sizes)}")
+        _need(self.repeats >= 1, f"--repeats must be >= 1, got {self.repeats}")
+        _need(self.peer_repeats is None or self.peer_repeats >= 1,
+              f"--peer-repeats must be >= 1, got {self.peer_repeats}")
+        _need(self.peer_max_T >= 1, f"--peer-max-T must be >= 1, got {self.peer_max_T}")
+        _need(self.train_T >= 0 and self.step_window >= 0,
+              f"--train-T and --step-window must be >= 0 (0 skips their rows), got {self.train_T} and "
+              f"{self.step_window}")
+        _need(self.threads >= 0, f"--threads must be >= 0, got {self.threads}")
+
+    def check(self) -> "BenchNac":
+        """The rules between options and an existing ``--json``; returns self."""
+        _need(self.clock == "wall" or self.threads == 1, "--clock cpu measures one thread's CPU time: add --threads 1")
+        _check_json(self.json, self.overwrite)
+        return self
+
+
+@dataclass(frozen=True)
+class BenchDrive:
+    """Runner FPS and step latency with and without the overlays.
+
+    Runner speed in four configurations (policy only, + NAC traces, + Grad-CAM, all on), every
+    frame composed as the window shows it: FPS, p50/p99 of the loop step and of the
+    observation-to-action latency, and CPU ms per step. Headless by default; --window shows every
+    frame in a real window (DISPLAY, or a private Xvfb started for the run when DISPLAY is unset:
+    apt-get install -y xvfb). The target is CarRacing's own 50 FPS with everything on.
+    """
+
+    policy: str = "nac.pt"
+    """policy file (a bare name is looked up in policies/)"""
+    steps: int = 600
+    """timed steps per configuration and round"""
+    rounds: int = 1
+    """interleaved repetitions of all configurations (pooled)"""
+    window: bool = False
+    """show every frame in a real pygame window (the path `drive` takes with a display)"""
+    record: bool = False
+    """add a configuration: all on while writing the mp4 (drive --record), with ffmpeg's CPU"""
+    fps_limit: float = 0.0
+    """the window's frame-rate cap, FPS; 0 = none, to see what the loop can do"""
+    json: str | None = None
+    """also write the rows as JSON here"""
+    overwrite: bool = False
+    """replace an existing --json file"""
+
+    def __post_init__(self):
+        _need(self.steps >= 10, f"--steps must be >= 10, got {self.steps}")
+        _need(self.rounds >= 1, f"--rounds must be >= 1, got {self.rounds}")
+        _need(self.fps_limit >= 0, f"--fps-limit must be >= 0, got {self.fps_limit}")
+
+    def check(self) -> "BenchDrive":
+        """An existing ``--json``; returns self."""
+        _check_json(self.json, self.overwrite)
+        return self
+
+
+@dataclass(frozen=True)
+class BenchBridge:
+    """Udacity bridge round trip (telemetry in -> steer out), with and without the policy and overlays.
+
+    A wire-level fake simulator sends telemetry over loopback and times the steer reply: the bridge
+    alone, with the Udacity policy's step, and with the policy plus Grad-CAM, NAC traces and the
+    composed view. p50/p90/p99/max in ms.
+    """
+
+    policy: str = "udacity-nac.pt"
+    """Udacity policy ('' to time the bridge only)"""
+    n: int = 1000
+    """timed round trips per row"""
+    warmup: int = 50
+    """untimed round trips first"""
+    json: str | None = None
+    """also write the rows as JSON here"""
+    overwrite: bool = False
+    """replace an existing --json file"""
+
+    def __post_init__(self):
+        _need(self.n >= 10 and self.warmup >= 0, f"--n must be >= 10 and --warmup >= 0, got {self.n} and "
+                                                 f"{self.warmup}")
+
+    def check(self) -> "BenchBridge":
+        """An existing ``--json``; returns self."""
+        _check_json(self.json, self.overwrite)
+        return self
+
+
+@dataclass(frozen=True)
+class BenchRollouts:
+    """Env steps/s with N envs at once (--envs), expert and student.
+
+    The same episodes with 1, 2, 4, ... CarRacing envs stepped at once: N = 1 through the one-env
+    path, N > 1 through AsyncVectorEnv subprocesses with the policy acting on the batch (agent
+    collect/evaluate/train --envs N). The expert runs without pixels (its privileged state comes
+    through info), the student on rendered frames. Prints env steps/s, the ratio against N = 1 and
+    whether the returns equal N = 1's, with the load average (figures, not a test).
+    """
+
+    policies: tuple[str, ...] = ("carracing-expert-discrete-margin.zip", "nac.pt")
+    """policy files (a bare name is looked up in policies/); the default expert is nac.pt's teacher"""
+    envs: tuple[int, ...] = (1, 2, 4)
+    """the N to time (ratios against the first)"""
+    episodes: int = 4
+    """tracks per configuration"""
+    max_steps: int = 250
+    """steps per episode"""
+    track_seed: int = EVAL_SEED_BASE
+    """the first track (CarRacing seed): episode i drives track track_seed+i"""
+    json: str | None = None
+    """also write the rows as JSON here"""
+    overwrite: bool = False
+    """replace an existing --json file"""
+
+    def __post_init__(self):
+        _need(bool(self.policies), "--policies: give at least one policy file")
+        _need(self.episodes >= 1 and self.max_steps >= 1 and bool(self.envs) and min(self.envs) >= 1,
+              f"--episodes, --max-steps and every --envs must be >= 1, got {self.episodes}, {self.max_steps} and "
+              f"{list(self.envs)}")
+
+    def check(self) -> "BenchRollouts":
+        """An existing ``--json``; returns self."""
+        _check_json(self.json, self.overwrite)
+        return self
+
+
+#: the benchmarks, by subcommand name
+BENCHES = {"nac": BenchNac, "drive": BenchDrive, "bridge": BenchBridge, "rollouts": BenchRollouts}
+
+__all__ = ["BENCHES", "BenchBridge", "BenchDrive", "BenchNac", "BenchRollouts"]
