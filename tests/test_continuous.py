@@ -3,6 +3,7 @@ a continuous PPO expert -> agent collect ((N, 2) float32 actions) -> agent train
 DAgger with the continuous expert) -> agent evaluate / drive on the continuous env; and the
 discrete default left as it was."""
 
+import argparse
 import json
 
 import gymnasium as gym
@@ -31,8 +32,8 @@ def continuous_expert(tmp_path_factory):
 @pytest.fixture(scope="module")
 def continuous_recording(continuous_expert, tmp_path_factory):
     out = tmp_path_factory.mktemp("crec") / "nac-drive" / "cont-v0"
-    rc = main(["collect", "--expert", str(continuous_expert), "--episodes", "2", "--seed", "3", "--max-steps", "30",
-               "--out", str(out)])
+    rc = main(["collect", "--teacher.expert", str(continuous_expert), "--episodes", "2", "--track-seed", "3",
+               "--max-steps", "30", "--out", str(out)])
     assert rc == 0
     return out
 
@@ -40,8 +41,8 @@ def continuous_recording(continuous_expert, tmp_path_factory):
 @pytest.fixture(scope="module")
 def discrete_recording(tiny_expert, tmp_path_factory):
     out = tmp_path_factory.mktemp("drec") / "nac-drive" / "disc-v0"
-    rc = main(["collect", "--expert", str(tiny_expert), "--episodes", "1", "--seed", "3", "--max-steps", "6",
-               "--out", str(out)])
+    rc = main(["collect", "--teacher.expert", str(tiny_expert), "--episodes", "1", "--track-seed", "3", "--max-steps",
+               "6", "--out", str(out)])
     assert rc == 0
     return out
 
@@ -198,11 +199,13 @@ def test_evaluate_the_continuous_expert(continuous_expert, executed_actions, cap
 
 
 def test_drive_shows_the_two_controls(continuous_student, executed_actions):
-    from agent.drive.config import parse_drive_args
+    from agent.drive.args import add_drive_arguments
     from agent.drive.session import DriveSession
     from agent.actors.loading import load_policy
 
-    args = parse_drive_args(["--headless", "--max-steps", "5", "--env-worker", "off"])  # the spy sees this process
+    parser = argparse.ArgumentParser(prog="drive")
+    add_drive_arguments(parser)
+    args = parser.parse_args(["--headless", "--max-steps", "5", "--env-worker", "off"])  # the spy sees this process
     s = DriveSession(args, load_policy(continuous_student[0]), "student.pt", headless=True, force_draw=True)
     views = []
     compose = s.renderer.compose

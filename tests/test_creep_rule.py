@@ -69,8 +69,8 @@ def test_relabel_creep_uses_the_recorded_speeds():
 
 def test_creep_speed_trains_through_the_cli_from_recorded_speeds(tiny_expert, tmp_path, capsys):
     rec = tmp_path / "recordings" / "nac-drive" / "demo-v0"
-    assert main(["collect", "--expert", str(tiny_expert), "--episodes", "1", "--max-steps", "20", "--seed", "0",
-                 "--out", str(rec)]) == 0
+    assert main(["collect", "--teacher.expert", str(tiny_expert), "--episodes", "1", "--max-steps", "20",
+                 "--track-seed", "0", "--out", str(rec)]) == 0
     demos = load_demonstrations(rec)
     speeds = demos.speeds[0]
     # the recording keeps the speed at every labelled frame: at rest at the reset, then moving or not

@@ -87,8 +87,8 @@ def test_weights_travel_through_extend_subset_and_the_window_items():
 
 def test_dagger_edge_weight_trains_through_the_cli(tiny_expert, tmp_path, capsys):
     rec = tmp_path / "recordings" / "nac-drive" / "demo-v0"
-    assert main(["collect", "--expert", str(tiny_expert), "--episodes", "1", "--max-steps", "20", "--seed", "0",
-                 "--out", str(rec)]) == 0
+    assert main(["collect", "--teacher.expert", str(tiny_expert), "--episodes", "1", "--max-steps", "20",
+                 "--track-seed", "0", "--out", str(rec)]) == 0
     out = tmp_path / "nac.pt"
     rc = main(["train", "--data", str(rec), "--out", str(out), "--window", "2", "--epochs", "1", "--batch-frames", "8",
                "--expert", str(tiny_expert), "--dagger-rounds", "1", "--dagger-episodes", "1", "--dagger-epochs", "1",

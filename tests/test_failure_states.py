@@ -219,8 +219,8 @@ def test_dagger_with_disturbances_writes_each_round(tiny_expert, tmp_path, capsy
     from agent.data.recordings import load_demonstrations
 
     rec = tmp_path / "recordings" / "nac-drive" / "demo-v0"
-    assert main(["collect", "--expert", str(tiny_expert), "--episodes", "2", "--max-steps", "20", "--seed", "0",
-                 "--out", str(rec)]) == 0
+    assert main(["collect", "--teacher.expert", str(tiny_expert), "--episodes", "2", "--max-steps", "20",
+                 "--track-seed", "0", "--out", str(rec)]) == 0
     out = tmp_path / "nac.pt"
     dag = tmp_path / "recordings" / "nac-drive" / "nac-dagger"
     rc = main(["train", "--data", str(rec), "--out", str(out), "--window", "2", "--epochs", "1", "--batch-frames", "8",
@@ -259,8 +259,8 @@ def test_dagger_continues_a_saved_bc_policy(recording_and_policy, tiny_expert, t
 def recording_and_policy(tiny_expert, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("init")
     rec = tmp / "recordings" / "nac-drive" / "demo-v0"
-    assert main(["collect", "--expert", str(tiny_expert), "--episodes", "2", "--max-steps", "20", "--seed", "0",
-                 "--out", str(rec)]) == 0
+    assert main(["collect", "--teacher.expert", str(tiny_expert), "--episodes", "2", "--max-steps", "20",
+                 "--track-seed", "0", "--out", str(rec)]) == 0
     bc = tmp / "bc.pt"
     assert main(["train", "--data", str(rec), "--out", str(bc), "--window", "2", "--epochs", "1",
                  "--batch-frames", "8", "--dashboard", "hidden", "--tensorboard", ""]) == 0

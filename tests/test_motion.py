@@ -143,8 +143,8 @@ def test_train_cli_motion(tiny_expert, tmp_path):
     from agent.actors.loading import load_policy
 
     rec = tmp_path / "recordings" / "nac-drive" / "demo-v0"
-    assert main(["collect", "--expert", str(tiny_expert), "--episodes", "2", "--max-steps", "20", "--seed", "0",
-                 "--out", str(rec)]) == 0
+    assert main(["collect", "--teacher.expert", str(tiny_expert), "--episodes", "2", "--max-steps", "20",
+                 "--track-seed", "0", "--out", str(rec)]) == 0
     out = tmp_path / "motion.pt"
     assert main(["train", "--data", str(rec), "--out", str(out), "--window", "2", "--epochs", "1",
                  "--batch-frames", "8", "--dashboard", "speed", "--motion", "--tensorboard", "",

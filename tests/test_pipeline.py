@@ -15,8 +15,8 @@ from envs import make_carracing
 @pytest.fixture(scope="module")
 def recording(tiny_expert, tmp_path_factory):
     out = tmp_path_factory.mktemp("rec") / "nac-drive" / "expert-3-v0"
-    rc = main(["collect", "--expert", str(tiny_expert), "--episodes", "3", "--seed", "5", "--max-steps", "24",
-               "--out", str(out)])
+    rc = main(["collect", "--teacher.expert", str(tiny_expert), "--episodes", "3", "--track-seed", "5", "--max-steps",
+               "24", "--out", str(out)])
     assert rc == 0
     return out
 
@@ -37,12 +37,13 @@ def test_collect_writes_a_minari_dataset(recording):
 
 
 def test_collect_refuses_to_overwrite(recording, tiny_expert, capsys):
-    rc = main(["collect", "--expert", str(tiny_expert), "--episodes", "1", "--out", str(recording)])
+    rc = main(["collect", "--teacher.expert", str(tiny_expert), "--episodes", "1", "--out", str(recording)])
     assert rc == 2 and "--overwrite" in capsys.readouterr().err
 
 
 def test_collect_bad_expert_path(tmp_path, capsys):
-    rc = main(["collect", "--expert", str(tmp_path / "nope.zip"), "--episodes", "1", "--out", str(tmp_path / "ns" / "r-v0")])
+    rc = main(["collect", "--teacher.expert", str(tmp_path / "nope.zip"), "--episodes", "1", "--out",
+               str(tmp_path / "ns" / "r-v0")])
     assert rc == 2 and "nope.zip" in capsys.readouterr().err
     assert not (tmp_path / "ns").exists()
 
@@ -71,7 +72,7 @@ def test_interrupted_recording_keeps_finished_episodes(tmp_path):
 
 def test_collect_to_a_relative_path(tiny_expert, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    rc = main(["collect", "--expert", str(tiny_expert), "--episodes", "2", "--max-steps", "5",
+    rc = main(["collect", "--teacher.expert", str(tiny_expert), "--episodes", "2", "--max-steps", "5",
                "--out", "recordings/nac-drive/rel-v0"])
     assert rc == 0
     assert len(load_demonstrations("recordings/nac-drive/rel-v0").actions) == 2

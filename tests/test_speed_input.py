@@ -117,8 +117,8 @@ def test_a_speed_input_student_trains_dagger_and_evaluates_through_the_cli(tiny_
     from agent.actors.loading import reads_speedometer
 
     rec = tmp_path / "recordings" / "nac-drive" / "demo-v0"
-    assert main(["collect", "--expert", str(tiny_expert), "--episodes", "1", "--max-steps", "20", "--seed", "0",
-                 "--out", str(rec)]) == 0
+    assert main(["collect", "--teacher.expert", str(tiny_expert), "--episodes", "1", "--max-steps", "20",
+                 "--track-seed", "0", "--out", str(rec)]) == 0
     meter = tmp_path / "meter.pt"
     assert main(["train", "--data", str(rec), "--out", str(meter), "--window", "2", "--epochs", "1",
                  "--dashboard", "speedometer", "--batch-frames", "8", "--val-fraction", "0",

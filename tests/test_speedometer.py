@@ -148,8 +148,8 @@ def test_a_speedometer_student_trains_dagger_and_evaluates_through_the_cli(tiny_
     import json
 
     rec = tmp_path / "recordings" / "nac-drive" / "demo-v0"
-    assert main(["collect", "--expert", str(tiny_expert), "--episodes", "1", "--max-steps", "20", "--seed", "0",
-                 "--out", str(rec)]) == 0
+    assert main(["collect", "--teacher.expert", str(tiny_expert), "--episodes", "1", "--max-steps", "20",
+                 "--track-seed", "0", "--out", str(rec)]) == 0
     plain = tmp_path / "plain.pt"
     assert main(["train", "--data", str(rec), "--out", str(plain), "--window", "2", "--epochs", "1",
                  "--batch-frames", "8", "--val-fraction", "0", "--tensorboard", ""]) == 0

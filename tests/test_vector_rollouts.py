@@ -234,8 +234,8 @@ def test_vector_rollouts_refuse_an_autoresetting_env():
 def test_collect_with_envs_writes_the_same_dataset(tmp_path):
     from agent.data.recordings import load_demonstrations
 
-    common = ["collect", "--expert", "carracing-expert.zip", "--episodes", "3", "--max-steps", "6", "--seed", "21",
-              "--start-rule"]
+    common = ["collect", "--teacher.expert", "carracing-expert.zip", "--episodes", "3", "--max-steps", "6",
+              "--track-seed", "21", "--teacher.start-rule"]
     assert main(common + ["--out", str(tmp_path / "ns" / "one-v0")]) == 0
     assert main(common + ["--envs", "2", "--out", str(tmp_path / "ns" / "two-v0")]) == 0
     a, b = load_demonstrations(tmp_path / "ns" / "one-v0"), load_demonstrations(tmp_path / "ns" / "two-v0")

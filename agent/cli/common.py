@@ -6,8 +6,11 @@ import argparse
 import json
 from pathlib import Path
 
+import tyro
+
 from agent.data.udacity import load_recording
 from agent.data.udacity_cache import DEFAULT_CACHE_DIR, load_cached
+from agent.train.config import ConfigError, TeacherSection
 from agent.train.lodo import driver_names
 
 FMT = argparse.ArgumentDefaultsHelpFormatter
@@ -46,6 +49,29 @@ def write_json(path: str | Path, obj) -> None:
     """``obj`` as indented JSON at ``path`` (its folder is created)."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def parse_config(cls, argv: list[str], prog: str, description: str):
+    """The checked config ``cls`` (a frozen dataclass) of ``prog ARGV``, parsed by tyro.
+
+    ``--help`` prints the options and exits (code 0); a value a field refuses in ``__post_init__``
+    is reported by tyro (exit code 2).
+
+    Raises:
+        CLIError: from ``cls.check()``: options that do not go together, a file in the way (one line).
+    """
+    try:
+        return tyro.cli(cls, args=list(argv), prog=prog, description=description).check()
+    except ConfigError as exc:
+        raise CLIError(str(exc)) from exc
+
+
+def teacher_rule_options(teacher: TeacherSection) -> list[str]:
+    """The ``--teacher.*`` rule options of ``teacher`` that differ from their defaults, as typed."""
+    default = TeacherSection()
+    return [f"--teacher.{'no-' if getattr(teacher, name) is False else ''}{name.replace('_', '-')}"
+            for name in ("start_rule", "creep_speed", "brake_floor", "grass_rule")
+            if getattr(teacher, name) != getattr(default, name)]
 
 
 def udacity_loader(args, n_recordings: int):

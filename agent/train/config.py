@@ -157,7 +157,7 @@ class TeacherSection:
     """
 
     expert: str | None = None
-    """PPO expert .zip that relabels (DAgger; the same action kind as the recordings)"""
+    """the PPO expert .zip that drives or labels (a bare name is looked up in policies/; DAgger's: the recordings' action kind)"""
     start_rule: bool = False
     """from a standstill (< 1 unit/s) the teacher's label is go; brakes below the brake floor become gas"""
     creep_speed: float = 0.0
