@@ -3,7 +3,6 @@ a continuous PPO expert -> agent collect ((N, 2) float32 actions) -> agent train
 DAgger with the continuous expert) -> agent evaluate / drive on the continuous env; and the
 discrete default left as it was."""
 
-import argparse
 import json
 
 import gymnasium as gym
@@ -199,13 +198,11 @@ def test_evaluate_the_continuous_expert(continuous_expert, executed_actions, cap
 
 
 def test_drive_shows_the_two_controls(continuous_student, executed_actions):
-    from agent.drive.args import add_drive_arguments
+    from agent.drive.config import parse_drive_args
     from agent.drive.session import DriveSession
     from agent.actors.loading import load_policy
 
-    parser = argparse.ArgumentParser(prog="drive")
-    add_drive_arguments(parser)
-    args = parser.parse_args(["--headless", "--max-steps", "5", "--env-worker", "off"])  # the spy sees this process
+    args = parse_drive_args(["--headless", "--max-steps", "5", "--env-worker", "off"])  # the spy sees this process
     s = DriveSession(args, load_policy(continuous_student[0]), "student.pt", headless=True, force_draw=True)
     views = []
     compose = s.renderer.compose
