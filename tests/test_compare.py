@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import tyro
 
 from agent.compare.cells import (REFERENCE, Protocol, Variant, choose_width, parse_variants, update_plan)
 from agent.compare.report import bootstrap_ci, paired_difference
@@ -143,10 +146,10 @@ def test_one_folder_keeps_one_protocol(tmp_path):
 def _compare(out, expert, *extra):
     from agent.cli import main
 
-    return main(["compare", "--cores", "nac-steady,lstm", "--seeds", "0", "--data", SAMPLE, "--expert", str(expert),
-                 "--epochs", "1", "--dagger-rounds", "1", "--dagger-episodes", "1", "--dagger-max-steps", "12",
-                 "--dagger-epochs", "1", "--episodes", "2", "--max-steps", "15", "--latency-steps", "10",
-                 "--out", str(out), *extra])
+    return main(["compare", "--cores", "nac-steady,lstm", "--seeds", "0", "--data", SAMPLE, "--teacher.expert",
+                 str(expert), "--epochs", "1", "--dagger.rounds", "1", "--dagger.episodes", "1", "--dagger.max-steps",
+                 "12", "--dagger.epochs", "1", "--episodes", "2", "--max-steps", "15", "--latency-steps", "10",
+                 "--device", "cpu", "--out", str(out), *extra])
 
 
 def test_compare_two_cores_end_to_end_and_resume(tmp_path, tiny_expert, capsys):
@@ -182,8 +185,11 @@ def test_compare_two_cores_end_to_end_and_resume(tmp_path, tiny_expert, capsys):
 
     # an interrupted cell (trained, not evaluated) resumes at its evaluation
     (out / "lstm__s0" / "cell.json").unlink()
-    assert main(["compare", "--report", str(out)]) == 0
+    assert main(["compare", "--out", str(out), "--report-only", "--json", str(tmp_path / "summary.json")]) == 0
     report = json.loads((out / "report.json").read_text())
+    assert json.loads((tmp_path / "summary.json").read_text()) == report
+    assert main(["compare", "--out", str(out), "--report-only", "--json", str(tmp_path / "summary.json")]) == 2
+    assert "already exists; choose another path or pass --overwrite" in capsys.readouterr().err
     assert [r["variant"] for r in report["rows"]] == ["nac-steady"] and report["missing"] == ["lstm__s0"]
     assert "Missing cells (1): lstm__s0" in (out / "report.md").read_text()
     assert _compare(out, tiny_expert) == 0
@@ -198,14 +204,43 @@ def test_compare_two_cores_end_to_end_and_resume(tmp_path, tiny_expert, capsys):
 
 def test_compare_rejects_bad_requests(tmp_path, capsys):
     from agent.cli import main
+    from agent.compare.config import CompareConfig
+    from agent.train.config import ConfigError
 
     assert main(["compare", "--cores", "lstm@topk=2", "--data", SAMPLE, "--out", str(tmp_path / "a")]) == 2
     assert "only apply to the nac-" in capsys.readouterr().err
     assert main(["compare", "--data", str(tmp_path / "nothing"), "--out", str(tmp_path / "b")]) == 2
     assert "agent collect" in capsys.readouterr().err
-    assert main(["compare", "--data", SAMPLE, "--eval-seed", "5", "--out", str(tmp_path / "c")]) == 2
-    assert "training track" in capsys.readouterr().err
-    assert main(["compare", "--report", str(tmp_path / "none")]) == 2
+    assert main(["compare", "--seeds", "0,x", "--data", SAMPLE, "--out", str(tmp_path / "b")]) == 2
+    assert "--seeds must be comma-separated integers" in capsys.readouterr().err
+    assert main(["compare", "--data", SAMPLE, "--teacher.expert", "None", "--out", str(tmp_path / "b")]) == 2
+    assert "--dagger.rounds needs --teacher.expert" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="--track-seed 5 is a training track"):
+        CompareConfig(track_seed=5)
+    with pytest.raises(SystemExit) as e:  # on the command line tyro reports it
+        main(["compare", "--data", SAMPLE, "--track-seed", "5", "--out", str(tmp_path / "c")])
+    assert e.value.code == 2
+    assert main(["compare", "--out", str(tmp_path / "none"), "--report-only"]) == 2
+
+
+def test_compare_options_map_onto_the_protocol():
+    from agent.compare.config import CompareConfig
+    from agent.compare.cells import Protocol
+
+    cfg = CompareConfig()
+    # the default teacher is the one that taught the shipped student, and it ships; its start rule is on
+    assert cfg.teacher.expert == "carracing-expert-discrete-margin.zip" and cfg.teacher.start_rule is True
+    assert (Path(__file__).resolve().parents[1] / "policies" / cfg.teacher.expert).is_file()
+    assert cfg.protocol() == Protocol(data=list(cfg.data))  # the options' defaults are the protocol's
+    assert (cfg.workers, cfg.cell_threads, CompareConfig(workers=2).cell_threads) == (1, 0, 1)
+    cfg = tyro.cli(CompareConfig, args=["--teacher.no-start-rule", "--teacher.creep-speed", "10", "--track-seed",
+                                         "2000000", "--dagger.track-seed", "7", "--no-eval-bc"])
+    p = cfg.protocol()
+    assert (p.start_rule, p.creep_speed, p.eval_seed, p.dagger_seed, p.eval_bc) == (False, 10.0, 2_000_000, 7, False)
+    # a plan written before the teacher's other rules were protocol fields still loads, unchanged
+    old = {k: v for k, v in asdict(Protocol(data=[SAMPLE])).items() if k not in ("creep_speed", "brake_floor",
+                                                                                  "grass_rule")}
+    assert Protocol(**old) == Protocol(data=[SAMPLE])
 
 
 # ----------------------------------------------------------------------------- the report from cell files

@@ -632,7 +632,9 @@ def test_the_start_rule_is_asked_for_explicitly():
     assert parser.parse_args(["train", "--data", "d"]).start_rule is False
     assert parser.parse_args(["train", "--data", "d", "--start-rule"]).start_rule is True
     assert parser.parse_args(["evaluate", "--policy", "p.zip"]).start_rule is False
-    assert parser.parse_args(["compare"]).start_rule is True
+    from agent.compare.config import CompareConfig
+
+    assert CompareConfig().teacher.start_rule is True and CompareConfig().protocol().start_rule is True
 
 
 # ----------------------------------------------------------------------------- tiles, edge, lap ends

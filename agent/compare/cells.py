@@ -153,10 +153,19 @@ def cell_name(variant: Variant, seed: int) -> str:
 class Protocol:
     """What every cell of one comparison shares (kept in ``plan.json``; cells of one OUT must agree).
 
+    The field names are the plan's (``plan.json``, ``cell.json``); ``agent compare``'s options map
+    onto them (:class:`agent.compare.config.CompareConfig`: ``--teacher.expert`` is ``expert``,
+    ``--dagger.track-seed`` is ``dagger_seed``, ``--track-seed`` is ``eval_seed``).
+
     Attributes:
         data: the expert recordings (Minari folders) behaviour cloning reads.
-        expert: the PPO expert ``.zip`` that labels DAgger rollouts (with its start rule,
-            ``start_rule``, as ``agent train`` uses it).
+        expert: the PPO expert ``.zip`` that labels DAgger rollouts: by default
+            ``carracing-expert-discrete-margin.zip``, the teacher of the shipped ``nac.pt``
+            (the shipped comparison, results/compare-carracing, used ``carracing-expert.zip``).
+        start_rule, creep_speed, brake_floor, grass_rule: the DAgger teacher's rules
+            (:class:`agent.experts.rules.TeacherRules`; the recordings keep their labels). The start
+            rule is on, as DAgger's teacher needs it: without it the expert labels a stopped
+            student's states "stay" (README, "The expert's stalls").
         window: T, frames per window (a variant's ``T`` overrides it).
         epochs: behaviour-cloning epochs. dagger_*: as ``agent train`` (rounds, student episodes
             per round, epochs on the aggregate, beta and its decay, disturbances per 1000 steps,
@@ -168,7 +177,7 @@ class Protocol:
     """
 
     data: list[str]
-    expert: str = "carracing-expert.zip"
+    expert: str | None = "carracing-expert-discrete-margin.zip"
     window: int = 4
     epochs: int = 4
     dagger_rounds: int = 2
@@ -180,6 +189,9 @@ class Protocol:
     dagger_seed: int = 500_000
     dagger_max_steps: int | None = None
     start_rule: bool = True
+    creep_speed: float = 0.0
+    brake_floor: float | None = None
+    grass_rule: bool = False
     episodes: int = 30
     eval_seed: int = 1_000_000
     max_steps: int | None = None
@@ -315,7 +327,8 @@ def _closed_loop(path: Path, protocol: Protocol) -> dict:
             "seconds": res.seconds, **_return_summary(res.returns)}
 
 
-def run_cell(variant: Variant | str, seed: int, protocol: Protocol, out: str | Path, threads: int = 1) -> CellResult:
+def run_cell(variant: Variant | str, seed: int, protocol: Protocol, out: str | Path, threads: int = 1,
+             device: str = "cpu") -> CellResult:
     """Train, score and drive one cell; skip whatever its folder already holds.
 
     Steps: behaviour cloning on ``protocol.data`` (``bc.pt``), DAgger (``policy.pt``,
@@ -327,6 +340,7 @@ def run_cell(variant: Variant | str, seed: int, protocol: Protocol, out: str | P
         variant: the variant (or its text). seed: the training seed (weights, split, batches,
             DAgger's mixing draws). protocol: the shared :class:`Protocol`. out: the comparison folder.
         threads: torch CPU threads for this cell (0: torch's default).
+        device: the torch device that trains the cell (scoring, driving and the latency run on the CPU).
 
     Returns:
         the :class:`CellResult` (status "done" or "kept").
@@ -352,7 +366,7 @@ def run_cell(variant: Variant | str, seed: int, protocol: Protocol, out: str | P
                       dagger_episodes=protocol.dagger_episodes, dagger_epochs=protocol.dagger_epochs,
                       dagger_seed=protocol.dagger_seed, dagger_beta=protocol.dagger_beta,
                       dagger_beta_decay=protocol.dagger_beta_decay, dagger_max_steps=protocol.dagger_max_steps,
-                      dagger_disturb=protocol.dagger_disturb)
+                      dagger_disturb=protocol.dagger_disturb, device=device)
     source = DemonstrationSource(load_demonstrations(protocol.data))
     _, val_src = source.split(cfg.val_fraction, cfg.seed)
     trained = read_json(folder / "train.json")
@@ -362,7 +376,8 @@ def run_cell(variant: Variant | str, seed: int, protocol: Protocol, out: str | P
             expert = load_policy(protocol.expert)
             if is_continuous(expert):
                 raise ValueError(f"{protocol.expert} is a continuous expert; the comparison uses the discrete one")
-            TeacherRules(start_rule=protocol.start_rule).apply(expert)
+            TeacherRules(start_rule=protocol.start_rule, creep_speed=protocol.creep_speed,
+                         brake_floor=protocol.brake_floor, grass_rule=protocol.grass_rule).apply(expert)
             env = make_carracing_for(expert, speedometer=reads_speedometer(pcfg))
         t0 = time.time()
         log.info("cell %s: training (%s, width %d, %d core parameters)", name, variant.core, width, params)
@@ -412,10 +427,10 @@ def run_cell(variant: Variant | str, seed: int, protocol: Protocol, out: str | P
 
 
 def _run_cell_job(args) -> CellResult:
-    """Worker entry point for ``--jobs`` (a spawned process): never raises, reports the failure."""
-    variant, seed, protocol, out, threads = args
+    """Worker entry point for ``--workers`` (a spawned process): never raises, reports the failure."""
+    variant, seed, protocol, out, threads, device = args
     try:
-        return run_cell(variant, seed, Protocol(**protocol), out, threads)
+        return run_cell(variant, seed, Protocol(**protocol), out, threads, device)
     except Exception as exc:  # noqa: BLE001 - one failed cell must not stop the others
         import traceback
 
@@ -453,9 +468,10 @@ def update_plan(out: str | Path, protocol: Protocol, cells: list[str]) -> dict:
     return plan
 
 
-def run_comparison(variants: list[Variant], seeds: list[int], protocol: Protocol, out: str | Path, jobs: int = 1,
-                   threads: int = 1, progress: bool = True) -> list[CellResult]:
-    """Run every (variant, seed) cell not finished yet, ``jobs`` at a time (spawned processes).
+def run_comparison(variants: list[Variant], seeds: list[int], protocol: Protocol, out: str | Path, workers: int = 1,
+                   threads: int = 1, progress: bool = True, device: str = "cpu") -> list[CellResult]:
+    """Run every (variant, seed) cell not finished yet, ``workers`` at a time (spawned processes), training on
+    ``device``.
 
     Raises:
         ValueError: see :func:`update_plan`; no variants or seeds.
@@ -466,16 +482,17 @@ def run_comparison(variants: list[Variant], seeds: list[int], protocol: Protocol
     update_plan(out, protocol, [cell_name(v, s) for v, s in cells])
     results: list[CellResult] = []
     bar = bar_for(total=len(cells), desc="compare", unit="cell", disable=not progress)
-    if jobs <= 1:
+    if workers <= 1:
         for v, s in cells:
-            results.append(run_cell(v, s, protocol, out, threads))
+            results.append(run_cell(v, s, protocol, out, threads, device))
             bar.update(1)
     else:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
-            futures = [pool.submit(_run_cell_job, (v.name, s, asdict(protocol), str(out), threads)) for v, s in cells]
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+            futures = [pool.submit(_run_cell_job, (v.name, s, asdict(protocol), str(out), threads, device))
+                       for v, s in cells]
             for f in as_completed(futures):
                 r = f.result()
                 if r.status == "failed":
