@@ -1,6 +1,6 @@
 """Draw docs/brake-floor.png: the teacher's brake labels by car speed in DAgger rounds, and the brake floor.
 
-Usage (README, "The brake floor"; the recordings are `agent train --dagger-out` rounds):
+Usage (README, "The brake floor"; the recordings are `agent train --dagger.save-rounds` rounds):
 
     python docs/brake_floor.py --before recordings/nac-drive/dcl{A,B,C,D,E,F,G}-dagger-r?-v0 \\
         --after recordings/nac-drive/dclI-dagger-r?-v0 --out docs/brake-floor.png
@@ -8,7 +8,7 @@ Usage (README, "The brake floor"; the recordings are `agent train --dagger-out` 
 One bar per 1 unit/s of speed (simulator units per second, the speed recorded with each labelled
 frame) from 0 to 60: how many frames the teacher labelled "brake". ``--before``: rounds labelled
 with the start rule's floor at 10 units/s (brake becomes gas below it); ``--after``: rounds
-labelled with ``--brake-floor 20``. The recordings are read one at a time.
+labelled with ``--teacher.brake-floor 20``. The recordings are read one at a time.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@
 # The copies hold the same two episodes, so the held-out accuracy (1.0) says nothing here.
 # Runs: the default carracing recipe (nac-steady, T=4, 256 frames a batch) on cuda (8 DataLoader workers, GPU_EPOCHS
 # epochs, default 3), then 1 epoch on the CPU with 2 threads (the development machine's size) and with 16.
-# Each writes its training report (--report) with every epoch's seconds.
+# Each writes its training report (--json) with every epoch's seconds, and its resolved config to its run folder.
 N=${1:-500}; GE=${2:-3}; OUT=${OUT:-/tmp/gpu-bc}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 SDL_VIDEODRIVER=dummy
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tail -1
@@ -22,9 +22,10 @@ D=$(ls -d "$R"/s*-v0)
 for spec in "cuda:0:$GE:8:210" "cpu:2:1:0:150" "cpu:16:1:4:100"; do IFS=: read dev th ep wk to <<< "$spec"
   echo "== $dev threads=$th epochs=$ep workers=$wk"
   t0=$(date +%s)
-  timeout "$to" python3 -c "import sys; from agent.cli import main; sys.exit(main())" train --env carracing --window 4 \
-     --seed 0 --tensorboard '' --overwrite --data $D --epochs "$ep" --device "$dev" --threads "$th" --workers "$wk" \
-     --out "$OUT/bc-$dev-$th.pt" --report "$OUT/bc-$dev-$th.json" 2>&1 \
+  timeout "$to" python3 -c "import sys; from agent.cli import main; sys.exit(main())" train --env carracing \
+     --policy.window 4 --seed 0 --train.tensorboard '' --overwrite --data $D --train.epochs "$ep" --device "$dev" \
+     --threads "$th" --workers "$wk" --out "$OUT/bc-$dev-$th.pt" --run-dir "$OUT/run-$dev-$th" \
+     --json "$OUT/bc-$dev-$th.json" 2>&1 \
      | grep -vE "it/s|s/it|batch/s" | grep -E "epoch|took|error|Error|Traceback|frames|windows" | tail -14
   echo "wall $(( $(date +%s) - t0 )) s"
 done

@@ -26,14 +26,15 @@ def sensitivity(policy, seed: int, steps: int, delta: float) -> dict:
     "changed": {+delta: share, -delta: share}, "changes": Counter of (chosen, counterfactual, d)}.
 
     Raises:
-        ValueError: a policy that does not read the speedometer (``--dashboard speedometer`` or
-            ``speed-input``).
+        ValueError: a policy that does not read the speedometer (trained with ``--policy.dashboard
+            speedometer`` or ``speed-input``).
     """
     from agent.actors.loading import make_carracing_for, reads_speedometer
     from envs.carracing import draw_speedometer
 
     if not reads_speedometer(policy):
-        raise ValueError("this policy does not read the speedometer (--dashboard speedometer or speed-input)")
+        raise ValueError("this policy does not read the speedometer (agent train --policy.dashboard speedometer "
+                         "or speed-input)")
     names = policy.config.action_names
     env = make_carracing_for(policy)
     obs, _ = env.reset(seed=seed)

@@ -1,5 +1,5 @@
 """Draw docs/speedometer.png: what a student sees of the car's speed, with gymnasium's speed bar
-and with the speedometer (``--dashboard speedometer``), at a few speeds.
+and with the speedometer (``agent train --policy.dashboard speedometer``), at a few speeds.
 
 Usage (README, "The speedometer"):
 

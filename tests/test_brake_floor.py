@@ -3,6 +3,7 @@
 
 import numpy as np
 import pytest
+from cli_run import run_cli
 from expert_fixture import ConstantNet, small_demos
 
 from agent.cli import main
@@ -92,8 +93,9 @@ def test_brake_floor_trains_through_the_cli_from_recorded_speeds(tmp_path, capsy
     assert demos.actions[0].tolist() == actions
     expected = int(np.count_nonzero((np.array(speeds[:-1]) < 20.0) & (np.array(actions) == BRAKE)))
     assert expected == 3
-    rc = main(["train", "--data", str(rec), "--out", str(tmp_path / "nac.pt"), "--window", "2", "--epochs", "1",
-               "--batch-frames", "4", "--brake-floor", "20", "--val-fraction", "0", "--tensorboard", ""])
+    rc = main(["train", "--data", str(rec), "--out", str(tmp_path / "nac.pt"), "--run-dir", str(tmp_path / "run"),
+               "--policy.window", "2", "--train.epochs", "1", "--train.batch-frames", "4", "--teacher.brake-floor",
+               "20", "--train.val-fraction", "0", "--train.tensorboard", ""])
     assert rc == 0 and (tmp_path / "nac.pt").is_file()
     log = " ".join(capsys.readouterr().err.split())
     assert f"{expected} of {len(actions)} recorded brake labels below 20.0 units/s relabelled gas" in log
@@ -101,14 +103,15 @@ def test_brake_floor_trains_through_the_cli_from_recorded_speeds(tmp_path, capsy
 
 def test_brake_floor_errors_are_clear(tiny_expert, tmp_path, capsys):
     rec = tmp_path / "none-v0"
-    assert main(["train", "--data", str(rec), "--out", str(tmp_path / "x.pt"), "--brake-floor", "-1"]) == 2
-    assert "--brake-floor must be a speed" in capsys.readouterr().err
-    assert main(["train", "--data", str(rec), "--out", str(tmp_path / "x.pt"), "--brake-floor", "20",
-                 "--dagger-rounds", "1", "--expert", str(tiny_expert)]) == 2
-    assert "--start-rule" in capsys.readouterr().err
-    assert main(["train", "--env", "udacity", "--data", str(tmp_path), "--out", str(tmp_path / "u.pt"),
-                 "--brake-floor", "20"]) == 2
-    assert "--brake-floor" in capsys.readouterr().err
+    common = ["train", "--data", str(rec), "--out", str(tmp_path / "x.pt"), "--run-dir", str(tmp_path / "x")]
+    rc, err = run_cli([*common, "--teacher.brake-floor", "-1"], capsys)  # refused by tyro's parser
+    assert rc == 2 and "teacher.brake_floor must be a finite speed >= 0" in err
+    rc, err = run_cli([*common, "--teacher.brake-floor", "20", "--dagger.rounds", "1", "--teacher.expert",
+                       str(tiny_expert)], capsys)
+    assert rc == 2 and "DAgger's teacher uses it only with teacher.start_rule" in err
+    rc, err = run_cli(["train", "--env", "udacity", "--data", str(tmp_path), "--out", str(tmp_path / "u.pt"),
+                       "--run-dir", str(tmp_path / "u"), "--teacher.brake-floor", "20"], capsys)
+    assert rc == 2 and "teacher.brake_floor only apply to env 'carracing'" in err
 
 
 def test_check_recovery_takes_the_brake_floor(tiny_expert, tmp_path, capsys):

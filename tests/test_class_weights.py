@@ -1,10 +1,11 @@
-"""Class weights (`agent train --class-weights`): each frame's loss weight from its target action."""
+"""Class weights (`agent train --train.class-weights`): each frame's loss weight from its target action."""
 
 import json
 from pathlib import Path
 
 import pytest
 import torch
+from cli_run import unbox
 
 from agent.cli import main
 from agent.nn.policy import DrivingPolicy
@@ -29,18 +30,22 @@ def test_train_config_refuses_bad_class_weights(bad):
 
 def _train(tmp_path, name, *extra):
     out = tmp_path / f"{name}.pt"
-    rc = main(["train", "--env", "carracing", "--data", SAMPLE, "--out", str(out), "--window", "2", "--epochs", "1",
-               "--batch-frames", "16", "--seed", "3", "--tensorboard", "", "--threads", "1", *extra])
+    try:  # a value a config section refuses exits from tyro's parser (SystemExit 2)
+        rc = main(["train", "--env", "carracing", "--data", SAMPLE, "--out", str(out), "--run-dir",
+                   str(tmp_path / name), "--policy.window", "2", "--train.epochs", "1", "--train.batch-frames", "16",
+                   "--seed", "3", "--train.tensorboard", "", "--threads", "1", *extra])
+    except SystemExit as exc:
+        rc = exc.code
     return rc, out
 
 
 def test_class_weights_change_what_is_learnt_and_are_recorded(tmp_path):
     rc, plain = _train(tmp_path, "plain")
     assert rc == 0
-    rc, ones = _train(tmp_path, "ones", "--class-weights", "1", "1", "1", "1", "1")
+    rc, ones = _train(tmp_path, "ones", "--train.class-weights", "1", "1", "1", "1", "1")
     assert rc == 0
     report = tmp_path / "gas.json"
-    rc, gas_only = _train(tmp_path, "gas", "--class-weights", "0", "0", "0", "1", "0", "--report", str(report))
+    rc, gas_only = _train(tmp_path, "gas", "--train.class-weights", "0", "0", "0", "1", "0", "--json", str(report))
     assert rc == 0
     p, o, g = (DrivingPolicy.load(f).state_dict() for f in (plain, ones, gas_only))
     # all ones is the plain (unweighted) mean; weighing only the gas frames trains other weights
@@ -50,8 +55,9 @@ def test_class_weights_change_what_is_learnt_and_are_recorded(tmp_path):
 
 
 def test_class_weights_errors_say_what_was_wrong(tmp_path, capsys):
-    rc, _ = _train(tmp_path, "neg", "--class-weights", "1", "1", "1", "1", "-4")
-    assert rc == 2 and "--class-weights" in capsys.readouterr().err
-    rc, _ = _train(tmp_path, "short", "--class-weights", "1", "4")
+    rc, _ = _train(tmp_path, "neg", "--train.class-weights", "1", "1", "1", "1", "-4")
+    err = unbox(capsys.readouterr().err)
+    assert rc == 2 and "train.class_weights must be finite weights >= 0" in err
+    rc, _ = _train(tmp_path, "short", "--train.class-weights", "1", "4")
     err = capsys.readouterr().err
     assert rc == 2 and "5 actions" in err and "2 weights" in err

@@ -51,10 +51,10 @@ def continuous_student(continuous_recording, continuous_expert, tmp_path_factory
     """BC for 1 epoch with T=2, then one short DAgger round relabelled by the continuous expert."""
     d = tmp_path_factory.mktemp("cstudent")
     out, report = d / "student.pt", d / "report.json"
-    rc = main(["train", "--data", str(continuous_recording), "--out", str(out), "--window", "2", "--epochs", "1",
-               "--batch-frames", "16", "--expert", str(continuous_expert), "--dagger-rounds", "1",
-               "--dagger-episodes", "1", "--dagger-epochs", "1", "--dagger-max-steps", "8", "--tensorboard", "",
-               "--report", str(report)])
+    rc = main(["train", "--data", str(continuous_recording), "--out", str(out), "--run-dir", str(d / "run"),
+               "--policy.window", "2", "--train.epochs", "1", "--train.batch-frames", "16", "--teacher.expert",
+               str(continuous_expert), "--dagger.rounds", "1", "--dagger.episodes", "1", "--dagger.epochs", "1",
+               "--dagger.max-steps", "8", "--train.tensorboard", "", "--json", str(report)])
     assert rc == 0 and out.is_file()
     return out, json.loads(report.read_text())
 
@@ -104,7 +104,7 @@ def test_load_demonstrations_rejects_mixing(continuous_recording, discrete_recor
     with pytest.raises(RecordingError, match="discrete and continuous"):
         load_demonstrations(discrete_recording).extend(load_demonstrations(continuous_recording))
     rc = main(["train", "--data", str(discrete_recording), str(continuous_recording), "--out", str(tmp_path / "x.pt"),
-               "--epochs", "1", "--tensorboard", ""])
+               "--run-dir", str(tmp_path / "x"), "--train.epochs", "1", "--train.tensorboard", ""])
     err = capsys.readouterr().err
     assert rc == 2 and "cannot train on" in err and "continuous" in err
     assert not (tmp_path / "x.pt").exists()
@@ -175,8 +175,9 @@ def test_continuous_windows_and_loss(continuous_recording):
 def test_dagger_refuses_an_expert_of_the_other_kind(continuous_recording, discrete_recording, continuous_expert,
                                                    tiny_expert, tmp_path, capsys):
     for data, expert in ((continuous_recording, tiny_expert), (discrete_recording, continuous_expert)):
-        rc = main(["train", "--data", str(data), "--out", str(tmp_path / "x.pt"), "--epochs", "1",
-                   "--expert", str(expert), "--dagger-rounds", "1", "--tensorboard", ""])
+        rc = main(["train", "--data", str(data), "--out", str(tmp_path / "x.pt"), "--run-dir",
+                   str(tmp_path / data.name), "--train.epochs", "1", "--teacher.expert", str(expert),
+                   "--dagger.rounds", "1", "--train.tensorboard", ""])
         err = capsys.readouterr().err
         assert rc == 2 and "same kind" in err, err
     assert not (tmp_path / "x.pt").exists()

@@ -3,6 +3,7 @@ in recorded labels (relabelled from the speeds the recordings keep)."""
 
 import numpy as np
 import pytest
+from cli_run import run_cli
 from expert_fixture import ConstantNet, small_demos
 
 from agent.cli import main
@@ -77,16 +78,18 @@ def test_creep_speed_trains_through_the_cli_from_recorded_speeds(tiny_expert, tm
     assert speeds.shape == (20,) and np.isfinite(speeds).all() and speeds[0] < 1.0
     slow_not_gas = int(np.count_nonzero((speeds < 1e6) & (demos.actions[0] != GAS)))
     out = tmp_path / "nac.pt"
-    rc = main(["train", "--data", str(rec), "--out", str(out), "--window", "2", "--epochs", "1", "--batch-frames", "8",
-               "--creep-speed", "1e6", "--tensorboard", ""])
+    rc = main(["train", "--data", str(rec), "--out", str(out), "--run-dir", str(tmp_path / "run"), "--policy.window",
+               "2", "--train.epochs", "1", "--train.batch-frames", "8", "--teacher.creep-speed", "1e6",
+               "--train.tensorboard", ""])
     assert rc == 0 and out.is_file()
     log = " ".join(capsys.readouterr().err.split())
     assert f"{slow_not_gas} of 20 recorded labels" in log
-    assert main(["train", "--data", str(rec), "--out", str(tmp_path / "x.pt"), "--creep-speed", "-1"]) == 2
-    assert "--creep-speed" in capsys.readouterr().err
-    assert main(["train", "--env", "udacity", "--data", str(tmp_path), "--out", str(tmp_path / "u.pt"),
-                 "--creep-speed", "5"]) == 2
-    assert "--creep-speed" in capsys.readouterr().err
+    rc, err = run_cli(["train", "--data", str(rec), "--out", str(tmp_path / "x.pt"), "--run-dir", str(tmp_path / "x"),
+                       "--teacher.creep-speed", "-1"], capsys)  # refused by tyro's parser
+    assert rc == 2 and "teacher.creep_speed must be a finite speed >= 0" in err
+    rc, err = run_cli(["train", "--env", "udacity", "--data", str(tmp_path), "--out", str(tmp_path / "u.pt"),
+                       "--run-dir", str(tmp_path / "u"), "--teacher.creep-speed", "5"], capsys)
+    assert rc == 2 and "teacher.creep_speed only apply to env 'carracing'" in err
 
 
 def test_the_longest_crawl_counts_slow_steps_that_the_standstill_figure_misses():

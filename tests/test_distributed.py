@@ -34,9 +34,10 @@ def ddp_run(tmp_path_factory):
     """Two gloo ranks train 2 epochs on the sample recording, given twice (4 episodes; seed 1 holds
     out one copy of each of its two different episodes, so each rank scores a different one)."""
     work = tmp_path_factory.mktemp("ddp")
-    proc = _torchrun("train", "--data", str(SAMPLE), str(SAMPLE), "--seed", "1", "--val-fraction", "0.5",
-                     "--window", "4", "--epochs", "2", "--batch-frames", "32", "--out", str(work / "p.pt"),
-                     "--tensorboard", str(work / "tb"), "--report", str(work / "report.json"), cwd=work)
+    proc = _torchrun("train", "--data", str(SAMPLE), str(SAMPLE), "--seed", "1", "--train.val-fraction", "0.5",
+                     "--policy.window", "4", "--train.epochs", "2", "--train.batch-frames", "32", "--out",
+                     str(work / "p.pt"), "--run-dir", str(work / "run"), "--train.tensorboard", str(work / "tb"),
+                     "--json", str(work / "report.json"), cwd=work)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return work, proc
 
@@ -54,7 +55,9 @@ def test_two_ranks_log_once_and_write_one_set(ddp_run):
     assert proc.stdout.count("held-out accuracy") == 1 and proc.stdout.count("training took") == 1
     files = sorted(p.relative_to(work).as_posix() for p in work.rglob("*") if p.is_file())
     assert len([f for f in files if f.startswith("tb/")]) == 1  # one TensorBoard run, one event file
-    assert [f for f in files if not f.startswith("tb/")] == ["p.pt", "report.json"]  # nothing else, nowhere else
+    # nothing else, nowhere else: the policy, the report and rank 0's run folder (its resolved config and report)
+    assert [f for f in files if not f.startswith("tb/")] == ["p.pt", "report.json", "run/config.toml",
+                                                             "run/report.json"]
 
 
 def test_the_result_loads_scores_as_reported_and_drives(ddp_run):

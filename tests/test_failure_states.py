@@ -149,10 +149,12 @@ def test_ditch_steers_off_then_brakes_and_is_not_in_the_default_mix():
 
 
 def test_train_cli_refuses_an_unknown_disturbance_kind(tmp_path, capsys):
-    rc = main(["train", "--env", "carracing", "--data", str(tmp_path), "--dagger-disturb-kinds", "off-road,spin",
-               "--out", str(tmp_path / "p.pt")])
-    assert rc != 0
-    assert "--dagger-disturb-kinds" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # tyro's parser refuses a kind outside the choices
+        main(["train", "--env", "carracing", "--data", str(tmp_path), "--dagger.disturb-kinds", "off-road", "spin",
+              "--out", str(tmp_path / "p.pt"), "--run-dir", str(tmp_path / "run")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--dagger.disturb-kinds" in err and "spin" in err
 
 
 def test_beta_schedule_decays_from_the_given_beta():
@@ -223,10 +225,11 @@ def test_dagger_with_disturbances_writes_each_round(tiny_expert, tmp_path, capsy
                  "--track-seed", "0", "--out", str(rec)]) == 0
     out = tmp_path / "nac.pt"
     dag = tmp_path / "recordings" / "nac-drive" / "nac-dagger"
-    rc = main(["train", "--data", str(rec), "--out", str(out), "--window", "2", "--epochs", "1", "--batch-frames", "8",
-               "--expert", str(tiny_expert), "--dagger-rounds", "2", "--dagger-episodes", "1", "--dagger-epochs", "1",
-               "--dagger-max-steps", "30", "--dagger-disturb", "200", "--dagger-out", str(dag),
-               "--dashboard", "speed", "--tensorboard", ""])
+    rc = main(["train", "--data", str(rec), "--out", str(out), "--run-dir", str(tmp_path / "run"), "--policy.window",
+               "2", "--train.epochs", "1", "--train.batch-frames", "8", "--teacher.expert", str(tiny_expert),
+               "--dagger.rounds", "2", "--dagger.episodes", "1", "--dagger.epochs", "1", "--dagger.max-steps", "30",
+               "--dagger.disturb", "200", "--dagger.save-rounds", str(dag), "--policy.dashboard", "speed",
+               "--train.tensorboard", ""])
     assert rc == 0
     for r in (1, 2):
         demos = load_demonstrations(f"{dag}-r{r}-v0")
@@ -237,22 +240,24 @@ def test_dagger_with_disturbances_writes_each_round(tiny_expert, tmp_path, capsy
 
 
 def test_dagger_continues_a_saved_bc_policy(recording_and_policy, tiny_expert, tmp_path):
-    """--init with --epochs 0 skips behaviour cloning and runs DAgger on the saved policy's weights."""
+    """--init with --train.epochs 0 skips behaviour cloning and runs DAgger on the saved policy's weights."""
     from agent.actors.loading import load_policy
 
     rec, bc = recording_and_policy
     out = tmp_path / "dagger.pt"
-    rc = main(["train", "--data", str(rec), "--init", str(bc), "--epochs", "0", "--out", str(out),
-               "--batch-frames", "8", "--expert", str(tiny_expert), "--dagger-rounds", "1", "--dagger-episodes", "1",
-               "--dagger-epochs", "1", "--dagger-max-steps", "20", "--tensorboard", ""])
+    rc = main(["train", "--data", str(rec), "--init", str(bc), "--train.epochs", "0", "--out", str(out),
+               "--run-dir", str(tmp_path / "run"), "--train.batch-frames", "8", "--teacher.expert", str(tiny_expert),
+               "--dagger.rounds", "1", "--dagger.episodes", "1", "--dagger.epochs", "1", "--dagger.max-steps", "20",
+               "--train.tensorboard", ""])
     assert rc == 0
     before, after = load_policy(bc), load_policy(out)
     assert after.config == before.config
     changed = any(not torch.equal(a, b) for a, b in zip(before.state_dict().values(), after.state_dict().values()))
     assert changed, "DAgger trained the loaded weights further"
-    assert main(["train", "--data", str(rec), "--init", str(bc), "--epochs", "0", "--window", "2",
-                 "--out", str(tmp_path / "x.pt")]) == 2
-    assert main(["train", "--data", str(rec), "--epochs", "0", "--out", str(tmp_path / "y.pt")]) == 2
+    assert main(["train", "--data", str(rec), "--init", str(bc), "--train.epochs", "0", "--policy.window", "2",
+                 "--out", str(tmp_path / "x.pt"), "--run-dir", str(tmp_path / "x")]) == 2
+    assert main(["train", "--data", str(rec), "--train.epochs", "0", "--out", str(tmp_path / "y.pt"),
+                 "--run-dir", str(tmp_path / "y")]) == 2
 
 
 @pytest.fixture(scope="module")
@@ -262,8 +267,9 @@ def recording_and_policy(tiny_expert, tmp_path_factory):
     assert main(["collect", "--teacher.expert", str(tiny_expert), "--episodes", "2", "--max-steps", "20",
                  "--track-seed", "0", "--out", str(rec)]) == 0
     bc = tmp / "bc.pt"
-    assert main(["train", "--data", str(rec), "--out", str(bc), "--window", "2", "--epochs", "1",
-                 "--batch-frames", "8", "--dashboard", "hidden", "--tensorboard", ""]) == 0
+    assert main(["train", "--data", str(rec), "--out", str(bc), "--run-dir", str(tmp / "run"), "--policy.window", "2",
+                 "--train.epochs", "1", "--train.batch-frames", "8", "--policy.dashboard", "hidden",
+                 "--train.tensorboard", ""]) == 0
     return rec, bc
 
 

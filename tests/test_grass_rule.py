@@ -101,11 +101,12 @@ def test_grass_rule_trains_through_the_cli(tmp_path, capsys):
     finally:
         env.close()
     assert load_demonstrations(rec).actions[0].tolist() == actions.tolist()
-    rc = main(["train", "--data", str(rec), "--out", str(tmp_path / "nac.pt"), "--window", "2", "--epochs", "1",
-               "--batch-frames", "4", "--grass-rule", "--val-fraction", "0", "--tensorboard", ""])
+    rc = main(["train", "--data", str(rec), "--out", str(tmp_path / "nac.pt"), "--run-dir", str(tmp_path / "run"),
+               "--policy.window", "2", "--train.epochs", "1", "--train.batch-frames", "4", "--teacher.grass-rule",
+               "--train.val-fraction", "0", "--train.tensorboard", ""])
     assert rc == 0
     log = " ".join(capsys.readouterr().err.split())
-    assert f"--grass-rule: 2 of {n} recorded brake labels on the grass" in log
+    assert f"teacher.grass_rule: 2 of {n} recorded brake labels on the grass" in log
 
 
 def test_check_recovery_and_drive_take_the_grass_rule(tiny_expert, tmp_path):

@@ -146,25 +146,30 @@ def test_train_cli_motion(tiny_expert, tmp_path):
     assert main(["collect", "--teacher.expert", str(tiny_expert), "--episodes", "2", "--max-steps", "20",
                  "--track-seed", "0", "--out", str(rec)]) == 0
     out = tmp_path / "motion.pt"
-    assert main(["train", "--data", str(rec), "--out", str(out), "--window", "2", "--epochs", "1",
-                 "--batch-frames", "8", "--dashboard", "speed", "--motion", "--tensorboard", "",
-                 "--expert", str(tiny_expert), "--dagger-rounds", "1", "--dagger-episodes", "1",
-                 "--dagger-epochs", "1", "--dagger-max-steps", "20"]) == 0
+    assert main(["train", "--data", str(rec), "--out", str(out), "--run-dir", str(tmp_path / "motion"),
+                 "--policy.window", "2", "--train.epochs", "1", "--train.batch-frames", "8", "--policy.dashboard",
+                 "speed", "--policy.motion", "True", "--train.tensorboard", "", "--teacher.expert", str(tiny_expert),
+                 "--dagger.rounds", "1", "--dagger.episodes", "1", "--dagger.epochs", "1",
+                 "--dagger.max-steps", "20"]) == 0
     policy = load_policy(out)
     assert policy.features.motion and policy.features.dashboard == "speed"
     assert main(["evaluate", "--policy", str(out), "--episodes", "1", "--max-steps", "20", "--seed", "700000"]) == 0
-    assert main(["train", "--data", str(rec), "--init", str(out), "--epochs", "0", "--motion",
-                 "--out", str(tmp_path / "x.pt")]) == 2
+    assert main(["train", "--data", str(rec), "--init", str(out), "--train.epochs", "0", "--policy.motion", "True",
+                 "--out", str(tmp_path / "x.pt"), "--run-dir", str(tmp_path / "x")]) == 2
 
 
 def test_carracing_defaults_mask_the_dashboard_and_read_motion(tmp_path):
-    """The recipe of the shipped nac.pt is the default; --no-motion / --dashboard visible give the paper's input."""
-    from agent.cli import build_parser
+    """The recipe of the shipped nac.pt is the default; --policy.motion False / --policy.dashboard visible give the
+    paper's input."""
+    import tyro
+
+    from agent.train.config import TrainRun
 
     kw = default_config("carracing").features_kwargs
     assert kw["dashboard"] == "speed" and kw["motion"] is True
     assert default_config("carracing", continuous=True).features_kwargs == kw
     assert "motion" not in default_config("udacity").features_kwargs
-    args = build_parser().parse_args(["train", "--data", "x", "--no-motion"])
-    assert args.motion is False
-    assert not hasattr(build_parser().parse_args(["train", "--data", "x"]), "motion")
+    run = tyro.cli(TrainRun, args=["--data", "x", "--policy.motion", "False"])
+    assert run.policy.motion is False and run.resolved().policy.motion is False
+    run = tyro.cli(TrainRun, args=["--data", "x"])
+    assert run.policy.motion is None and run.resolved().policy.motion is True  # unset: the env's default

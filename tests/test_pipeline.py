@@ -95,10 +95,11 @@ def test_load_demonstrations_errors(tmp_path):
 def test_train_dagger_evaluate(recording, tiny_expert, tmp_path, capsys):
     out = tmp_path / "nac.pt"
     report = tmp_path / "report.json"
-    rc = main(["train", "--data", str(recording), "--out", str(out), "--window", "4", "--epochs", "1",
-               "--batch-frames", "16", "--expert", str(tiny_expert), "--dagger-rounds", "1", "--dagger-episodes", "1",
-               "--dagger-epochs", "1", "--dagger-max-steps", "12", "--tensorboard", str(tmp_path / "tb"),
-               "--report", str(report)])
+    rc = main(["train", "--data", str(recording), "--out", str(out), "--run-dir", str(tmp_path / "run"),
+               "--policy.window", "4", "--train.epochs", "1", "--train.batch-frames", "16",
+               "--teacher.expert", str(tiny_expert), "--dagger.rounds", "1", "--dagger.episodes", "1",
+               "--dagger.epochs", "1", "--dagger.max-steps", "12", "--train.tensorboard", str(tmp_path / "tb"),
+               "--json", str(report)])
     assert rc == 0 and out.is_file()
     text = capsys.readouterr().out
     assert "held-out accuracy" in text and "DAgger round 1/1" in text
@@ -123,8 +124,9 @@ def test_evaluate_accepts_the_expert(tiny_expert, capsys):
 
 
 def test_train_refuses_dagger_without_expert(recording, tmp_path, capsys):
-    rc = main(["train", "--data", str(recording), "--out", str(tmp_path / "x.pt"), "--dagger-rounds", "1"])
-    assert rc == 2 and "--expert" in capsys.readouterr().err
+    rc = main(["train", "--data", str(recording), "--out", str(tmp_path / "x.pt"), "--run-dir", str(tmp_path / "x"),
+               "--dagger.rounds", "1"])
+    assert rc == 2 and "dagger.rounds needs teacher.expert" in capsys.readouterr().err
 
 
 def test_help_of_every_command(capsys):

@@ -120,14 +120,15 @@ def test_a_speed_input_student_trains_dagger_and_evaluates_through_the_cli(tiny_
     assert main(["collect", "--teacher.expert", str(tiny_expert), "--episodes", "1", "--max-steps", "20",
                  "--track-seed", "0", "--out", str(rec)]) == 0
     meter = tmp_path / "meter.pt"
-    assert main(["train", "--data", str(rec), "--out", str(meter), "--window", "2", "--epochs", "1",
-                 "--dashboard", "speedometer", "--batch-frames", "8", "--val-fraction", "0",
-                 "--tensorboard", ""]) == 0
+    assert main(["train", "--data", str(rec), "--out", str(meter), "--run-dir", str(tmp_path / "meter"),
+                 "--policy.window", "2", "--train.epochs", "1", "--policy.dashboard", "speedometer",
+                 "--train.batch-frames", "8", "--train.val-fraction", "0", "--train.tensorboard", ""]) == 0
     out, rounds = tmp_path / "num.pt", tmp_path / "num-dagger"
-    assert main(["train", "--data", str(rec), "--out", str(out), "--init", str(meter), "--dashboard", "speed-input",
-                 "--epochs", "1", "--batch-frames", "8", "--val-fraction", "0", "--expert", str(tiny_expert),
-                 "--start-rule", "--dagger-rounds", "1", "--dagger-episodes", "1", "--dagger-epochs", "1",
-                 "--dagger-max-steps", "30", "--dagger-out", str(rounds), "--tensorboard", ""]) == 0
+    assert main(["train", "--data", str(rec), "--out", str(out), "--run-dir", str(tmp_path / "num"), "--init",
+                 str(meter), "--policy.dashboard", "speed-input", "--train.epochs", "1", "--train.batch-frames", "8",
+                 "--train.val-fraction", "0", "--teacher.expert", str(tiny_expert), "--teacher.start-rule",
+                 "--dagger.rounds", "1", "--dagger.episodes", "1", "--dagger.epochs", "1", "--dagger.max-steps", "30",
+                 "--dagger.save-rounds", str(rounds), "--train.tensorboard", ""]) == 0
     policy = DrivingPolicy.load(out)
     assert policy.features.dashboard == "speed-input" and reads_speedometer(policy)
     assert torch.count_nonzero(policy.features.speed_embed[-1].weight) > 0  # training moved it

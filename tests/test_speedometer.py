@@ -151,14 +151,16 @@ def test_a_speedometer_student_trains_dagger_and_evaluates_through_the_cli(tiny_
     assert main(["collect", "--teacher.expert", str(tiny_expert), "--episodes", "1", "--max-steps", "20",
                  "--track-seed", "0", "--out", str(rec)]) == 0
     plain = tmp_path / "plain.pt"
-    assert main(["train", "--data", str(rec), "--out", str(plain), "--window", "2", "--epochs", "1",
-                 "--batch-frames", "8", "--val-fraction", "0", "--tensorboard", ""]) == 0
+    assert main(["train", "--data", str(rec), "--out", str(plain), "--run-dir", str(tmp_path / "plain"),
+                 "--policy.window", "2", "--train.epochs", "1", "--train.batch-frames", "8", "--train.val-fraction",
+                 "0", "--train.tensorboard", ""]) == 0
     out, rounds = tmp_path / "meter.pt", tmp_path / "meter-dagger"
     # from the plain student: its mode switched, its weights kept, then DAgger in the speedometer's env
-    assert main(["train", "--data", str(rec), "--out", str(out), "--init", str(plain), "--dashboard", "speedometer",
-                 "--epochs", "1", "--batch-frames", "8", "--val-fraction", "0", "--expert", str(tiny_expert),
-                 "--start-rule", "--dagger-rounds", "1", "--dagger-episodes", "1", "--dagger-epochs", "1",
-                 "--dagger-max-steps", "30", "--dagger-out", str(rounds), "--tensorboard", ""]) == 0
+    assert main(["train", "--data", str(rec), "--out", str(out), "--run-dir", str(tmp_path / "meter"), "--init",
+                 str(plain), "--policy.dashboard", "speedometer", "--train.epochs", "1", "--train.batch-frames", "8",
+                 "--train.val-fraction", "0", "--teacher.expert", str(tiny_expert), "--teacher.start-rule",
+                 "--dagger.rounds", "1", "--dagger.episodes", "1", "--dagger.epochs", "1", "--dagger.max-steps", "30",
+                 "--dagger.save-rounds", str(rounds), "--train.tensorboard", ""]) == 0
     policy = DrivingPolicy.load(out)
     assert policy.features.dashboard == "speedometer"
     dag = load_demonstrations(f"{rounds}-r1-v0")
@@ -172,6 +174,6 @@ def test_a_speedometer_student_trains_dagger_and_evaluates_through_the_cli(tiny_
                  "--seed", "5", "--json", str(js)]) == 0
     assert len(json.loads(js.read_text())["returns"]) == 1
     capsys.readouterr()
-    assert main(["train", "--data", str(rec), "--out", str(tmp_path / "h.pt"), "--init", str(plain),
-                 "--dashboard", "hidden", "--epochs", "1"]) == 2
+    assert main(["train", "--data", str(rec), "--out", str(tmp_path / "h.pt"), "--run-dir", str(tmp_path / "h"),
+                 "--init", str(plain), "--policy.dashboard", "hidden", "--train.epochs", "1"]) == 2
     assert "crops the strip" in capsys.readouterr().err

@@ -623,14 +623,18 @@ def test_the_start_rule_is_an_experts(tiny_expert, tmp_path, capsys):
 
 
 def test_the_start_rule_is_asked_for_explicitly():
+    import tyro
+
     from agent.cli import build_parser
+    from agent.cli.recipe import parse_stages
+    from agent.train.config import TrainRun
 
     parser = build_parser()
     # off by default where the shipped files were made without it (collect, train), on in compare's protocol
     assert parser.parse_args(["collect", "--expert", "e.zip", "--out", "r/n/x-v0"]).start_rule is False
     assert parser.parse_args(["collect", "--expert", "e.zip", "--out", "r/n/x-v0", "--start-rule"]).start_rule is True
-    assert parser.parse_args(["train", "--data", "d"]).start_rule is False
-    assert parser.parse_args(["train", "--data", "d", "--start-rule"]).start_rule is True
+    assert parse_stages(TrainRun, ["--data", "d"], prog="agent train", description="")[0][1].teacher.start_rule is False
+    assert tyro.cli(TrainRun, args=["--data", "d", "--teacher.start-rule"]).teacher.start_rule is True
     assert parser.parse_args(["evaluate", "--policy", "p.zip"]).start_rule is False
     from agent.compare.config import CompareConfig
 

@@ -6,6 +6,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
+from cli_run import run_cli
 from udacity_fixture import write_recording
 
 from agent.data.udacity import AugmentParams, augment_frames, load_recording, preprocess
@@ -156,10 +157,10 @@ def test_cli_leave_one_driver_out(tmp_path, capsys):
     data = _drivers(tmp_path, 3)
     ref = DrivingPolicy(default_config("udacity", core="none", window=2)).save(tmp_path / "ref.pt")
     out = tmp_path / "lodo"
-    args = ["train", "--env", "udacity", "--data", *data, "--leave-one-driver-out", str(out), "--core", "none",
-            "--window", "2", "--epochs", "1", "--val-fraction", "0", "--subsample", "0.5", "--block", "4",
-            "--crop-cache", str(tmp_path / "cache"), "--track", "*=lake", "--track", "driver2=jungle",
-            "--reference", str(ref), "--tensorboard", ""]
+    args = ["train", "--env", "udacity", "--data", *data, "--lodo.out", str(out), "--policy.core", "none",
+            "--policy.window", "2", "--train.epochs", "1", "--train.val-fraction", "0", "--udacity.subsample", "0.5",
+            "--udacity.block", "4", "--udacity.crop-cache", str(tmp_path / "cache"), "--lodo.tracks", "*", "lake",
+            "driver2", "jungle", "--lodo.reference", str(ref), "--train.tensorboard", ""]
     assert main(args) == 0
     folds = sorted(p.name for p in (out / "folds").glob("*.json"))
     assert folds == ["driver0.json", "driver1.json", "driver2.json"]
@@ -191,14 +192,14 @@ def test_cli_leave_one_driver_out(tmp_path, capsys):
     other = [a if a != "0.5" else "1.0" for a in args]
     assert main(other) == 2 and "other settings (subsample differ" in capsys.readouterr().err
     # user errors
-    assert main(["train", "--env", "udacity", "--data", data[0], "--folds", "driver0"]) == 2
-    assert "only apply with --leave-one-driver-out" in capsys.readouterr().err
-    assert main(["train", "--env", "carracing", "--data", data[0], "--subsample", "0.5"]) == 2
-    assert "only apply to --env udacity" in capsys.readouterr().err
-    assert main([*args[:-2], "--track", "nobody=lake", "--tensorboard", ""]) == 2
+    assert main(["train", "--env", "udacity", "--data", data[0], "--lodo.folds", "driver0"]) == 2
+    assert "lodo.folds only apply with lodo.out" in capsys.readouterr().err
+    assert main(["train", "--env", "carracing", "--data", data[0], "--udacity.subsample", "0.5"]) == 2
+    assert "udacity.subsample only apply to env 'udacity'" in capsys.readouterr().err
+    assert main([*args[:-2], "--lodo.tracks", "nobody", "lake", "--train.tensorboard", ""]) == 2  # the last wins
     assert "unknown driver(s) nobody" in capsys.readouterr().err
-    assert main(["train", "--env", "udacity", "--data", data[0], "--leave-one-driver-out", str(tmp_path / "x"),
-                 "--tensorboard", ""]) == 2
+    assert main(["train", "--env", "udacity", "--data", data[0], "--lodo.out", str(tmp_path / "x"),
+                 "--train.tensorboard", ""]) == 2
     assert "at least 2 recordings" in capsys.readouterr().err
 
 
@@ -208,60 +209,64 @@ def test_cli_train_on_cached_recordings(tmp_path, capsys):
 
     data = _drivers(tmp_path, 2, rows=10)
     out = tmp_path / "two.pt"
-    rc = main(["train", "--env", "udacity", "--data", *data, "--out", str(out), "--core", "none", "--window", "2",
-               "--epochs", "1", "--val-fraction", "0.2", "--crop-cache", str(tmp_path / "cache"),
-               "--smooth-labels", "4", "--smooth-mode", "causal", "--straight-keep", "0.5", "--tensorboard", "",
-               "--report", str(tmp_path / "r.json")])
+    rc = main(["train", "--env", "udacity", "--data", *data, "--out", str(out), "--run-dir", str(tmp_path / "run"),
+               "--policy.core", "none", "--policy.window", "2", "--train.epochs", "1", "--train.val-fraction", "0.2",
+               "--udacity.crop-cache", str(tmp_path / "cache"), "--udacity.smooth-labels", "4",
+               "--udacity.smooth-mode", "causal", "--udacity.straight-keep", "0.5", "--train.tensorboard", "",
+               "--json", str(tmp_path / "r.json")])
     assert rc == 0 and load_policy(out).config.core == "none"
     assert len(list((tmp_path / "cache").glob("*.npy"))) == 2  # several --data folders: read from the crop cache
     rep = json.loads((tmp_path / "r.json").read_text())
     assert rep["n_train_frames"] == 16 and rep["n_val_frames"] == 4
-    assert main(["train", "--env", "udacity", "--data", *data, "--out", str(tmp_path / "x.pt"), "--straight-keep",
-                 "0", "--tensorboard", ""]) == 2
-    assert "--straight-keep must be in (0, 1]" in capsys.readouterr().err
-    assert main(["train", "--env", "udacity", "--data", *data, "--out", str(tmp_path / "x.pt"), "--smooth-labels",
-                 "4", "--tensorboard", ""]) == 2
-    assert "odd number" in capsys.readouterr().err
+    common = ["train", "--env", "udacity", "--data", *data, "--out", str(tmp_path / "x.pt"), "--run-dir",
+              str(tmp_path / "x"), "--train.tensorboard", ""]
+    rc, err = run_cli([*common, "--udacity.straight-keep", "0"], capsys)  # refused by tyro's parser
+    assert rc == 2 and "udacity.straight_keep must be in (0, 1]" in err
+    rc, err = run_cli([*common, "--udacity.smooth-labels", "4"], capsys)
+    assert rc == 2 and "udacity.smooth_labels must be an odd number" in err
 
 
 def test_cli_train_subsample_follows_the_lodo_cut(tmp_path, capsys):
-    """Plain udacity training with --subsample keeps the same share of each recording, in blocks,
+    """Plain udacity training with --udacity.subsample keeps the same share of each recording, in blocks,
     as a leave-one-driver-out fold does (so a shipped policy can follow a measured recipe)."""
     from agent.cli import main
 
     data = _drivers(tmp_path, 2, rows=40)
-    common = ["train", "--env", "udacity", "--data", *data, "--core", "none", "--window", "2", "--epochs", "1",
-              "--val-fraction", "0", "--crop-cache", str(tmp_path / "cache"), "--tensorboard", ""]
+    common = ["train", "--env", "udacity", "--data", *data, "--policy.core", "none", "--policy.window", "2",
+              "--train.epochs", "1", "--train.val-fraction", "0", "--udacity.crop-cache", str(tmp_path / "cache"),
+              "--train.tensorboard", ""]
     reports = {}
     for frac in ("1.0", "0.25"):
         rep = tmp_path / f"r{frac}.json"
-        assert main([*common, "--out", str(tmp_path / f"p{frac}.pt"), "--subsample", frac, "--block", "4",
-                     "--report", str(rep)]) == 0
+        assert main([*common, "--out", str(tmp_path / f"p{frac}.pt"), "--run-dir", str(tmp_path / f"run{frac}"),
+                     "--udacity.subsample", frac, "--udacity.block", "4", "--json", str(rep)]) == 0
         reports[frac] = json.loads(rep.read_text())["n_train_frames"]
     assert reports["1.0"] == 80
     assert reports["0.25"] == 2 * 4 * round(0.25 * 10)  # per recording: 10 blocks of 4, a quarter of them kept
-    assert main([*common, "--out", str(tmp_path / "x.pt"), "--subsample", "0.5", "--block", "1"]) == 2
-    assert "--block (1) must be at least --window (2)" in capsys.readouterr().err
-    assert main([*common, "--out", str(tmp_path / "x.pt"), "--subsample", "1.5"]) == 2
-    assert "--subsample must be in (0, 1]" in capsys.readouterr().err
+    common += ["--out", str(tmp_path / "x.pt"), "--run-dir", str(tmp_path / "x")]
+    rc, err = run_cli([*common, "--udacity.subsample", "0.5", "--udacity.block", "1"], capsys)
+    assert rc == 2 and "udacity.block (1) must be at least the window (2 frames)" in err
+    rc, err = run_cli([*common, "--udacity.subsample", "1.5"], capsys)  # refused by tyro's parser
+    assert rc == 2 and "udacity.subsample must be in (0, 1]" in err
 
 
 def test_cli_core_option_reaches_the_saved_policy(tmp_path, capsys):
-    """--core-option KEY=VALUE overrides the env's core defaults in the trained policy's config
+    """--policy.core-options KEY VALUE overrides the env's core defaults in the trained policy's config
     (and so in the file); a malformed or unsuitable option is refused before any data loads."""
     from agent.cli import main
     from agent.actors.loading import load_policy
 
     data = _drivers(tmp_path, 1, rows=12)
     out = tmp_path / "normed.pt"
-    common = ["train", "--env", "udacity", "--data", *data, "--window", "2", "--epochs", "1", "--val-fraction", "0",
-              "--tensorboard", ""]
-    assert main([*common, "--core", "nac-exact", "--core-option", "input_norm=true", "--core-option", "topk=4",
+    common = ["train", "--env", "udacity", "--data", *data, "--policy.window", "2", "--train.epochs", "1",
+              "--train.val-fraction", "0", "--train.tensorboard", "", "--run-dir", str(tmp_path / "run")]
+    assert main([*common, "--policy.core", "nac-exact", "--policy.core-options", "input_norm", "True", "topk", "4",
                  "--out", str(out)]) == 0
     pol = load_policy(out)
     assert pol.config.core_kwargs == {"num_heads": 20, "topk": 4, "sparsity": 0.5, "input_norm": True}
     assert pol.core.norm is not None and pol.core.nac.topk == 4
-    assert main([*common, "--core-option", "input_norm", "--out", str(tmp_path / "x.pt")]) == 2
-    assert "must be KEY=VALUE" in capsys.readouterr().err
-    assert main([*common, "--core", "lstm", "--core-option", "topk=4", "--out", str(tmp_path / "x.pt")]) == 2
-    assert "does not suit the lstm core" in capsys.readouterr().err
+    rc, err = run_cli([*common, "--policy.core-options", "input_norm", "--out", str(tmp_path / "x.pt")], capsys)
+    assert rc == 2 and "--policy.core-options: Failed to parse key-value pairs" in err  # a key without its value
+    rc, err = run_cli([*common, "--policy.core", "lstm", "--policy.core-options", "topk", "4", "--out",
+                       str(tmp_path / "x.pt")], capsys)
+    assert rc == 2 and "policy.core_options {'topk': 4} do not suit the lstm core" in err

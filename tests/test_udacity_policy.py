@@ -222,8 +222,9 @@ def test_cli_train_and_evaluate_smoke(tmp_path, capsys):
 
     root, _ = write_recording(tmp_path / "rec", n=12)
     out = tmp_path / "udacity-nac.pt"
-    rc = main(["train", "--env", "udacity", "--data", str(root), "--out", str(out), "--epochs", "1", "--window", "4",
-               "--val-fraction", "0.25", "--tensorboard", str(tmp_path / "tb"), "--report", str(tmp_path / "r.json")])
+    rc = main(["train", "--env", "udacity", "--data", str(root), "--out", str(out), "--run-dir", str(tmp_path / "run"),
+               "--train.epochs", "1", "--policy.window", "4", "--train.val-fraction", "0.25", "--train.tensorboard",
+               str(tmp_path / "tb"), "--json", str(tmp_path / "r.json")])
     assert rc == 0 and out.is_file()
     p = load_policy(out)
     assert isinstance(p, DrivingPolicy) and p.config.window == 4 and p.config.core == "nac-exact"
@@ -240,16 +241,17 @@ def test_cli_train_and_evaluate_smoke(tmp_path, capsys):
     # user errors: one line, exit code 2
     assert main(["evaluate", "--env", "udacity", "--policy", str(out)]) == 2
     assert "needs --data" in capsys.readouterr().err
-    assert main(["train", "--env", "udacity", "--data", str(root), "--out", str(out), "--epochs", "1"]) == 2
+    assert main(["train", "--env", "udacity", "--data", str(root), "--out", str(out), "--run-dir",
+                 str(tmp_path / "run"), "--train.epochs", "1"]) == 2
     assert "already exists" in capsys.readouterr().err
     sorted((root / "IMG").glob("left_*"))[0].unlink()  # the first row's left image
-    rc = main(["train", "--env", "udacity", "--data", str(root), "--out", str(tmp_path / "x.pt"), "--epochs", "1",
-               "--on-bad-row", "error", "--tensorboard", ""])
+    rc = main(["train", "--env", "udacity", "--data", str(root), "--out", str(tmp_path / "x.pt"), "--run-dir",
+               str(tmp_path / "x"), "--train.epochs", "1", "--udacity.on-bad-row", "error", "--train.tensorboard", ""])
     assert rc == 2 and "row 1: missing image" in capsys.readouterr().err
     assert main(["evaluate", "--env", "udacity", "--policy", str(out), "--data", str(tmp_path)]) == 2
     assert main(["evaluate", "--env", "carracing", "--policy", str(out), "--episodes", "1"]) == 2
     assert "policy for --env udacity" in capsys.readouterr().err
     # options of the other simulator are refused with a clear message
     assert main(["train", "--env", "udacity", "--data", str(root), "--out", str(tmp_path / "z.pt"),
-                 "--dagger-rounds", "1"]) == 2
-    assert "only apply to --env carracing" in capsys.readouterr().err
+                 "--run-dir", str(tmp_path / "z"), "--dagger.rounds", "1"]) == 2
+    assert "dagger.rounds only apply to env 'carracing'" in capsys.readouterr().err

@@ -1,0 +1,104 @@
+"""`agent train` as tyro generates it from agent.train.config.TrainRun: recipes (--config), their
+stages and resumption, command-line overrides, the resolved config in the run folder and in the
+policy file. Every run trains on the shipped sample recording with tiny settings (seconds each)."""
+
+import json
+from pathlib import Path
+
+import pytest
+import tomli_w
+from cli_run import unbox
+
+from agent.actors.loading import load_policy
+from agent.cli import main
+from agent.train.config import load_config, to_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = str(ROOT / "recordings" / "nac-drive" / "sample-v0")
+#: the top level of every recipe here: the sample recording, on the CPU, with nothing written outside tmp_path
+TINY = {"env": "carracing", "data": [SAMPLE], "seed": 0, "device": "cpu", "threads": 1,
+        "train": {"batch_frames": 16, "val_fraction": 0.5, "tensorboard": ""}}
+
+
+def _recipe(path: Path, **values) -> Path:
+    path.write_text(tomli_w.dumps({**TINY, **values}))
+    return path
+
+
+def test_help_shows_a_shipped_recipe_as_the_defaults(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--config", str(ROOT / "recipes" / "nac-continuous.toml"), "--help"])
+    assert exc.value.code == 0
+    out = unbox(capsys.readouterr().out)
+    assert "--train.epochs" in out and "--dagger.rounds" in out and "--teacher.expert" in out
+    assert "policies/nac-continuous.pt" in out and "(default: 0.05)" in out  # the recipe's out and standstills
+
+
+def test_a_two_stage_recipe_chains_its_stages_and_a_rerun_skips_them(tmp_path, capsys):
+    final, root = tmp_path / "final.pt", tmp_path / "run"
+    recipe = _recipe(tmp_path / "two.toml", out=str(final), run_dir=str(root), stages=[
+        {"name": "bc", "policy": {"window": 2}, "train": {"epochs": 1}},
+        {"name": "more", "train": {"epochs": 1}},  # init: the first stage's policy (the runner chains them)
+    ])
+    assert main(["train", "--config", str(recipe)]) == 0
+    first = root / "bc" / "bc.pt"  # a stage before the last writes into the recipe's run folder
+    outputs = [first, final, root / "bc" / "config.toml", root / "more" / "config.toml"]
+    assert all(p.is_file() for p in outputs)
+    assert (root / "bc" / "report.json").is_file() and (root / "more" / "report.json").is_file()
+    assert load_config(root / "bc" / "config.toml").train.epochs == 1
+    second = load_config(root / "more" / "config.toml")
+    assert second.init == str(first) and second.out == str(final) and second.train.epochs == 1
+    bc, more = load_policy(first), load_policy(final)
+    assert more.config == bc.config and more.config.window == 2  # the second stage kept the first's architecture
+    assert more.metadata["config"]["init"] == str(first)
+
+    stamps = {p: p.stat().st_mtime_ns for p in outputs}
+    capsys.readouterr()
+    assert main(["train", "--config", str(recipe)]) == 0
+    assert {p: p.stat().st_mtime_ns for p in outputs} == stamps  # nothing retrained, nothing rewritten
+    log = unbox(capsys.readouterr().err)
+    assert "stage 1/2 bc: finished earlier" in log and "stage 2/2 more: finished earlier" in log
+    assert "bc epoch" not in log
+
+
+@pytest.fixture(scope="module")
+def overridden(tmp_path_factory):
+    """A one-stage recipe that says 3 epochs, run with --train.epochs 1 on the command line."""
+    tmp = tmp_path_factory.mktemp("override")
+    recipe = _recipe(tmp / "three.toml", out=str(tmp / "p.pt"), run_dir=str(tmp / "run"), policy={"window": 2},
+                     train={**TINY["train"], "epochs": 3})
+    assert main(["train", "--config", str(recipe), "--train.epochs", "1", "--json", str(tmp / "report.json")]) == 0
+    return tmp
+
+
+def test_the_command_line_overrides_the_recipe(overridden):
+    resolved = load_config(overridden / "run" / "config.toml")
+    assert resolved.train.epochs == 1  # the command line's, over the recipe's 3
+    assert resolved.train.batch_frames == 16 and resolved.policy.window == 2  # the recipe's, where not overridden
+    assert resolved.policy.core == "nac-steady" and resolved.train.lr is not None  # per-env defaults filled in
+    assert len(json.loads((overridden / "report.json").read_text())["epochs"]) == 1
+
+
+def test_the_policy_stores_the_run_folders_resolved_config(overridden):
+    resolved = load_config(overridden / "run" / "config.toml")
+    assert load_policy(overridden / "p.pt").metadata["config"] == to_dict(resolved)
+
+
+def test_an_unknown_recipe_key_is_refused_in_one_line(tmp_path, capsys):
+    recipe = _recipe(tmp_path / "bad.toml", out=str(tmp_path / "p.pt"), run_dir=str(tmp_path / "run"),
+                     train={**TINY["train"], "epochz": 3})
+    capsys.readouterr()
+    assert main(["train", "--config", str(recipe)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("agent train: error: ")
+    assert "unknown key(s) epochz" in err and "bad.toml" in err
+    assert not (tmp_path / "run").exists() and not (tmp_path / "p.pt").exists()  # refused before anything ran
+
+
+def test_a_section_value_is_refused_by_the_parser_naming_the_field(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:  # a section's own check runs while tyro builds the config
+        main(["train", "--data", SAMPLE, "--out", str(tmp_path / "p.pt"), "--run-dir", str(tmp_path / "run"),
+              "--train.val-fraction", "1.5"])
+    assert exc.value.code == 2
+    assert "train.val_fraction must be in [0, 1), got 1.5" in unbox(capsys.readouterr().err)
+    assert not (tmp_path / "run").exists()
