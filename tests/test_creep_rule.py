@@ -123,11 +123,34 @@ def test_evaluate_reports_crawls(tmp_path):
         p.head.net[-1].bias[LEFT] = 10.0
     pol = p.save(tmp_path / "left.pt")  # steers from rest: never moves, so it crawls throughout
     js = tmp_path / "e.json"
-    assert main(["evaluate", "--policy", str(pol), "--episodes", "1", "--seed", "1000000", "--max-steps", "60",
+    assert main(["evaluate", "--policy", str(pol), "--episodes", "1", "--track-seed", "1000000", "--max-steps", "60",
                  "--workers", "1", "--json", str(js)]) == 0
     res = json.loads(js.read_text())
     assert res["longest_crawl_steps"] == [60] and res["episodes_with_crawl"] == int(60 > STALL_STEPS) == 1
     assert res["crawl_speed"] == 5.0
+
+
+def test_evaluate_drives_an_expert_with_the_teachers_rules(tiny_expert, tmp_path, capsys):
+    """--teacher.* rules: an expert .zip as --policy only, applied strictly, recorded in the JSON."""
+    import json
+
+    js = tmp_path / "e.json"
+    argv = ["evaluate", "--policy", str(tiny_expert), "--episodes", "1", "--max-steps", "10", "--workers", "1",
+            "--device", "cpu", "--teacher.start-rule", "--teacher.creep-speed", "5", "--teacher.grass-rule", "--json",
+            str(js)]
+    assert main(argv) == 0
+    res = json.loads(js.read_text())
+    assert (res["start_rule"], res["creep_speed"], res["grass_rule"], res["brake_floor"]) == (True, 5.0, True, None)
+    assert res["steps"] == [10] and res["device"] == "cpu"
+    assert main(argv) == 2 and "--overwrite" in capsys.readouterr().err  # the JSON is there
+    for args, message in [
+        (["--policy", str(tiny_expert), "--teacher.brake-floor", "20"], "add --teacher.start-rule"),
+        (["--policy", "nac.pt", "--teacher.creep-speed", "5"], "the teacher's rules are the PPO expert's"),
+        (["--policy", "carracing-expert-margin.zip", "--teacher.grass-rule"], "--teacher.grass-rule: "),
+        (["--teacher.expert", str(tiny_expert)], "evaluate the expert with --policy"),
+    ]:
+        assert main(["evaluate", *args, "--episodes", "1", "--device", "cpu"]) == 2, args
+        assert message in capsys.readouterr().err, args
 
 
 def test_drive_prints_the_longest_crawl():

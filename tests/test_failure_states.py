@@ -296,11 +296,11 @@ def test_evaluate_sample_is_seeded_by_the_track(recording_and_policy, tmp_path):
     runs = []
     for i in range(2):
         out = tmp_path / f"s{i}.json"
-        assert main(["evaluate", "--policy", str(bc), "--episodes", "2", "--seed", "700000", "--max-steps", "25",
+        assert main(["evaluate", "--policy", str(bc), "--episodes", "2", "--track-seed", "700000", "--max-steps", "25",
                      "--workers", "1", "--sample", "--json", str(out)]) == 0
         runs.append(json.loads(out.read_text()))
     assert runs[0]["returns"] == runs[1]["returns"] and runs[0]["deterministic"] is False
     out = tmp_path / "argmax.json"
-    assert main(["evaluate", "--policy", str(bc), "--episodes", "1", "--seed", "700000", "--max-steps", "5",
+    assert main(["evaluate", "--policy", str(bc), "--episodes", "1", "--track-seed", "700000", "--max-steps", "5",
                  "--workers", "1", "--json", str(out)]) == 0
     assert json.loads(out.read_text())["deterministic"] is True

@@ -160,14 +160,19 @@ def test_lodo_table_gains_the_floor_column(tmp_path):
     assert {r["driver"]: r for r in write_table(out)["drivers"]}["c"]["oracle_ratio"] is None
 
 
+def _unboxed(err: str) -> str:
+    """tyro's error box as one line (its borders and wrapping removed)."""
+    return " ".join("".join(" " if c in "│╭╮╰╯─" else c for c in err).split())
+
+
 def test_cli_floor_table(tmp_path, capsys):
     from agent.cli import main
 
     data = [_recording(tmp_path, "driver0", [0, 0.2, 0, 0.2, 0, 0, 0.1, 0]),
             _recording(tmp_path, "driver1", [0.1, 0, -0.3, 0, 0, -0.3, 0, 0])]
     js = tmp_path / "floor.json"
-    assert main(["evaluate", "--env", "udacity", "--floor", "--data", *data, "--half-width", "0.1", "0.5",
-                 "--track", "*=lake", "--track", "driver1=jungle", "--json", str(js)]) == 0
+    assert main(["evaluate", "--env", "udacity", "--udacity.floor", "--data", *data, "--udacity.half-width", "0.1",
+                 "0.5", "--udacity.tracks", "*", "lake", "driver1", "jungle", "--json", str(js)]) == 0
     printed = capsys.readouterr().out
     assert "| oracle ratio ±0.1 s | oracle ratio ±0.5 s |" in printed and "| driver1 | jungle | 8 |" in printed
     assert "**mean, lake** (1 recordings)" in printed
@@ -178,14 +183,22 @@ def test_cli_floor_table(tmp_path, capsys):
     # user errors: one line, exit code 2
     for argv, message in [
         (["evaluate", "--env", "udacity", "--data", *data], "--policy is required"),
-        (["evaluate", "--env", "udacity", "--floor"], "--floor needs --data"),
-        (["evaluate", "--env", "udacity", "--floor", "--data", *data, "--half-width", "-1"], "seconds >= 0"),
-        (["evaluate", "--env", "udacity", "--floor", "--data", *data, "--policy", "x.pt"], "drop --policy"),
-        (["evaluate", "--env", "udacity", "--floor", "--data", *data, "--track", "nobody=lake"], "unknown driver"),
-        (["evaluate", "--floor"], "--floor is for --env udacity"),
+        (["evaluate", "--env", "udacity", "--udacity.floor"], "--udacity.floor needs --data"),
+        (["evaluate", "--env", "udacity", "--udacity.floor", "--data", *data, "--policy", "x.pt"], "drop --policy"),
+        (["evaluate", "--env", "udacity", "--udacity.floor", "--data", *data, "--udacity.tracks", "nobody", "lake"],
+         "--udacity.tracks names unknown driver(s) nobody"),
+        (["evaluate", "--env", "udacity", "--data", *data, "--policy", "x.pt", "--udacity.half-width", "1"],
+         "--udacity.half-width only apply with --udacity.floor"),
+        (["evaluate", "--data", *data, "--policy", "x.pt"], "--data is for --env udacity"),
+        (["evaluate", "--policy", "x.pt", "--udacity.crop-cache", ""],
+         "--udacity.crop-cache only apply to --env udacity"),
+        (["evaluate", "--udacity.floor"], "--udacity.floor is for --env udacity"),
     ]:
         assert main(argv) == 2, argv
         assert message in capsys.readouterr().err, argv
+    with pytest.raises(SystemExit) as exc:  # a value the field refuses: tyro's parser reports it
+        main(["evaluate", "--env", "udacity", "--udacity.floor", "--data", *data, "--udacity.half-width", "-1"])
+    assert exc.value.code == 2 and "--udacity.half-width takes seconds >= 0" in _unboxed(capsys.readouterr().err)
 
 
 def test_cli_evaluate_many_prints_the_floor_beside_the_ratio(tmp_path, capsys):
@@ -200,7 +213,7 @@ def test_cli_evaluate_many_prints_the_floor_beside_the_ratio(tmp_path, capsys):
     pol = DrivingPolicy(default_config("udacity", core="none", window=2)).save(tmp_path / "p.pt")
     js = tmp_path / "many.json"
     assert main(["evaluate", "--env", "udacity", "--policy", str(pol), "--data", *data, "--json", str(js),
-                 "--crop-cache", ""]) == 0
+                 "--udacity.crop-cache", ""]) == 0
     assert "| ratio | smoothed-oracle ratio (±0.5 s) |" in capsys.readouterr().out
     res = json.loads(js.read_text())
     for r, d in zip(res["recordings"], data):

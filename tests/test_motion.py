@@ -153,7 +153,8 @@ def test_train_cli_motion(tiny_expert, tmp_path):
                  "--dagger.max-steps", "20"]) == 0
     policy = load_policy(out)
     assert policy.features.motion and policy.features.dashboard == "speed"
-    assert main(["evaluate", "--policy", str(out), "--episodes", "1", "--max-steps", "20", "--seed", "700000"]) == 0
+    assert main(["evaluate", "--policy", str(out), "--episodes", "1", "--max-steps", "20", "--track-seed",
+                 "700000"]) == 0
     assert main(["train", "--data", str(rec), "--init", str(out), "--train.epochs", "0", "--policy.motion", "True",
                  "--out", str(tmp_path / "x.pt"), "--run-dir", str(tmp_path / "x")]) == 2
 

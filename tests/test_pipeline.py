@@ -109,7 +109,7 @@ def test_train_dagger_evaluate(recording, tiny_expert, tmp_path, capsys):
     assert list((tmp_path / "tb").rglob("events.out.tfevents*"))
 
     js = tmp_path / "eval.json"
-    rc = main(["evaluate", "--policy", str(out), "--episodes", "2", "--seed", "1000000", "--max-steps", "15",
+    rc = main(["evaluate", "--policy", str(out), "--episodes", "2", "--track-seed", "1000000", "--max-steps", "15",
                "--workers", "1", "--json", str(js)])
     assert rc == 0
     res = json.loads(js.read_text())

@@ -141,7 +141,7 @@ def test_a_speed_input_student_trains_dagger_and_evaluates_through_the_cli(tiny_
     assert np.allclose(read, np.minimum(speeds[-5:], SPEEDOMETER_FULL_SCALE), atol=0.006)
     js = tmp_path / "e.json"
     assert main(["evaluate", "--policy", str(out), "--episodes", "1", "--max-steps", "15", "--workers", "1",
-                 "--seed", "5", "--json", str(js)]) == 0
+                 "--track-seed", "5", "--json", str(js)]) == 0
     assert len(json.loads(js.read_text())["returns"]) == 1
 
 

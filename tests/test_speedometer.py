@@ -171,7 +171,7 @@ def test_a_speedometer_student_trains_dagger_and_evaluates_through_the_cli(tiny_
     assert _bar(frames[int(np.argmax(speeds))]) == pytest.approx(float(speeds.max()) * 0.8, abs=0.02)
     js = tmp_path / "e.json"
     assert main(["evaluate", "--policy", str(out), "--episodes", "1", "--max-steps", "15", "--workers", "1",
-                 "--seed", "5", "--json", str(js)]) == 0
+                 "--track-seed", "5", "--json", str(js)]) == 0
     assert len(json.loads(js.read_text())["returns"]) == 1
     capsys.readouterr()
     assert main(["train", "--data", str(rec), "--out", str(tmp_path / "h.pt"), "--run-dir", str(tmp_path / "h"),

@@ -193,8 +193,8 @@ def test_evaluate_json_has_the_stall_figures(tmp_path, capsys, action, standing)
     pol = _constant_policy(tmp_path / f"const{action}.pt", action)
     js = tmp_path / "eval.json"
     steps = STALL_STEPS + 6 if standing else 12
-    rc = main(["evaluate", "--policy", str(pol), "--episodes", "1", "--seed", "1000000", "--max-steps", str(steps),
-               "--workers", "1", "--json", str(js)])
+    rc = main(["evaluate", "--policy", str(pol), "--episodes", "1", "--track-seed", "1000000", "--max-steps",
+               str(steps), "--workers", "1", "--json", str(js)])
     out = capsys.readouterr().out
     assert rc == 0
     res = json.loads(js.read_text())
@@ -613,11 +613,11 @@ def test_the_start_rule_is_an_experts(tiny_expert, tmp_path, capsys):
     assert ExpertPolicy.load(tiny_expert).start_rule is False  # loading never adds the rule
     # agent evaluate: the rule is an expert's, asked for explicitly, and recorded in the JSON
     pol = _constant_policy(tmp_path / "const.pt", 0)
-    assert main(["evaluate", "--policy", str(pol), "--episodes", "1", "--start-rule"]) == 2
+    assert main(["evaluate", "--policy", str(pol), "--episodes", "1", "--teacher.start-rule"]) == 2
     assert "PPO expert" in capsys.readouterr().err
     js = tmp_path / "expert.json"
-    assert main(["evaluate", "--policy", str(tiny_expert), "--episodes", "1", "--seed", "1000000", "--max-steps",
-                 "20", "--workers", "1", "--start-rule", "--json", str(js)]) == 0
+    assert main(["evaluate", "--policy", str(tiny_expert), "--episodes", "1", "--track-seed", "1000000", "--max-steps",
+                 "20", "--workers", "1", "--teacher.start-rule", "--json", str(js)]) == 0
     res = json.loads(js.read_text())
     assert res["start_rule"] is True and res["steps"] == [20]
 
@@ -625,17 +625,18 @@ def test_the_start_rule_is_an_experts(tiny_expert, tmp_path, capsys):
 def test_the_start_rule_is_asked_for_explicitly():
     import tyro
 
-    from agent.cli import build_parser
+    from agent.cli.collect import CollectRun
+    from agent.cli.evaluate import EvaluateRun
     from agent.cli.recipe import parse_stages
     from agent.train.config import TrainRun
 
-    parser = build_parser()
     # off by default where the shipped files were made without it (collect, train), on in compare's protocol
-    assert parser.parse_args(["collect", "--expert", "e.zip", "--out", "r/n/x-v0"]).start_rule is False
-    assert parser.parse_args(["collect", "--expert", "e.zip", "--out", "r/n/x-v0", "--start-rule"]).start_rule is True
+    assert tyro.cli(CollectRun, args=["--teacher.expert", "e.zip", "--out", "r/n/x-v0"]).teacher.start_rule is False
+    assert tyro.cli(CollectRun, args=["--teacher.expert", "e.zip", "--out", "r/n/x-v0",
+                                       "--teacher.start-rule"]).teacher.start_rule is True
     assert parse_stages(TrainRun, ["--data", "d"], prog="agent train", description="")[0][1].teacher.start_rule is False
     assert tyro.cli(TrainRun, args=["--data", "d", "--teacher.start-rule"]).teacher.start_rule is True
-    assert parser.parse_args(["evaluate", "--policy", "p.zip"]).start_rule is False
+    assert tyro.cli(EvaluateRun, args=["--policy", "p.zip"]).teacher.start_rule is False
     from agent.compare.config import CompareConfig
 
     assert CompareConfig().teacher.start_rule is True and CompareConfig().protocol().start_rule is True

@@ -130,7 +130,7 @@ def test_cli_evaluate_many_recordings(tmp_path, capsys):
     pol = DrivingPolicy(default_config("udacity", core="none", window=2)).save(tmp_path / "p.pt")
     js = tmp_path / "many.json"
     rc = main(["evaluate", "--env", "udacity", "--policy", str(pol), "--data", *data, "--json", str(js),
-               "--crop-cache", str(tmp_path / "cache")])
+               "--udacity.crop-cache", str(tmp_path / "cache")])
     assert rc == 0
     res = json.loads(js.read_text())
     assert [r["recording"] for r in res["recordings"]] == ["driver0", "driver1"]
@@ -142,10 +142,16 @@ def test_cli_evaluate_many_recordings(tmp_path, capsys):
     assert np.isclose(s["ratio_of_means"], s["mse"] / s["zero_mse"])
     assert "| driver1 | 8 |" in capsys.readouterr().out
     assert list((tmp_path / "cache").glob("*.npy"))  # the crop cache was used
+    from agent.eval.card import identity
+
+    ident = identity(pol)  # the JSON names the exact file and weights scored, as a CarRacing evaluation's does
+    assert res["file_sha256"] == ident["file_sha256"] and res["weights_sha256"] == ident["weights_sha256"]
     # one recording: the flat result, now with the ratio
-    rc = main(["evaluate", "--env", "udacity", "--policy", str(pol), "--data", data[0], "--json", str(js)])
+    rc = main(["evaluate", "--env", "udacity", "--policy", str(pol), "--data", data[0], "--json", str(js),
+               "--overwrite"])
     one = json.loads(js.read_text())
     assert rc == 0 and one["n_frames"] == 8 and np.isclose(one["ratio"], one["mse"] / one["zero_mse"])
+    assert (one["file_sha256"], one["weights_sha256"]) == (ident["file_sha256"], ident["weights_sha256"])
     assert main(["evaluate", "--env", "udacity", "--policy", str(pol), "--data", data[0], str(tmp_path)]) == 2
     assert "not a Udacity recording" in capsys.readouterr().err
 

@@ -267,12 +267,17 @@ def test_interrupted_vector_collect_keeps_finished_episodes(tmp_path, expert):
 
 @pytest.mark.parametrize("argv, message", [
     (["evaluate", "--policy", "nac.pt", "--envs", "2", "--workers", "2"], "--workers"),
-    (["evaluate", "--policy", "nac.pt", "--envs", "0"], "--envs must be >= 1"),
     (["collect", "--keyboard", "--envs", "2", "--out", "x/ns/k-v0"], "--keyboard"),
 ])
 def test_bad_envs_are_refused(argv, message, capsys):
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_evaluate_refuses_zero_envs(capsys):
+    with pytest.raises(SystemExit) as exc:  # a value the field refuses: tyro's parser reports it
+        main(["evaluate", "--policy", "nac.pt", "--envs", "0"])
+    assert exc.value.code == 2 and "--envs must be >= 1" in capsys.readouterr().err
 
 
 def test_evaluate_with_envs_gives_the_one_env_results(tmp_path):

@@ -7,7 +7,7 @@ The workflow, one direction (docs/design.md, "Layout and data flow"):
   agent train          behaviour cloning (+ DAgger) of CNN + NAC        -> a policy .pt
                        (--config recipes/nac.toml: a shipped policy's recipe)
   agent evaluate       closed-loop returns on unseen tracks             -> JSON
-                       (--env udacity: offline steering error; --floor: the recordings' keyboard-noise floor)
+                       (--env udacity: offline steering error; --udacity.floor: the recordings' keyboard-noise floor)
   agent info           a policy file's model card: recipe, teacher, data, scores with 95 % CIs, sha256
   agent compare        every temporal core trained and driven alike      -> table, figure (results/)
   drive                watch a policy drive, with Grad-CAM and NAC neuron traces live

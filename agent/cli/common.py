@@ -8,8 +8,6 @@ from pathlib import Path
 
 import tyro
 
-from agent.data.udacity import load_recording
-from agent.data.udacity_cache import DEFAULT_CACHE_DIR, load_cached
 from agent.train.config import ConfigError, TeacherSection
 from agent.train.lodo import driver_names
 
@@ -21,20 +19,6 @@ START_RULE_HELP = ("the teacher's start rule: gas at a standstill (speed < 1 uni
                     "gas instead of brake below 10 units/s (a continuous expert: full throttle, its steering kept); "
                     "either expert can otherwise brake a slow car to a halt and brake or steer at rest until the time "
                     "limit (README, \"The expert's stalls\", \"The continuous start rule\")")
-
-
-#: help text of --envs (collect, train, evaluate)
-ENVS_HELP = ("step this many CarRacing envs at once, each in its own process (gymnasium AsyncVectorEnv), the policy "
-              "acting on the batch of their observations; each episode keeps its track and is measured alike. 1: one "
-              "env in this process, episodes one after another (README, \"Vectorised rollouts\")")
-
-
-#: help text of --crop-cache (train, evaluate)
-CROP_CACHE_HELP = ("where recordings are cached as preprocessed 66x200 YUV crops of the three cameras (one uint8 .npy "
-                    "memory map per recording, 119 KB a row, keyed by the CSV, its images and the preprocessing; "
-                    "agent.data.udacity_cache), so many recordings fit: 'auto' caches in "
-                    "~/.cache/nac-drive/udacity-crops when several --data folders are given and reads one into "
-                    "memory (raw frames, 460 KB a row); '' always reads into memory; a folder always caches there")
 
 
 #: the option of each teacher's rule (:class:`agent.experts.rules.TeacherRules`'s fields)
@@ -74,49 +58,22 @@ def teacher_rule_options(teacher: TeacherSection) -> list[str]:
             if getattr(teacher, name) != getattr(default, name)]
 
 
-def udacity_loader(args, n_recordings: int):
-    """``load(path)`` for Udacity recordings under --crop-cache (see ``CROP_CACHE_HELP``) and --on-bad-row."""
-    from functools import partial
-
-    cache = getattr(args, "crop_cache", "")
-    if cache == "auto":
-        cache = str(DEFAULT_CACHE_DIR) if n_recordings > 1 else ""
-    if cache:
-        return partial(load_cached, cache_dir=cache, on_bad_row=args.on_bad_row)
-    return partial(load_recording, on_bad_row=args.on_bad_row)
-
-
 def check_udacity_folders(data: list[str]) -> None:
     for d in data:
         if not (Path(d) / "driving_log.csv").is_file() and not (Path(d).is_file() and Path(d).suffix == ".csv"):
             raise CLIError(f"{d} is not a Udacity recording (no driving_log.csv in it)")
 
 
-def parse_tracks(specs: list[str], data: list[str]) -> dict[str, str]:
-    """``--track DRIVER=TRACK`` options as {driver: track} ("*" for every driver not named)."""
-    tracks = {}
-    for spec in specs:
-        name, sep, track = spec.partition("=")
-        if not sep or not name or not track:
-            raise CLIError(f"--track takes DRIVER=TRACK (e.g. b-sh+CarND-Behavioral-Cloning-P3=jungle), got {spec!r}")
-        tracks[name] = track
-    unknown = sorted(set(tracks) - set(driver_names(data)) - {"*"})
-    if unknown:
-        raise CLIError(f"--track names unknown driver(s) {', '.join(unknown)}; the drivers are "
-                       f"{', '.join(driver_names(data))}")
-    return tracks
-
-
-def driver_tracks(tracks: dict[str, str], data: list[str]) -> dict[str, str]:
-    """The {driver: track} table of a leave-one-driver-out run ("*": every driver not named), checked
-    against the drivers of ``data``.
+def driver_tracks(tracks: dict[str, str], data: list[str], option: str = "lodo.tracks") -> dict[str, str]:
+    """The {driver: track} table of recordings ("*": every driver not named), checked against the
+    drivers of ``data``; ``option`` names it in the error (a leave-one-driver-out run's ``lodo.tracks``).
 
     Raises:
         CLIError: a driver that is not one of the recordings.
     """
     unknown = sorted(set(tracks) - set(driver_names(data)) - {"*"})
     if unknown:
-        raise CLIError(f"lodo.tracks names unknown driver(s) {', '.join(unknown)}; the drivers are "
+        raise CLIError(f"{option} names unknown driver(s) {', '.join(unknown)}; the drivers are "
                        f"{', '.join(driver_names(data))}")
     return dict(tracks)
 

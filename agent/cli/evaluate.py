@@ -1,82 +1,211 @@
-"""`agent evaluate`: closed-loop returns (CarRacing), offline steering error and the keyboard-noise floor (Udacity)."""
+"""`agent evaluate`: closed-loop returns (CarRacing), offline steering error and the keyboard-noise floor (Udacity).
+
+The options are :class:`EvaluateRun`, parsed by tyro: the CarRacing options at the top level, an
+expert's rules in ``teacher`` (:class:`agent.train.config.TeacherSection`) and the Udacity-only
+options in ``udacity`` (:class:`UdacityOptions`).
+"""
 
 from __future__ import annotations
 
-from agent.actors.loading import LOADERS, file_kind, resolve_policy_path
+import math
+from dataclasses import dataclass, field, fields
+from functools import partial
+from pathlib import Path
+from typing import Annotated, Literal
+
+import tyro
+
+from agent.actors.loading import LOADERS, file_kind, load_policy, resolve_policy_path
 from agent.actors.rollout import SLOW_SPEED
-from agent.cli.common import (argparse_main, CROP_CACHE_HELP, ENVS_HELP, FMT, CLIError, check_udacity_folders, parse_tracks,
-                              udacity_loader, write_json)
+from agent.cli.common import (CLIError, check_udacity_folders, driver_tracks, parse_config, teacher_rule_options,
+                              write_json)
+from agent.data.udacity import load_recording
+from agent.data.udacity_cache import DEFAULT_CACHE_DIR, load_cached
+from agent.eval.card import identity
 from agent.eval.closed_loop import evaluate
 from agent.eval.label_floor import floor_markdown, floor_means, recording_floor
 from agent.eval.offline import evaluate_udacity, summarize_recordings
+from agent.experts.rules import RuleError
 from agent.nn.policy import file_digest
+from agent.train.config import ConfigError, TeacherSection, check_device, torch_device
 from agent.train.lodo import ORACLE_COLUMN, driver_names
 from envs.tracks import EVAL_SEED_BASE
 
+DESCRIPTION = f"""Closed-loop returns (carracing) or offline steering error (udacity) of a policy.
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("evaluate", help="closed-loop returns (carracing) or offline steering error (udacity)",
-                       formatter_class=FMT,
-                       description="Run a policy (any core, or the expert .zip) for --episodes episodes on tracks "
-                                   f"--seed, --seed+1, ... (tracks >= {EVAL_SEED_BASE} are never used for "
-                                   "training) and print the mean ± std episode return (a policy or expert with "
-                                   "continuous actions drives CarRacing's continuous configuration). "
-                                   "With --env udacity: "
-                                   "offline steering MSE and MAE of a Udacity steering policy on a recording "
-                                   "(--data; center camera, no augmentation, frames streamed in order with their "
-                                   "timestamps, the window restarting at session breaks), beside the predict-0 "
-                                   "and predict-the-training-mean baselines, and the keyboard-noise floor: the "
-                                   "ratio of a smoothed oracle (the driver's own labels averaged over +-0.5 s), "
-                                   "about the lowest ratio a policy that sees frames can reach. "
-                                   "With --env udacity --floor: only that floor, for any recordings, no policy "
-                                   "(agent.eval.label_floor).")
-    p.add_argument("--env", default="carracing", choices=["carracing", "udacity"], help="simulator")
-    p.add_argument("--policy", default=None,
-                   help="policy file (a bare name is looked up in policies/); required unless --floor")
-    p.add_argument("--data", default=None, nargs="+",
-                   help="udacity: the recording folder(s) (driving_log.csv + IMG/) to score the policy on; with "
-                        "several, one row per recording (MSE, MAE, predict-0 MSE, ratio, smoothed-oracle ratio) "
-                        "and their means")
-    p.add_argument("--floor", action="store_true",
-                   help="udacity, no --policy: print the keyboard-noise floor of the --data recordings (read from "
-                        "the CSVs, no image decoded): per recording, frames, session segments, share of labels "
-                        "exactly 0, predict-0 MSE and the smoothed-oracle ratio (oracle MSE / predict-0 MSE) per "
-                        "--half-width, where the oracle predicts each label by the mean of the driver's own labels "
-                        "within +-h seconds in the same segment; then the means per --track")
-    p.add_argument("--half-width", type=float, nargs="+", default=[0.5], metavar="S",
-                   help="--floor: half-widths of the oracle's window in seconds, one column each")
-    p.add_argument("--exclude-self", action="store_true",
-                   help="--floor: leave each label out of its own window (leave-one-out); the default includes it, "
-                        "which lowers the oracle's error; the two give a range for the floor")
-    p.add_argument("--track", action="append", default=[], metavar="DRIVER=TRACK",
-                   help="--floor: the track of a recording (named as in the tables; '*=lake' for all not named), "
-                        "for means per track")
-    p.add_argument("--on-bad-row", default="skip", choices=["skip", "error"],
-                   help="udacity: skip unusable CSV rows with a warning, or stop with an error listing them")
-    p.add_argument("--crop-cache", default="auto", help="udacity: " + CROP_CACHE_HELP)
-    p.add_argument("--episodes", type=int, default=50, help="carracing: episodes (one track each)")
-    p.add_argument("--seed", type=int, default=EVAL_SEED_BASE, help="carracing: track seed of the first episode")
-    p.add_argument("--max-steps", type=int, default=None, help="carracing: cap on episode length (default: 1000)")
-    p.add_argument("--workers", type=int, default=None,
-                   help="carracing: parallel processes, one episode at a time each (default 2; 1 with --envs > 1). "
-                        "Give them one core each: on a 2-core machine, two evaluations at once with --workers 1 "
-                        "each ran several times slower than the two one after the other with --workers 2")
-    p.add_argument("--envs", type=int, default=1, help="carracing: " + ENVS_HELP + "; use with --workers 1")
-    p.add_argument("--sample", action="store_true",
-                   help="carracing: sample each action from the policy's softmax instead of taking the most "
-                        "probable one (seeded by the track, so runs repeat); a stalled car's identical frames "
-                        "then no longer fix its decision")
-    p.add_argument("--start-rule", action="store_true",
-                   help="carracing, an expert .zip: evaluate it with the start rule that agent collect and DAgger "
-                        "use as the teacher (gas at a standstill, no brake below 10 units/s); off by default, so the "
-                        "expert is scored as trained")
-    p.add_argument("--slow-speed", type=float, default=None, metavar="UNITS_PER_S",
-                   help="carracing: the slow-steps figure counts the steps below this speed after the car first "
-                        "reached it (default 10, the start rule's floor; 25 also counts a brake/gas saw-tooth above "
-                        "a brake floor of 20: README, 'The brake floor')")
-    p.add_argument("--json", default=None,
-                   help="write the results as JSON here (carracing: per-episode returns, steps, "
-                        "longest_standstill_steps and off_road_steps, and their aggregates)")
+CarRacing: run a policy (any core, or an expert .zip) for --episodes episodes on the tracks
+from --track-seed on (tracks >= {EVAL_SEED_BASE} are never used for training) and print the mean ± std
+episode return (a policy or expert with continuous actions drives CarRacing's continuous
+configuration). An expert .zip can drive with the teacher's rules (--teacher.start-rule etc.).
+
+With --env udacity: offline steering MSE and MAE of a Udacity steering policy on recordings (--data;
+center camera, no augmentation, frames streamed in order with their timestamps, the window
+restarting at session breaks), beside the predict-0 and predict-the-training-mean baselines, and
+the keyboard-noise floor: the ratio of a smoothed oracle (the driver's own labels averaged over a
+half-width of 0.5 s), about the lowest ratio a policy that sees frames can reach. With --env udacity
+and --udacity.floor: only that floor, for any recordings, no policy (agent.eval.label_floor)."""
+
+TEACHER_HELP = ("carracing, --policy an expert .zip: evaluate it with the teacher's rules, as agent collect and "
+                "DAgger drive it as the teacher (all off by default, so the expert is scored as trained): the start "
+                "rule (gas at a standstill, no brake below the brake floor, 10 units/s), the creep and grass rules "
+                "(discrete experts). The expert itself is --policy: --teacher.expert is not used here")
+
+
+def _need(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+@dataclass(frozen=True)
+class UdacityOptions:
+    """Udacity (--env udacity): the recordings' loading, and the keyboard-noise floor (--udacity.floor)."""
+
+    floor: bool = False
+    """no --policy: print the keyboard-noise floor of the --data recordings (read from the CSVs, no image decoded)"""
+    half_width: tuple[float, ...] = (0.5,)
+    """--udacity.floor: half-widths of the smoothed oracle's window in seconds, one column each"""
+    exclude_self: bool = False
+    """--udacity.floor: leave each label out of its own window (leave-one-out; the default includes it)"""
+    tracks: dict[str, str] = field(default_factory=dict)
+    """--udacity.floor: the track of each recording for means per track, e.g. '*' lake driver1 jungle"""
+    on_bad_row: Literal["skip", "error"] = "skip"
+    """skip unusable CSV rows with a warning, or stop with an error listing them"""
+    crop_cache: str = "auto"
+    """where recordings are cached as 66x200 YUV crops: auto (a cache for several recordings), '' (memory) or a folder"""
+
+    def __post_init__(self):
+        bad = [w for w in self.half_width if not (math.isfinite(w) and w >= 0)]
+        _need(bool(self.half_width) and not bad,
+              f"--udacity.half-width takes seconds >= 0, got {bad[0] if bad else 'none'}")
+
+
+@dataclass(frozen=True)
+class EvaluateRun:
+    """``agent evaluate``: closed-loop returns (CarRacing) or offline steering error (Udacity).
+
+    Raises:
+        ConfigError: a value out of range (when built), or from :meth:`check`, options that do not
+            go together or a --json that exists; one line naming the option.
+    """
+
+    env: Literal["carracing", "udacity"] = "carracing"
+    """simulator"""
+    policy: str | None = None
+    """policy file (.pt, or an expert .zip; a bare name is looked up in policies/); required unless --udacity.floor"""
+    data: tuple[str, ...] = ()
+    """udacity: the recording folder(s) (driving_log.csv + IMG/); with several, one row per recording and the means"""
+    episodes: int = 50
+    """carracing: episodes (one track each)"""
+    track_seed: int = EVAL_SEED_BASE
+    """carracing: the first track (CarRacing seed): episode i drives track track_seed+i"""
+    max_steps: int | None = None
+    """carracing: cap on episode length (None: the env's 1000)"""
+    workers: int | None = None
+    """carracing: processes, one episode at a time each (None: 2; 1 with --envs > 1); give them one core each"""
+    envs: int = 1
+    """carracing: envs stepped at once in subprocesses, the policy acting on their batch; use with --workers 1"""
+    sample: bool = False
+    """carracing: sample each action from the policy's softmax instead of the argmax (seeded by the track)"""
+    slow_speed: float | None = None
+    """carracing: the slow-steps threshold, units/s (None: 10, the start rule's floor; 25 sees a saw-tooth above 20)"""
+    json: str | None = None
+    """write the results as JSON here (carracing: per-episode returns, steps, stall figures and their aggregates)"""
+    overwrite: bool = False
+    """replace an existing --json file"""
+    device: str = "auto"
+    """torch device of the policy: auto (cuda when there is one), cpu, cuda, cuda:N"""
+    teacher: Annotated[TeacherSection, tyro.conf.arg(help=TEACHER_HELP)] = TeacherSection()
+    udacity: UdacityOptions = UdacityOptions()
+
+    def __post_init__(self):
+        check_device(self.device)
+        _need(self.episodes >= 1, f"--episodes must be >= 1, got {self.episodes}")
+        _need(self.envs >= 1, f"--envs must be >= 1, got {self.envs}")
+        _need(self.max_steps is None or self.max_steps >= 1, f"--max-steps must be >= 1, got {self.max_steps}")
+        _need(self.workers is None or self.workers >= 1, f"--workers must be >= 1, got {self.workers}")
+        _need(self.slow_speed is None or (math.isfinite(self.slow_speed) and self.slow_speed > 0),
+              f"--slow-speed must be a positive number of units/s, got {self.slow_speed}")
+
+    def check(self) -> "EvaluateRun":
+        """The rules between options that need no file read, and the --json the run would replace;
+        returns self (the policy file's kind is checked by the run).
+
+        Raises:
+            ConfigError: --teacher.expert; options of the other simulator or mode; no --policy
+                (or one with --udacity.floor); --envs > 1 with --workers > 1; a brake floor
+                without the start rule; an existing --json without --overwrite.
+        """
+        u, default_u = self.udacity, UdacityOptions()
+        _need(self.teacher.expert is None, f"--teacher.expert: agent evaluate drives --policy; evaluate the expert "
+              f"with --policy {self.teacher.expert} (its rules: --teacher.start-rule etc.)")
+        if self.env == "carracing":
+            wrong = [f"--udacity.{f.name.replace('_', '-')}" for f in fields(u)
+                     if getattr(u, f.name) != getattr(default_u, f.name) and f.name != "floor"]
+            _need(not u.floor, "--udacity.floor is for --env udacity (the keyboard-noise floor of recorded steering "
+                               "labels)")
+            _need(not wrong, f"{', '.join(wrong)} only apply to --env udacity, and --env is carracing")
+            _need(not self.data, "--data is for --env udacity; CarRacing policies are evaluated in closed loop on "
+                                 "tracks")
+        if u.floor:
+            _need(not self.policy, "--udacity.floor scores the recordings' own labels and needs no policy: drop "
+                                   "--policy (or drop --udacity.floor to score the policy; its table has the floor "
+                                   "at +-0.5 s too)")
+            _need(bool(self.data), "--udacity.floor needs --data: the recording folder(s) holding driving_log.csv "
+                                   "and IMG/")
+        else:
+            floor_only = [f"--udacity.{name.replace('_', '-')}" for name in ("tracks", "half_width", "exclude_self")
+                          if getattr(u, name) != getattr(default_u, name)]
+            _need(not floor_only, f"{', '.join(floor_only)} only apply with --udacity.floor")
+            _need(bool(self.policy), "--policy is required (or, with --env udacity --data D1 D2 ..., "
+                                     "--udacity.floor for the label floor alone)")
+        if self.env == "udacity":
+            _need(not self.sample, "--sample is for --env carracing (closed loop); Udacity recordings are scored "
+                                   "offline")
+            rules = teacher_rule_options(self.teacher)
+            _need(not rules, f"{', '.join(rules)}: the teacher's rules drive a CarRacing expert; --env is udacity")
+        workers = self.workers if self.workers is not None else (2 if self.envs == 1 else 1)
+        _need(self.envs == 1 or workers == 1,
+              f"--envs {self.envs} steps its envs from one process: drop --workers {workers} (or pass 1)")
+        _need(self.teacher.brake_floor is None or self.teacher.start_rule,
+              "--teacher.brake-floor is the start rule's floor: add --teacher.start-rule")
+        _need(self.json is None or self.overwrite or not Path(self.json).exists(),
+              f"{self.json} already exists; choose another --json or pass --overwrite")
+        return self
+
+
+def main(argv: list[str]) -> int:
+    """Run ``agent evaluate ARGV``; the exit code."""
+    run = parse_config(EvaluateRun, argv, prog="agent evaluate", description=DESCRIPTION)
+    if run.udacity.floor:
+        return _udacity_floor(run)
+    path = resolve_policy_path(run.policy)
+    kind, payload = file_kind(path)  # read once; the Udacity evaluation builds the policy from it
+    env = _policy_env(kind, payload)
+    if env is not None and env != run.env:
+        hint = " --data RECORDING" if env == "udacity" else ""
+        raise CLIError(f"{path} is a policy for --env {env}; evaluate it with --env {env}{hint}")
+    if run.env == "udacity":
+        return _evaluate_udacity(run, path, kind, payload)
+
+    rules = teacher_rule_options(run.teacher)
+    if rules:
+        if kind != "sb3-ppo-expert":
+            raise CLIError(f"{', '.join(rules)}: the teacher's rules are the PPO expert's; pass an expert .zip as "
+                           f"--policy ({path} is not one)")
+        try:  # here, not in the workers: a continuous expert refuses the creep and grass rules
+            run.teacher.rules.apply(load_policy(path), strict=True)
+        except RuleError as exc:
+            raise CLIError(f"--teacher.{exc.rule.replace('_', '-')}: {exc}") from exc
+    slow_speed = SLOW_SPEED if run.slow_speed is None else run.slow_speed
+    workers = run.workers if run.workers is not None else (2 if run.envs == 1 else 1)
+    res = evaluate(path, run.episodes, run.track_seed, env=run.env, max_steps=run.max_steps, workers=workers,
+                   deterministic=not run.sample, rules=run.teacher.rules, envs=run.envs, slow_speed=slow_speed,
+                   device=torch_device(run.device))
+    print("\n".join(res.summary_lines()))
+    if run.json:
+        res.to_json(run.json)
+        print(f"wrote {run.json}")
+    return 0
 
 
 def _policy_env(kind: str, payload) -> str | None:
@@ -88,89 +217,55 @@ def _policy_env(kind: str, payload) -> str | None:
     return (payload.get("config") or {}).get("env") if isinstance(payload, dict) else None
 
 
-def run(args) -> int:
-    if args.floor:
-        return _udacity_floor(args)
-    if args.track or args.half_width != [0.5] or args.exclude_self:
-        raise CLIError("--track, --half-width and --exclude-self are for --floor")
-    if not args.policy:
-        raise CLIError("--policy is required (or, with --env udacity --data D1 D2 ..., --floor for the label "
-                       "floor alone)")
-    path = resolve_policy_path(args.policy)
-    kind, payload = file_kind(path)  # read once; the Udacity evaluation builds the policy from it
-    env = _policy_env(kind, payload)
-    if env is not None and env != args.env:
-        hint = " --data RECORDING" if env == "udacity" else ""
-        raise CLIError(f"{path} is a policy for --env {env}; evaluate it with --env {env}{hint}")
-    if args.env == "udacity":
-        if args.sample:
-            raise CLIError("--sample is for --env carracing (closed loop); Udacity recordings are scored offline")
-        return _evaluate_udacity(args, path, kind, payload)
-    if args.data:
-        raise CLIError("--data is for --env udacity; CarRacing policies are evaluated in closed loop on tracks")
-
-    if args.start_rule and kind != "sb3-ppo-expert":
-        raise CLIError("--start-rule is the PPO expert's start rule; pass an expert .zip as --policy")
-    if args.envs < 1:
-        raise CLIError(f"--envs must be >= 1, got {args.envs}")
-    slow_speed = SLOW_SPEED if args.slow_speed is None else args.slow_speed  # evaluate() checks it
-    workers = args.workers if args.workers is not None else (2 if args.envs == 1 else 1)
-    if args.envs > 1 and workers > 1:
-        raise CLIError(f"--envs {args.envs} steps its envs from one process: drop --workers {workers} (or pass 1)")
-    res = evaluate(path, args.episodes, args.seed, env=args.env, max_steps=args.max_steps, workers=workers,
-                   deterministic=not args.sample, start_rule=args.start_rule, envs=args.envs, slow_speed=slow_speed)
-    print("\n".join(res.summary_lines()))
-    if args.json:
-        res.to_json(args.json)
-        print(f"wrote {args.json}")
-    return 0
+def _udacity_loader(run: EvaluateRun, n_recordings: int):
+    """``load(path)`` for Udacity recordings under --udacity.crop-cache and --udacity.on-bad-row."""
+    cache = run.udacity.crop_cache
+    if cache == "auto":
+        cache = str(DEFAULT_CACHE_DIR) if n_recordings > 1 else ""
+    if cache:
+        return partial(load_cached, cache_dir=cache, on_bad_row=run.udacity.on_bad_row)
+    return partial(load_recording, on_bad_row=run.udacity.on_bad_row)
 
 
-def _udacity_floor(args) -> int:
-    """`agent evaluate --env udacity --data D1 D2 ... --floor`: the smoothed-oracle floor table, no policy."""
-    if args.env != "udacity":
-        raise CLIError("--floor is for --env udacity (the keyboard-noise floor of recorded steering labels)")
-    if args.policy:
-        raise CLIError("--floor scores the recordings' own labels and needs no policy: drop --policy (or drop "
-                       "--floor to score the policy; its table has the floor at +-0.5 s too)")
-    if not args.data:
-        raise CLIError("--floor needs --data: the recording folder(s) holding driving_log.csv and IMG/")
-    bad = [w for w in args.half_width if not (w >= 0 and w != float("inf"))]
-    if bad:
-        raise CLIError(f"--half-width takes seconds >= 0, got {bad[0]}")
-    check_udacity_folders(args.data)
-    tracks = parse_tracks(args.track, args.data)
+def _udacity_floor(run: EvaluateRun) -> int:
+    """`agent evaluate --env udacity --data D1 D2 ... --udacity.floor`: the smoothed-oracle floor table, no policy."""
+    u, data = run.udacity, list(run.data)
+    check_udacity_folders(data)
+    tracks = driver_tracks(u.tracks, data, option="--udacity.tracks")
+    half_widths = list(u.half_width)
     rows = []
-    for name, d in zip(driver_names(args.data), args.data):
+    for name, d in zip(driver_names(data), data):
         rows.append({"recording": name, "track": tracks.get(name, tracks.get("*", "-")),
-                     **recording_floor(d, args.half_width, on_bad_row=args.on_bad_row,
-                                         exclude_self=args.exclude_self)})
-    print(floor_markdown(rows, args.half_width))
-    if args.json:
-        write_json(args.json, {"half_widths_s": args.half_width, "exclude_self": args.exclude_self, "recordings": rows,
-                                "means": floor_means(rows, args.half_width)})
-        print(f"wrote {args.json}")
+                     **recording_floor(d, half_widths, on_bad_row=u.on_bad_row, exclude_self=u.exclude_self)})
+    print(floor_markdown(rows, half_widths))
+    if run.json:
+        write_json(run.json, {"half_widths_s": half_widths, "exclude_self": u.exclude_self, "recordings": rows,
+                              "means": floor_means(rows, half_widths)})
+        print(f"wrote {run.json}")
     return 0
 
 
-def _evaluate_udacity(args, path, kind, payload) -> int:
-    """`agent evaluate --env udacity`: offline steering MSE / MAE on a recording, printed and as JSON."""
-    if not args.data:
+def _evaluate_udacity(run: EvaluateRun, path: Path, kind: str, payload) -> int:
+    """`agent evaluate --env udacity`: offline steering MSE / MAE on recordings, printed and as JSON."""
+    data = list(run.data)
+    if not data:
         raise CLIError("--env udacity needs --data: a recording folder holding driving_log.csv and IMG/")
-    check_udacity_folders(args.data)
+    check_udacity_folders(data)
     if kind not in LOADERS:
         raise CLIError(f"{path} holds a policy of kind {kind!r}, which this version cannot load")
-    policy = LOADERS[kind](path, payload, "cpu")
+    policy = LOADERS[kind](path, payload, torch_device(run.device))
     if getattr(policy, "output_kind", None) != "steering" or getattr(policy.config, "env", None) != "udacity":
         raise CLIError(f"{path} is not a Udacity steering policy (make one with `agent train --env udacity`)")
-    head = {"policy": str(path), "policy_sha256": file_digest(path), "env": "udacity", "core": policy.config.core}
-    if len(args.data) > 1:
-        return _evaluate_udacity_many(args, policy, head)
-    res = {**head, **evaluate_udacity(policy, udacity_loader(args, 1)(args.data[0]))}
-    print(f"{path.name} on {args.data[0]}: steering MSE {res['mse']:.4f}, MAE {res['mae']:.4f} over "
+    ident = identity(path)  # the digests of exactly the file scored, as the CarRacing JSON records them
+    head = {"policy": str(path), "policy_sha256": file_digest(path), "file_sha256": ident["file_sha256"],
+            "weights_sha256": ident["weights_sha256"], "env": "udacity", "core": policy.config.core}
+    if len(data) > 1:
+        return _evaluate_udacity_many(run, policy, head)
+    res = {**head, **evaluate_udacity(policy, _udacity_loader(run, 1)(data[0]))}
+    print(f"{path.name} on {data[0]}: steering MSE {res['mse']:.4f}, MAE {res['mae']:.4f} over "
           f"{res['n_frames']} frames ({res['rmse_degrees']:.1f} degrees RMS); predict-0 baseline MSE "
-          f"{res['zero_mse']:.4f}" + (f" (ratio {res['ratio']:.2f})" if res["ratio"] is not None else "") + (f", predict-train-mean MSE {res['train_mean_mse']:.4f}"
-                                      if "train_mean_mse" in res else ""))
+          f"{res['zero_mse']:.4f}" + (f" (ratio {res['ratio']:.2f})" if res["ratio"] is not None else "")
+          + (f", predict-train-mean MSE {res['train_mean_mse']:.4f}" if "train_mean_mse" in res else ""))
     if res.get("oracle_ratio") is not None:
         print(f"  keyboard-noise floor: smoothed-oracle ratio (±{res['oracle_half_width_s']:g} s) "
               f"{res['oracle_ratio']:.2f} (the driver's own labels averaged over ±{res['oracle_half_width_s']:g} s "
@@ -178,17 +273,18 @@ def _evaluate_udacity(args, path, kind, payload) -> int:
     if res["n_moving"]:
         print(f"  while moving (>= {res['min_speed_mph']:g} mph, {res['n_moving']} frames): MSE {res['moving_mse']:.4f}, "
               f"MAE {res['moving_mae']:.4f}; predict-0 MSE {res['moving_zero_mse']:.4f}")
-    if args.json:
-        write_json(args.json, res)
-        print(f"wrote {args.json}")
+    if run.json:
+        write_json(run.json, res)
+        print(f"wrote {run.json}")
     return 0
 
 
-def _evaluate_udacity_many(args, policy, head: dict) -> int:
+def _evaluate_udacity_many(run: EvaluateRun, policy, head: dict) -> int:
     """`agent evaluate --env udacity --data D1 D2 ...`: one row per recording and the means, printed and as JSON."""
-    load = udacity_loader(args, len(args.data))
+    data = list(run.data)
+    load = _udacity_loader(run, len(data))
     rows = []
-    for name, d in zip(driver_names(args.data), args.data):
+    for name, d in zip(driver_names(data), data):
         rows.append({"recording": name, **evaluate_udacity(policy, load(d), progress=False)})
     summary = summarize_recordings(rows)
     fmt = lambda x, f=".4f": "-" if x is None else format(x, f)  # noqa: E731
@@ -200,10 +296,10 @@ def _evaluate_udacity_many(args, policy, head: dict) -> int:
           f"{summary['mae']:.4f} | {summary['zero_mse']:.4f} | {fmt(summary['ratio_of_means'], '.2f')} (mean of "
           f"ratios {fmt(summary['mean_ratio'], '.2f')}) | {fmt(summary['oracle_ratio_of_means'], '.2f')} (mean of "
           f"ratios {fmt(summary['oracle_mean_ratio'], '.2f')}) |")
-    if args.json:
-        write_json(args.json, {**head, "recordings": rows, "summary": summary})
-        print(f"wrote {args.json}")
+    if run.json:
+        write_json(run.json, {**head, "recordings": rows, "summary": summary})
+        print(f"wrote {run.json}")
     return 0
 
 
-main = argparse_main("evaluate", add_parser, run)
+__all__ = ["DESCRIPTION", "EvaluateRun", "UdacityOptions", "main"]

@@ -44,8 +44,10 @@ class EvalResult:
     unless ``--slow-speed`` says otherwise: the saw-tooth of a student braking at the start rule's
     floor, which neither figure above counts), with its aggregate ``episodes_slow`` (more than
     ``stall_steps``) and threshold ``slow_speed``;
-    ``deterministic`` (argmax or sampled actions) and ``start_rule`` (an expert with its start
-    rule) how the policy acted; ``envs`` how many envs were stepped at once (``--envs``);
+    ``deterministic`` (argmax or sampled actions) and the expert's rules (``start_rule``,
+    ``creep_speed``, ``brake_floor``, ``grass_rule``: :class:`agent.experts.rules.TeacherRules`; off for
+    a student) how the policy acted, ``device`` where its network ran; ``envs`` how many envs were
+    stepped at once (``--envs``);
     ``file_sha256`` and ``weights_sha256`` name the exact file and weights evaluated
     (:func:`agent.eval.card.identity`; ``policy`` is only the path, which many versions share).
     """
@@ -78,6 +80,10 @@ class EvalResult:
     stall_steps: int = STALL_STEPS
     deterministic: bool = True
     start_rule: bool = False
+    creep_speed: float = 0.0
+    brake_floor: float | None = None
+    grass_rule: bool = False
+    device: str = "cpu"
     envs: int = 1
     file_sha256: str = ""
     weights_sha256: str = ""
@@ -113,13 +119,13 @@ class EvalResult:
 
 def _run_seeds(args, on_episode=None) -> list[tuple]:
     """Worker: load the policy once, run each seed; returns :func:`_row` per episode."""
-    policy_path, seeds, max_steps, threads, deterministic, start_rule, slow_speed = args
+    policy_path, seeds, max_steps, threads, deterministic, rules, slow_speed, device = args
     import torch
 
     if threads:
         torch.set_num_threads(threads)
 
-    policy = _load_for_eval(policy_path, start_rule)
+    policy = _load_for_eval(policy_path, rules, device)
     actor = make_actor(policy, deterministic=deterministic)
     # The expert reads privileged state only: skip the pixel rendering (same physics, same returns).
     # A policy or expert with continuous actions drives the continuous configuration (make_carracing_for).
@@ -136,21 +142,24 @@ def _run_seeds(args, on_episode=None) -> list[tuple]:
     return out
 
 
-def _load_for_eval(policy_path, start_rule: bool):
-    """The policy of a file, with the expert's start rule when asked for."""
-    policy = load_policy(policy_path)
-    if start_rule:
+def _load_for_eval(policy_path, rules: TeacherRules | None, device: str = "cpu"):
+    """The policy of a file on ``device``, with the expert's rules when asked for (strictly: a
+    continuous expert refuses the creep and grass rules)."""
+    policy = load_policy(policy_path, device=device)
+    if rules is not None and rules != TeacherRules():
         if not isinstance(policy, ExpertPolicy):
-            raise ValueError(f"start_rule is the PPO expert's start rule; {policy_path} is not one")
-        TeacherRules(start_rule=True).apply(policy)
+            raise ValueError(f"the teacher's rules (start_rule, creep_speed, brake_floor, grass_rule) are the PPO "
+                             f"expert's; {policy_path} is not one")
+        rules.apply(policy, strict=True)
     return policy
 
 
 def _run_seeds_vector(policy_path, seeds: list[int], max_steps: int | None, envs: int, deterministic: bool,
-                      start_rule: bool, slow_speed: float = SLOW_SPEED, on_episode=None) -> list[tuple]:
+                      rules: TeacherRules | None, slow_speed: float = SLOW_SPEED, on_episode=None,
+                      device: str = "cpu") -> list[tuple]:
     """:func:`_run_seeds` on ``envs`` envs stepped at once (:mod:`agent.actors.vector`), the policy acting
     on the batch of their observations; the same tuples, in seed order."""
-    policy = _load_for_eval(policy_path, start_rule)
+    policy = _load_for_eval(policy_path, rules, device)
     actor = batch_actor_for(policy, deterministic=deterministic)  # sampled: one generator per track
     done = run_episodes(envs_for(policy, envs), actor, seeds, max_steps=max_steps, keep_frames=False,
                         on_episode=None if on_episode is None else (lambda i, ep: on_episode(_row(ep, slow_speed))))
@@ -166,7 +175,8 @@ def _row(ep, slow_speed: float = SLOW_SPEED) -> tuple:
 
 def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carracing", max_steps: int | None = None,
              workers: int = 1, progress: bool = True, deterministic: bool = True,
-             start_rule: bool = False, envs: int = 1, slow_speed: float = SLOW_SPEED) -> EvalResult:
+             start_rule: bool = False, envs: int = 1, slow_speed: float = SLOW_SPEED,
+             rules: TeacherRules | None = None, device: str = "cpu") -> EvalResult:
     """Run ``episodes`` episodes on seeds seed .. seed+episodes-1, split over ``workers`` processes
     or stepped ``envs`` at a time.
 
@@ -180,8 +190,9 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
         progress: show a progress bar.
         deterministic: the most probable action (argmax); False samples it from the policy's
             softmax, with torch's generator seeded by each track's seed (the expert stays argmax).
-        start_rule: a discrete expert ``.zip`` drives with its start rule
-            (:attr:`agent.experts.policy.ExpertPolicy.start_rule`), as it does as a teacher.
+        start_rule: an expert ``.zip`` drives with its start rule
+            (:attr:`agent.experts.policy.ExpertPolicy.start_rule`), as it does as a teacher; the
+            same as ``rules=TeacherRules(start_rule=True)``.
         envs: step this many envs at once in subprocesses (:mod:`agent.actors.vector`), the policy
             acting on the batch of their observations, in this one process; 1 = one env, episodes
             one after another (split over ``workers``). Each episode keeps its track and its
@@ -189,13 +200,17 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
             up to argmax near-ties that the batched forward's float rounding can flip.
         slow_speed: the slow-steps threshold, units/s (:func:`agent.actors.rollout.slow_steps`; 10 by
             default; 25 also counts a saw-tooth above the brake floor of 20).
+        rules: an expert ``.zip`` drives with these teacher's rules
+            (:class:`agent.experts.rules.TeacherRules`, set strictly), as it labels as a teacher;
+            None: ``start_rule`` alone decides.
+        device: the torch device of the policy's network in every worker ("cpu", "cuda", "cuda:N").
 
     Returns:
         the :class:`EvalResult` (per-episode lists in seed order).
 
     Raises:
-        ValueError: an unknown env or a bad episode count; ``start_rule`` for a file that is
-            not a discrete expert; ``envs`` > 1 together with ``workers`` > 1, or ``envs`` < 1;
+        ValueError: an unknown env or a bad episode count; the start rule (or other rules) for a
+            file that is not an expert, or a rule the expert refuses (RuleError); ``envs`` > 1 together with ``workers`` > 1, or ``envs`` < 1;
             a ``slow_speed`` that is not a positive number.
     """
     if env != "carracing":
@@ -209,6 +224,8 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
     if envs > 1 and workers > 1:
         raise ValueError(f"--envs {envs} steps the envs from one process; use it with --workers 1 (got --workers "
                          f"{workers})")
+    if rules is None:
+        rules = TeacherRules(start_rule=start_rule)
     path = resolve_policy_path(policy_path)
     ident = identity(path)  # before driving: the digests of exactly the file that drives
     seeds = list(range(seed, seed + episodes))
@@ -222,14 +239,15 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
         bar.set_postfix(mean=f"{np.mean([x[1] for x in results]):.0f}")
 
     if envs > 1:
-        _run_seeds_vector(str(path), seeds, max_steps, envs, deterministic, start_rule, slow_speed, on_episode=tick)
+        _run_seeds_vector(str(path), seeds, max_steps, envs, deterministic, rules, slow_speed, on_episode=tick,
+                          device=device)
     elif workers == 1:
-        _run_seeds((str(path), seeds, max_steps, 0, deterministic, start_rule, slow_speed), on_episode=tick)
+        _run_seeds((str(path), seeds, max_steps, 0, deterministic, rules, slow_speed, device), on_episode=tick)
     else:
         import multiprocessing as mp
 
         with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            jobs = [(str(path), [s], max_steps, 1, deterministic, start_rule, slow_speed) for s in seeds]
+            jobs = [(str(path), [s], max_steps, 1, deterministic, rules, slow_speed, device) for s in seeds]
             for out in pool.map(_run_seeds, jobs):
                 tick(out[0])
     bar.close()
@@ -253,5 +271,6 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
                       longest_crawl_steps=crawls, episodes_with_crawl=sum(c > STALL_STEPS for c in crawls),
                       slow_steps=slow, episodes_slow=sum(s > STALL_STEPS for s in slow), slow_speed=slow_speed,
                       deterministic=deterministic,
-                      start_rule=start_rule, envs=envs, file_sha256=ident["file_sha256"],
+                      start_rule=rules.start_rule, creep_speed=rules.creep_speed, brake_floor=rules.brake_floor,
+                      grass_rule=rules.grass_rule, device=device, envs=envs, file_sha256=ident["file_sha256"],
                       weights_sha256=ident["weights_sha256"])
