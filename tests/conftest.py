@@ -15,7 +15,7 @@ def tiny_expert(tmp_path_factory):
     from agent.cli import main
 
     out = tmp_path_factory.mktemp("expert") / "expert.zip"
-    rc = main(["expert", "train", "--timesteps", "256", "--n-envs", "2", "--out", str(out), "--tensorboard", "",
-               "--device", "cpu"])
+    rc = main(["expert", "train", "--ppo.timesteps", "256", "--envs", "2", "--out", str(out), "--tensorboard", "",
+               "--device", "cpu", "--run-dir", str(out.parent / "run")])
     assert rc == 0 and out.is_file()
     return out

@@ -118,9 +118,10 @@ def test_check_recovery_takes_the_brake_floor(tiny_expert, tmp_path, capsys):
     import json
 
     js = tmp_path / "rec.json"
-    assert main(["expert", "check-recovery", "--expert", str(tiny_expert), "--episodes", "1", "--start", "5",
-                 "--limit", "10", "--max-steps", "40", "--start-rule", "--brake-floor", "20", "--json", str(js)]) == 0
+    assert main(["expert", "check-recovery", "--teacher.expert", str(tiny_expert), "--episodes", "1", "--start", "5",
+                 "--limit", "10", "--max-steps", "40", "--teacher.start-rule", "--teacher.brake-floor", "20",
+                 "--json", str(js)]) == 0
     assert json.loads(js.read_text())["brake_floor"] == 20.0
-    assert main(["expert", "check-recovery", "--expert", str(tiny_expert), "--episodes", "1", "--brake-floor",
-                 "20"]) == 2
-    assert "--start-rule" in capsys.readouterr().err
+    assert main(["expert", "check-recovery", "--teacher.expert", str(tiny_expert), "--episodes", "1",
+                 "--teacher.brake-floor", "20"]) == 2
+    assert "add --teacher.start-rule" in capsys.readouterr().err

@@ -22,8 +22,8 @@ BOX2 = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
 def continuous_expert(tmp_path_factory):
     """A continuous PPO expert trained for one rollout through the real CLI (it drives badly, but it is a real file)."""
     out = tmp_path_factory.mktemp("cexpert") / "expert.zip"
-    rc = main(["expert", "train", "--continuous", "--timesteps", "256", "--n-envs", "1", "--out", str(out),
-               "--tensorboard", "", "--device", "cpu"])
+    rc = main(["expert", "train", "--ppo.continuous", "--ppo.timesteps", "256", "--envs", "1", "--out", str(out),
+               "--tensorboard", "", "--device", "cpu", "--run-dir", str(out.parent / "run")])
     assert rc == 0 and out.is_file()
     return out
 

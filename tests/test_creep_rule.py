@@ -170,10 +170,16 @@ def test_check_recovery_takes_the_teachers_rules(tiny_expert, tmp_path, capsys):
     import json
 
     js = tmp_path / "rec.json"
-    assert main(["expert", "check-recovery", "--expert", str(tiny_expert), "--episodes", "1", "--start", "5",
-                 "--limit", "10", "--max-steps", "40", "--start-rule", "--creep-speed", "5", "--json", str(js)]) == 0
+    assert main(["expert", "check-recovery", "--teacher.expert", str(tiny_expert), "--episodes", "1", "--start", "5",
+                 "--limit", "10", "--max-steps", "40", "--teacher.start-rule", "--teacher.creep-speed", "5", "--json",
+                 str(js)]) == 0
     res = json.loads(js.read_text())
     assert res["start_rule"] is True and res["creep_speed"] == 5.0 and set(res["summary"]) == {"off-road", "stop"}
-    assert main(["expert", "check-recovery", "--expert", str(tiny_expert), "--episodes", "1", "--creep-speed",
-                 "-1"]) == 2
-    assert "--creep-speed" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # a value the field refuses: tyro's parser reports it
+        main(["expert", "check-recovery", "--teacher.expert", str(tiny_expert), "--episodes", "1",
+              "--teacher.creep-speed", "-1"])
+    assert exc.value.code == 2 and "creep_speed" in capsys.readouterr().err
+    js.unlink()
+    assert main(["expert", "check-recovery", "--teacher.expert", "carracing-expert-margin.zip", "--episodes", "1",
+                 "--teacher.creep-speed", "5", "--json", str(js)]) == 2  # strict: a continuous expert has no creep rule
+    assert "--teacher.creep-speed: " in capsys.readouterr().err and not js.exists()

@@ -180,7 +180,7 @@ def test_disturbed_start_puts_the_car_off_the_road_or_at_rest():
 
 def test_check_recovery_cli(tiny_expert, tmp_path, capsys):
     out = tmp_path / "rec.json"
-    rc = main(["expert", "check-recovery", "--expert", str(tiny_expert), "--episodes", "1", "--start", "5",
+    rc = main(["expert", "check-recovery", "--teacher.expert", str(tiny_expert), "--episodes", "1", "--start", "5",
                "--limit", "10", "--max-steps", "40", "--json", str(out)])
     assert rc == 0
     text = capsys.readouterr().out
@@ -210,7 +210,7 @@ def test_check_recovery_of_a_student_policy(tmp_path, capsys):
     for ep in res["episodes"]:
         assert ep["recovered"] == (ep["steps_to_recover"] is not None)
     capsys.readouterr()
-    assert main(["expert", "check-recovery", "--expert", str(student), "--episodes", "1"]) == 2
+    assert main(["expert", "check-recovery", "--teacher.expert", str(student), "--episodes", "1"]) == 2
     assert "pass it as --policy" in capsys.readouterr().err
     udacity = DrivingPolicy(default_config("udacity", window=2)).save(tmp_path / "udacity.pt")
     assert main(["expert", "check-recovery", "--policy", str(udacity), "--episodes", "1"]) == 2

@@ -119,8 +119,9 @@ def test_check_recovery_and_drive_take_the_grass_rule(tiny_expert, tmp_path):
     from agent.train.config import ConfigError
 
     js = tmp_path / "rec.json"
-    assert main(["expert", "check-recovery", "--expert", str(tiny_expert), "--episodes", "1", "--start", "5",
-                 "--limit", "10", "--max-steps", "40", "--start-rule", "--grass-rule", "--json", str(js)]) == 0
+    assert main(["expert", "check-recovery", "--teacher.expert", str(tiny_expert), "--episodes", "1", "--start", "5",
+                 "--limit", "10", "--max-steps", "40", "--teacher.start-rule", "--teacher.grass-rule", "--json",
+                 str(js)]) == 0
     assert json.loads(js.read_text())["grass_rule"] is True
     assert Teacher(Expert.load(tiny_expert), False, TeacherRules(start_rule=True, grass_rule=True)).expert.grass_rule is True
     with pytest.raises(ConfigError, match="give the teacher"):

@@ -1,148 +1,202 @@
-"""`agent expert train` (the PPO expert) and `agent expert check-recovery`."""
+"""`agent expert train` (the PPO expert) and `agent expert check-recovery`.
+
+``expert train``'s options are :class:`agent.train.config.ExpertRun` (``--config FILE.toml`` loads a
+recipe first, with stages, as ``agent train``'s); ``expert check-recovery``'s are
+:class:`CheckRecoveryRun`, whose expert is ``--teacher.expert`` with the teacher's rules
+(:class:`agent.train.config.TeacherSection`).
+"""
 
 from __future__ import annotations
 
-import argparse
+import difflib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import torch
+import tyro
 
 from agent.actors.loading import load_policy, make_actor, make_carracing_for, resolve_policy_path
-from agent.cli.common import argparse_main, FMT, RULE_OPTIONS, START_RULE_HELP, CLIError, write_json
+from agent.cli.common import CLIError, parse_config, teacher_rule_options, write_json
+from agent.cli.recipe import parse_stages, run_stages, stage_done, write_resolved
 from agent.eval.recovery import recovery_check, summarize
 from agent.experts.policy import ExpertPolicy
-from agent.experts.rules import RuleError, TeacherRules
+from agent.experts.rules import RuleError
+from agent.log import get_logger
+from agent.train.config import ConfigError, ExpertRun, TeacherSection, torch_device
 from agent.train.ppo import ExpertConfig, train_expert
 from envs.carracing import make_carracing
 
+log = get_logger("agent.expert")
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("expert", help="train the PPO expert (privileged state)",
-                       description="The PPO expert that records demonstrations: stable-baselines3 PPO on "
-                                   "CarRacing's privileged-state view (speed, yaw rate, wheels, next waypoints), "
-                                   "with the pixel rendering skipped while training.")
-    esub = p.add_subparsers(dest="expert_command", required=True)
-    t = esub.add_parser("train", help="train the expert with PPO", formatter_class=FMT,
-                        description="Train a PPO expert on privileged CarRacing state. The checkpoint with the "
-                                    "best mean return on held-out tracks is written to --out; TensorBoard logs go "
-                                    "to --tensorboard. About 30 minutes on a 2-core CPU for 3M steps.")
-    t.add_argument("--env", default="carracing", choices=["carracing"], help="simulator")
-    t.add_argument("--timesteps", type=int, default=3_000_000, help="PPO agent steps")
-    t.add_argument("--seed", type=int, default=0, help="seed of PPO and of the training tracks")
-    t.add_argument("--out", default="policies/carracing-expert.zip", help="where to write the expert")
-    t.add_argument("--n-envs", type=int, default=8, help="parallel envs in the PPO rollout")
-    t.add_argument("--action-repeat", type=int, default=1, help="repeat each expert action this many frames")
-    t.add_argument("--device", default="auto", help="torch device for PPO updates (auto: cuda if available)")
-    t.add_argument("--tensorboard", default="runs/expert", help="TensorBoard log folder ('' for none)")
-    t.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    t.add_argument("--continuous", action="store_true",
-                   help="the continuous configuration: (steering, throttle) actions in [-1, 1] and a Gaussian PPO "
-                        "policy, instead of the paper's five discrete actions (gas 0.2, no gas while steering)")
-    t.add_argument("--ent-coef", type=float, default=None, help="PPO entropy bonus (default 0.003, continuous 0.0)")
-    t.add_argument("--disturbed-starts", type=float, default=0.0,
-                   help="share of training episodes that start off the road or at a standstill (a centre-line "
-                        "follower drives a random stretch, then a disturbance), so the expert learns to recover")
-    t.add_argument("--offtrack-patience", type=int, default=50,
-                   help="steps with all wheels off the road before a training episode is cut")
-    t.add_argument("--init", default=None, help="fine-tune: start from this expert .zip's weights")
-    t.add_argument("--wheel-off-penalty", type=float, default=0.0,
-                   help="training reward shaping: subtract this per wheel off the road per step, so the expert keeps "
-                        "its wheels on the road in bends instead of hugging the edge (a line a student can imitate "
-                        "without skipping tiles); evaluation always scores the env's own reward")
-    t.add_argument("--keep", choices=["best", "last"], default="best",
-                   help="the checkpoint written to --out: the best mean return on the held-out tracks, or the last "
-                        "(the best one is then left in <out>_best/)")
-    t.add_argument("--lr", type=float, default=3e-4, help="PPO learning rate (lower it when fine-tuning with --init)")
-    r = esub.add_parser("check-recovery", formatter_class=FMT,
-                        help="does the expert (or a student, --policy) recover from off-road and standstill?",
-                        description="Before the expert labels recoveries in DAgger, check that it recovers itself. "
-                                    "On each track the expert drives; at --start one disturbance steers it off the "
-                                    "road (40 steps of hard steering) or brakes it to a standstill (100 steps); then "
-                                    "it drives on its own. Recovered = back on the road and moving within --limit "
-                                    "steps. Also runs each track undisturbed for the return it loses. With --policy "
-                                    "the same check runs on a student policy (.pt): does it start again after a "
-                                    "stop on a track it never saw?")
-    r.add_argument("--expert", default="carracing-expert.zip", help="the PPO expert .zip (a bare name is looked up in policies/)")
-    r.add_argument("--policy", default=None,
-                   help="check this CarRacing policy instead of the expert: a student .pt (its own action "
-                        "configuration, discrete or continuous, and its own view) or another expert .zip")
-    r.add_argument("--episodes", type=int, default=20, help="tracks")
-    r.add_argument("--seed", type=int, default=600_000, help="first track (default: outside training and evaluation)")
-    r.add_argument("--start", type=int, default=250, help="step at which the disturbance begins")
-    r.add_argument("--limit", type=int, default=250, help="steps after the disturbance within which it must recover")
-    r.add_argument("--max-steps", type=int, default=None, help="cap on episode length")
-    r.add_argument("--start-rule", action=argparse.BooleanOptionalAction, default=False,
-                   help="the expert drives with its start rule, as it does as DAgger's teacher: " + START_RULE_HELP)
-    r.add_argument("--creep-speed", type=float, default=0.0, metavar="V",
-                   help="the discrete expert drives with the creep rule (every action below V units/s is gas), as "
-                        "`agent train --creep-speed` teaches it; 0: off")
-    r.add_argument("--brake-floor", type=float, default=None, metavar="V",
-                   help="with --start-rule: the rule turns brake into gas below V units/s (default 10), as "
-                        "`agent train --brake-floor` teaches it")
-    r.add_argument("--grass-rule", action="store_true",
-                   help="the discrete expert drives with the grass rule (brake becomes gas with all four wheels on "
-                        "the grass), as `agent train --grass-rule` teaches it")
-    r.add_argument("--json", default=None, help="write every episode and the summary here")
+DESCRIPTION = """The PPO expert that records demonstrations and labels DAgger's states: stable-baselines3 PPO on
+CarRacing's privileged-state view (speed, yaw rate, wheels, next waypoints), with the pixel rendering
+skipped while training.
+
+  agent expert train           train the expert with PPO (`agent expert train --help`)
+  agent expert check-recovery  does the expert (or a student, --policy) recover from off-road and standstill?"""
+
+TRAIN_DESCRIPTION = """Train a PPO expert on privileged CarRacing state.
+
+The checkpoint with the best mean return on held-out tracks (--ppo.keep last: the last one) is
+written to --out; TensorBoard logs go to --tensorboard. About 30 minutes on a 2-core CPU for 3M
+steps. --out must not exist unless --overwrite is given.
+
+Configuration: `agent expert train --config recipes/carracing-expert-margin.toml [--SECTION.FIELD VALUE ...]`
+loads a TOML recipe (its stages run in order, each from the previous stage's expert, and a rerun
+skips the finished ones) and overrides any field from the command line. The resolved config is
+written to RUN_DIR/config.toml."""
+
+CHECK_DESCRIPTION = """Before the expert labels recoveries in DAgger, check that it recovers itself.
+
+On each track the expert (--teacher.expert, with the teacher's rules as DAgger uses them) drives;
+at --start one disturbance steers it off the road (40 steps of hard steering) or brakes it to a
+standstill (100 steps); then it drives on its own. Recovered: back on the road and moving within
+--limit steps. Also runs each track undisturbed for the return it loses. With --policy the same
+check runs on a student policy (.pt): does it start again after a stop on a track it never saw?"""
+
+TEACHER_HELP = ("the expert checked (unless --policy): the PPO expert .zip (--teacher.expert; a bare name is looked up "
+                "in policies/) and the rules it drives with, as `agent train`'s DAgger teacher labels (all off by "
+                "default): the start rule (gas at a standstill, no brake below the brake floor, 10 units/s), the creep "
+                "and grass rules (discrete experts). The rules also apply to an expert .zip given as --policy")
+
+#: check-recovery's expert when --teacher.expert is not given
+DEFAULT_EXPERT = "carracing-expert.zip"
+#: the first track of check-recovery: outside the training, DAgger and evaluation tracks
+RECOVERY_SEED = 600_000
 
 
-def _check_recovery(args) -> int:
-    if args.episodes < 1:
-        raise CLIError("--episodes must be >= 1")
+def _need(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
 
-    driver = load_policy(args.policy or args.expert)
-    if (args.start_rule or args.creep_speed or args.brake_floor is not None or args.grass_rule) and \
-            not isinstance(driver, ExpertPolicy):
-        raise CLIError("--start-rule, --creep-speed, --brake-floor and --grass-rule are the PPO expert's rules; the "
-                       "policy checked is not one")
-    if args.brake_floor is not None and not args.start_rule:
-        raise CLIError("--brake-floor is the start rule's floor: add --start-rule")
+
+@dataclass(frozen=True)
+class CheckRecoveryRun:
+    """``agent expert check-recovery``: does the expert (or a student) recover from off-road and standstill?
+
+    Raises:
+        ConfigError: a value out of range (when built), or from :meth:`check`, a brake floor
+            without the start rule or a --json that exists; one line naming the option.
+    """
+
+    policy: str | None = None
+    """check this CarRacing policy instead of the expert: a student .pt (its own actions and view) or another .zip"""
+    episodes: int = 20
+    """tracks"""
+    track_seed: int = RECOVERY_SEED
+    """the first track (CarRacing seed): episode i drives track track_seed+i (outside training and evaluation)"""
+    start: int = 250
+    """step at which the disturbance begins"""
+    limit: int = 250
+    """steps after the disturbance within which it must recover"""
+    max_steps: int | None = None
+    """cap on episode length (None: the env's 1000)"""
+    json: str | None = None
+    """write every episode and the summary here"""
+    overwrite: bool = False
+    """replace an existing --json file"""
+    teacher: Annotated[TeacherSection, tyro.conf.arg(help=TEACHER_HELP)] = TeacherSection(expert=DEFAULT_EXPERT)
+
+    def __post_init__(self):
+        _need(self.episodes >= 1, f"--episodes must be >= 1, got {self.episodes}")
+        _need(self.track_seed >= 0, f"--track-seed must be >= 0, got {self.track_seed}")
+        _need(self.start >= 0 and self.limit >= 1, f"--start must be >= 0 and --limit >= 1 steps, got {self.start} and "
+                                                   f"{self.limit}")
+        _need(self.max_steps is None or self.max_steps >= 1, f"--max-steps must be >= 1, got {self.max_steps}")
+
+    def check(self) -> "CheckRecoveryRun":
+        """The rules between options, and the --json the run would replace; returns self."""
+        _need(self.policy is not None or bool(self.teacher.expert),
+              "give the expert to check (--teacher.expert EXPERT.zip) or a policy (--policy P)")
+        _need(self.teacher.brake_floor is None or self.teacher.start_rule,
+              "--teacher.brake-floor is the start rule's floor: add --teacher.start-rule")
+        _need(self.json is None or self.overwrite or not Path(self.json).exists(),
+              f"{self.json} already exists; choose another --json or pass --overwrite")
+        return self
+
+
+def main(argv: list[str]) -> int:
+    """Run ``agent expert SUBCOMMAND ARGV``; the exit code."""
+    commands = {"train": train_main, "check-recovery": check_recovery_main}
+    if not argv or argv[0] in ("-h", "--help"):
+        print(f"usage: agent expert {{{','.join(commands)}}} [OPTIONS]\n\n{DESCRIPTION}")
+        return 0 if argv else 2
+    if argv[0] not in commands:
+        close = difflib.get_close_matches(argv[0], commands, n=1)
+        raise CLIError(f"unknown subcommand {argv[0]!r}: choose {' or '.join(close or commands)}")
+    return commands[argv[0]](argv[1:])
+
+
+def train_main(argv: list[str]) -> int:
+    """Run ``agent expert train ARGV``: every stage of the recipe; the exit code."""
+    stages = parse_stages(ExpertRun, argv, prog="agent expert train", description=TRAIN_DESCRIPTION)
+    for name, run in stages:  # every stage's --out before the first one runs (a recipe's stages take hours)
+        if run.out_path.exists() and not run.overwrite and not (name and stage_done(run, run.run_path / "config.toml")):
+            raise CLIError(f"{run.out_path} already exists{f' (stage {name})' if name else ''}; choose another --out "
+                           "or pass --overwrite")
+    return run_stages(stages, train_one, lambda run: run.run_path / "config.toml")
+
+
+def train_one(run: ExpertRun) -> int:
+    """One PPO run (one stage of a recipe), validated already; the exit code."""
+    out = run.out_path
+    if out.exists() and not run.overwrite:
+        raise CLIError(f"{out} already exists; choose another --out or pass --overwrite")
+    init = str(resolve_policy_path(run.init)) if run.init else None  # FileNotFoundError: one line, before any work
+    resolved = run.resolved()
+    write_resolved(run, run.run_path / "config.toml")
+    log.info("resolved config -> %s", run.run_path / "config.toml")
+    if resolved.threads:
+        torch.set_num_threads(resolved.threads)
+    p = resolved.ppo
+    cfg = ExpertConfig(timesteps=p.timesteps, seed=resolved.seed, n_envs=resolved.envs, action_repeat=p.action_repeat,
+                       learning_rate=p.lr, ent_coef=p.ent_coef, device=torch_device(resolved.device),
+                       continuous=p.continuous, disturbed_starts=p.disturbed_starts,
+                       offtrack_patience=p.offtrack_patience, init=init, wheel_off_penalty=p.wheel_off_penalty,
+                       keep=p.keep)
+    train_expert(cfg, out, tensorboard_dir=resolved.tensorboard or None)
+    print(f"expert -> {out}")
+    return 0
+
+
+def check_recovery_main(argv: list[str]) -> int:
+    """Run ``agent expert check-recovery ARGV``; the exit code."""
+    run = parse_config(CheckRecoveryRun, argv, prog="agent expert check-recovery", description=CHECK_DESCRIPTION)
+    t = run.teacher
+    driver = load_policy(run.policy or t.expert)
+    rules = teacher_rule_options(t)
+    if rules and not isinstance(driver, ExpertPolicy):
+        raise CLIError(f"{', '.join(rules)}: the teacher's rules are the PPO expert's; the policy checked "
+                       f"({run.policy}) is not one")
     if isinstance(driver, ExpertPolicy):
         try:  # strict: a continuous expert refuses the creep and grass rules (they are the discrete one's)
-            TeacherRules(start_rule=args.start_rule, creep_speed=args.creep_speed, brake_floor=args.brake_floor,
-                         grass_rule=args.grass_rule).apply(driver, strict=True)
+            t.rules.apply(driver, strict=True)
         except RuleError as exc:
-            raise CLIError(f"{RULE_OPTIONS[exc.rule]}: {exc}") from exc
+            raise CLIError(f"--teacher.{exc.rule.replace('_', '-')}: {exc}") from exc
         env = make_carracing(privileged=True, continuous=driver.continuous)
-    elif args.policy is None:
-        raise CLIError(f"{args.expert} is not a PPO expert .zip (to check a student policy, pass it as --policy)")
+    elif run.policy is None:
+        raise CLIError(f"{t.expert} is not a PPO expert .zip (to check a student policy, pass it as --policy)")
     else:
         policy_env = getattr(getattr(driver, "config", None), "env", "carracing")
         if policy_env != "carracing":
-            raise CLIError(f"{args.policy} is a {policy_env} policy; the recovery check drives CarRacing")
+            raise CLIError(f"{run.policy} is a {policy_env} policy; the recovery check drives CarRacing")
         env = make_carracing_for(driver)
-    results = recovery_check(env, make_actor(driver), range(args.seed, args.seed + args.episodes), start=args.start,
-                             limit=args.limit, max_steps=args.max_steps)
+    seeds = range(run.track_seed, run.track_seed + run.episodes)
+    results = recovery_check(env, make_actor(driver), seeds, start=run.start, limit=run.limit,
+                             max_steps=run.max_steps)
     out = summarize(results)
     for kind, s in out["summary"].items():
         med = "-" if s["median_steps_to_recover"] is None else f"{s['median_steps_to_recover']:.0f}"
         print(f"{kind:9s} recovered {s['recovered']}/{s['episodes']}  median steps to recover {med}  "
               f"return {s['mean_disturbed_return']:.1f} disturbed vs {s['mean_undisturbed_return']:.1f} undisturbed")
-    if args.json:
-        write_json(args.json, {"expert" if args.policy is None else "policy": str(args.policy or args.expert),
-                                "seed": args.seed, "start_rule": args.start_rule, "creep_speed": args.creep_speed,
-                                "brake_floor": getattr(driver, "brake_floor", None) if args.start_rule else None,
-                                "grass_rule": args.grass_rule,
-                                **out})
+    if run.json:
+        write_json(run.json, {"expert" if run.policy is None else "policy": str(run.policy or t.expert),
+                              "seed": run.track_seed, "start_rule": t.start_rule, "creep_speed": t.creep_speed,
+                              "brake_floor": getattr(driver, "brake_floor", None) if t.start_rule else None,
+                              "grass_rule": t.grass_rule, **out})
     return 0
 
 
-def run(args) -> int:
-    import torch
-
-    if args.expert_command == "check-recovery":
-        return _check_recovery(args)
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    extra = {}
-    if args.ent_coef is not None:
-        extra["ent_coef"] = args.ent_coef
-    elif args.continuous:
-        extra["ent_coef"] = 0.0
-    cfg = ExpertConfig(timesteps=args.timesteps, seed=args.seed, n_envs=args.n_envs,
-                       action_repeat=args.action_repeat, device=args.device, continuous=args.continuous,
-                       learning_rate=args.lr, disturbed_starts=args.disturbed_starts, offtrack_patience=args.offtrack_patience,
-                       init=str(resolve_policy_path(args.init)) if args.init else None,
-                       wheel_off_penalty=args.wheel_off_penalty, keep=args.keep, **extra)
-    train_expert(cfg, args.out, tensorboard_dir=args.tensorboard or None)
-    return 0
-
-
-main = argparse_main("expert", add_parser, run)
+__all__ = ["CHECK_DESCRIPTION", "CheckRecoveryRun", "DESCRIPTION", "TRAIN_DESCRIPTION", "check_recovery_main", "main",
+           "train_main", "train_one"]
