@@ -480,6 +480,9 @@ def test_plot_traces_writes_a_png_of_the_expected_size(same_policy, tmp_path, ca
     png = tmp_path / "fig.png"
     assert main(["plot-traces", str(traces), "--out", str(png), "--size", "900", "600"]) == 0
     assert _png_size(png) == (900, 600)
+    assert main(["plot-traces", str(traces), "--out", str(png)]) == 2  # the figure is there
+    assert "--overwrite" in capsys.readouterr().err and _png_size(png) == (900, 600)
+    assert main(["plot-traces", str(traces), "--out", str(png), "--overwrite"]) == 0 and _png_size(png) == (1600, 1000)
     assert main(["plot-traces", str(traces), "--out", str(tmp_path / "h.png"), "--head", "2"]) == 0
     assert _png_size(tmp_path / "h.png") == (1600, 1000)
     assert main(["plot-traces", str(traces), "--out", str(tmp_path / "z.png"), "--head", "99"]) == 2
@@ -493,6 +496,8 @@ def test_wiring_picture(policy_file, tmp_path, capsys):
     assert main(["wiring", "--policy", str(policy_file), "--out", str(png)]) == 0
     assert _png_size(png) == (1200, 900)
     assert "motor" in capsys.readouterr().out
+    assert main(["wiring", "--policy", str(policy_file), "--out", str(png)]) == 2
+    assert "already exists; choose another --out or pass --overwrite" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- degraded policies

@@ -130,9 +130,13 @@ def test_train_refuses_dagger_without_expert(recording, tmp_path, capsys):
 
 
 def test_help_of_every_command(capsys):
-    for cmd in (["--help"], ["collect", "--help"], ["train", "--help"], ["evaluate", "--help"],
-                ["drive", "--help"], ["expert", "train", "--help"], ["bench", "nac", "--help"]):
+    assert main(["--help"]) == 0 and main(["expert", "--help"]) == 0  # the lists of commands
+    for cmd in (["collect", "--help"], ["train", "--help"], ["evaluate", "--help"], ["drive", "--help"],
+                ["expert", "train", "--help"], ["expert", "check-recovery", "--help"], ["bench", "nac", "--help"],
+                ["plot-traces", "--help"], ["wiring", "--help"], ["convert-policy", "--help"],
+                ["average-policies", "--help"]):
         with pytest.raises(SystemExit) as e:
             main(cmd)
-        assert e.value.code == 0
-    assert "--policy" in capsys.readouterr().out
+        assert e.value.code == 0, cmd
+    out = capsys.readouterr().out
+    assert "--policy" in out and "--teacher.start-rule" in out and "--udacity.floor" in out and "--ppo.lr" in out

@@ -217,6 +217,8 @@ def test_format_1_files_convert_to_the_same_policy(tmp_path):
             outs.append(o)
         assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
     assert main(["convert-policy", str(tmp_path / "new.pt"), str(tmp_path / "again.pt")]) == 2  # already format 2
+    assert main(["convert-policy", str(tmp_path / "old.pt"), str(tmp_path / "new.pt")]) == 2  # DST is there
+    assert load_policy(tmp_path / "new.pt").metadata["converted_from"]["format_version"] == 1
 
 
 def test_policy_config_validates():

@@ -68,4 +68,7 @@ def test_average_policies_cli_writes_a_loadable_policy_and_refuses_mixed_configs
     assert main(["average-policies", str(f0), str(other), "--out", str(tmp_path / "x.pt")]) == 2
     assert "configuration" in capsys.readouterr().err
     assert main(["average-policies", str(f0), "--out", str(tmp_path / "y.pt")]) == 2
+    assert "two or more policy files" in capsys.readouterr().err
+    assert main(["average-policies", str(f0), str(f1), "--weights", "1", "--out", str(tmp_path / "y.pt")]) == 2
+    assert "one weight per policy" in capsys.readouterr().err
     assert not (tmp_path / "x.pt").exists() and not (tmp_path / "y.pt").exists()

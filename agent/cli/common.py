@@ -1,8 +1,8 @@
-"""What the `agent` commands share: the user-error type, JSON output, help texts and the Udacity data helpers."""
+"""What the `agent` commands share: the user-error type, JSON output, parsing a config dataclass with tyro, the
+teacher's rule options as typed, and the Udacity data helpers."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -10,19 +10,6 @@ import tyro
 
 from agent.train.config import ConfigError, TeacherSection
 from agent.train.lodo import driver_names
-
-FMT = argparse.ArgumentDefaultsHelpFormatter
-
-
-#: help text of --start-rule (collect, train, evaluate)
-START_RULE_HELP = ("the teacher's start rule: gas at a standstill (speed < 1 unit/s) whatever its network chose, and "
-                    "gas instead of brake below 10 units/s (a continuous expert: full throttle, its steering kept); "
-                    "either expert can otherwise brake a slow car to a halt and brake or steer at rest until the time "
-                    "limit (README, \"The expert's stalls\", \"The continuous start rule\")")
-
-
-#: the option of each teacher's rule (:class:`agent.experts.rules.TeacherRules`'s fields)
-RULE_OPTIONS = {"creep_speed": "--creep-speed", "brake_floor": "--brake-floor", "grass_rule": "--grass-rule"}
 
 
 class CLIError(Exception):
@@ -76,14 +63,3 @@ def driver_tracks(tracks: dict[str, str], data: list[str], option: str = "lodo.t
         raise CLIError(f"{option} names unknown driver(s) {', '.join(unknown)}; the drivers are "
                        f"{', '.join(driver_names(data))}")
     return dict(tracks)
-
-
-def argparse_main(name: str, add_parser, run):
-    """``main(argv)`` of a command whose options are still an argparse parser: ``add_parser(subparsers)``
-    adds it, ``run(args)`` runs it. (Commands move to a config dataclass parsed by tyro one by one.)"""
-    def main(argv: list[str]) -> int:
-        parser = argparse.ArgumentParser(prog="agent")
-        add_parser(parser.add_subparsers(dest="command", required=True))
-        return run(parser.parse_args([name, *argv]))
-
-    return main

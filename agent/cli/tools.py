@@ -1,107 +1,185 @@
-"""The small commands: `agent plot-traces`, `agent wiring`, `agent convert-policy`, `agent average-policies`."""
+"""The small commands: `agent plot-traces`, `agent wiring`, `agent convert-policy`, `agent average-policies`.
+
+Each command's options are one frozen dataclass parsed by tyro (:class:`PlotTraces`, :class:`Wiring`,
+:class:`ConvertPolicy`, :class:`AveragePolicies`); the module exposes one function per command
+(``plot_traces(argv)`` ...), registered in :data:`agent.cli.COMMANDS`. Every file they write
+refuses an existing path unless --overwrite is given.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Literal
+
+import tyro
 
 from agent.actors.loading import load_policy
-from agent.cli.common import argparse_main, FMT, CLIError
+from agent.cli.common import CLIError, parse_config
 from agent.drive.traces import plot_traces as plot_trace_file  # the name plot_traces is this command's main
 from agent.drive.wiring import draw_wiring, wiring_summary
 from agent.nn.legacy import convert_policy_file
+from agent.train.config import ConfigError
 from agent.train.soup import average_policies as average_policy_files  # average_policies: the command's main
 
+PLOT_TRACES_DESCRIPTION = """Plot NAC traces dumped by drive --dump-traces (the paper's Figure 4).
 
-def add_plot_traces(sub) -> None:
-    p = sub.add_parser("plot-traces", help="plot NAC traces dumped by drive --dump-traces (the paper's Figure 4)",
-                       formatter_class=FMT,
-                       description="Read a trace file written by `drive --dump-traces` and draw omega, the logits, "
-                                   "phi and the attention weights (mean over the kept keys) over the run, each step "
-                                   "coloured by the action taken, with their distribution per action beside them, "
-                                   "as in the paper's Figure 4 (arXiv 2512.10282).")
-    p.add_argument("traces", help="the .npz written by drive --dump-traces")
-    p.add_argument("--out", required=True, help="the PNG to write")
-    p.add_argument("--head", type=int, default=None, help="plot this head (0-based) instead of the mean over heads")
-    p.add_argument("--size", type=int, nargs=2, default=[1600, 1000], metavar=("W", "H"), help="PNG size in pixels")
+Read a trace file written by `drive --dump-traces` and draw omega, the logits, phi and the
+attention weights (mean over the kept keys) over the run, each step coloured by the action taken,
+with their distribution per action beside them, as in the paper's Figure 4 (arXiv 2512.10282)."""
+
+WIRING_DESCRIPTION = """Draw a policy's NCP wiring (the NAC backbone) as a PNG.
+
+Draw the AutoNCP wiring of the policy's NAC backbone with ncps (networkx + matplotlib): the
+pair-input sensory neurons, inter, command and motor neurons, excitatory (green) and
+inhibitory (red) synapses."""
+
+CONVERT_POLICY_DESCRIPTION = """Convert a format-1 policy file to the current format.
+
+Policy files written before the policy classes were unified (format 1: kinds 'nac-drive-policy'
+and 'nac-udacity-policy') are rewritten as the one DrivingPolicy format (2). The weights are
+unchanged, so the converted policy acts identically. (load_policy also converts format-1 files in
+memory.)"""
+
+AVERAGE_POLICIES_DESCRIPTION = """Average the weights of policies trained from one start (a model soup).
+
+Writes one policy whose weights are the (weighted) mean of the given policy files' (a
+uniform 'model soup', Wortsman et al. 2022). Meant for DAgger runs that started from the same
+behaviour-cloning checkpoint with different seeds: the result is one network of the same size and
+speed. Every file must have the same configuration. Evaluate the result closed loop (agent
+evaluate) before trusting it: runs that drifted apart average into a worse policy."""
 
 
-def run_plot_traces(args) -> int:
-    if min(args.size) < 200:
-        raise CLIError(f"--size must be at least 200 x 200 pixels, got {args.size[0]} x {args.size[1]}")
-    out = plot_trace_file(args.traces, args.out, head=args.head, size=tuple(args.size))
+def _need(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def _free(path: str, overwrite: bool, option: str) -> None:
+    """Refuse an existing ``path`` (given as ``option``) unless ``overwrite``."""
+    _need(overwrite or not Path(path).exists(), f"{path} already exists; choose another {option} or pass --overwrite")
+
+
+@dataclass(frozen=True)
+class PlotTraces:
+    """``agent plot-traces TRACES --out PNG``: Figure-4-style plots of drive's traces."""
+
+    traces: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="TRACES")]
+    """the .npz written by drive --dump-traces"""
+    out: str
+    """the PNG to write"""
+    head: int | None = None
+    """plot this head (0-based) instead of the mean over heads"""
+    size: tuple[int, int] = (1600, 1000)
+    """PNG size in pixels: W H"""
+    overwrite: bool = False
+    """replace --out if it exists"""
+
+    def __post_init__(self):
+        _need(min(self.size) >= 200, f"--size must be at least 200 x 200 pixels, got {self.size[0]} x {self.size[1]}")
+        _need(self.head is None or self.head >= 0, f"--head must be >= 0 (0-based), got {self.head}")
+
+    def check(self) -> "PlotTraces":
+        _free(self.out, self.overwrite, "--out")
+        return self
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """``agent wiring --out PNG``: a picture of the policy's NCP wiring."""
+
+    out: str
+    """the PNG to write"""
+    policy: str = "nac.pt"
+    """policy file (a bare name is looked up in policies/)"""
+    layout: Literal["shell", "circular", "kamada", "spring", "spectral", "spiral"] = "shell"
+    """networkx layout"""
+    overwrite: bool = False
+    """replace --out if it exists"""
+
+    def check(self) -> "Wiring":
+        _free(self.out, self.overwrite, "--out")
+        return self
+
+
+@dataclass(frozen=True)
+class ConvertPolicy:
+    """``agent convert-policy SRC DST``: a format-1 policy file in the current format."""
+
+    src: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="SRC")]
+    """the format-1 policy file"""
+    dst: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="DST")]
+    """where to write the converted file (SRC itself with --overwrite)"""
+    overwrite: bool = False
+    """replace DST if it exists"""
+
+    def check(self) -> "ConvertPolicy":
+        _free(self.dst, self.overwrite, "DST")
+        return self
+
+
+@dataclass(frozen=True)
+class AveragePolicies:
+    """``agent average-policies P1 P2 ... --out SOUP``: the weight average of policies of one start."""
+
+    policies: Annotated[tuple[str, ...], tyro.conf.Positional, tyro.conf.arg(metavar="POLICY [POLICY ...]")]
+    """two or more .pt policy files (names in policies/ work too)"""
+    out: str
+    """the averaged policy file to write"""
+    weights: tuple[float, ...] | None = None
+    """one non-negative weight per policy (normalised to sum 1; default uniform)"""
+    overwrite: bool = False
+    """replace --out if it exists"""
+
+    def check(self) -> "AveragePolicies":
+        _need(len(self.policies) >= 2, f"give two or more policy files to average, got {len(self.policies)}")
+        _need(self.weights is None or len(self.weights) == len(self.policies),
+              f"--weights takes one weight per policy: {len(self.policies)} policies, {len(self.weights or ())} weights")
+        _free(self.out, self.overwrite, "--out")
+        return self
+
+
+def plot_traces(argv: list[str]) -> int:
+    """Run ``agent plot-traces ARGV``; the exit code."""
+    cfg = parse_config(PlotTraces, argv, prog="agent plot-traces", description=PLOT_TRACES_DESCRIPTION)
+    out = plot_trace_file(cfg.traces, cfg.out, head=cfg.head, size=tuple(cfg.size))
     print(f"wrote {out}")
     return 0
 
 
-def add_wiring(sub) -> None:
-    p = sub.add_parser("wiring", help="draw a policy's NCP wiring (the NAC backbone) as a PNG", formatter_class=FMT,
-                       description="Draw the AutoNCP wiring of the policy's NAC backbone with ncps (networkx + "
-                                   "matplotlib): the pair-input sensory neurons, inter, command and motor neurons, "
-                                   "excitatory (green) and inhibitory (red) synapses.")
-    p.add_argument("--policy", default="nac.pt", help="policy file (a bare name is looked up in policies/)")
-    p.add_argument("--out", required=True, help="the PNG to write")
-    p.add_argument("--layout", default="shell", choices=["shell", "circular", "kamada", "spring", "spectral", "spiral"],
-                   help="networkx layout")
-
-
-def run_wiring(args) -> int:
-    policy = load_policy(args.policy)
+def wiring(argv: list[str]) -> int:
+    """Run ``agent wiring ARGV``; the exit code."""
+    cfg = parse_config(Wiring, argv, prog="agent wiring", description=WIRING_DESCRIPTION)
+    policy = load_policy(cfg.policy)
     if getattr(policy, "nac", None) is None:
-        raise CLIError(f"{args.policy} has no NAC core (its core: {getattr(policy.config, 'core', 'none')}); "
+        raise CLIError(f"{cfg.policy} has no NAC core (its core: {getattr(policy.config, 'core', 'none')}); "
                        "only nac-* cores have an NCP wiring to draw")
-    out = draw_wiring(policy, args.out, layout=args.layout)
+    out = draw_wiring(policy, cfg.out, layout=cfg.layout)
     counts = wiring_summary(policy.nac.wiring)
     print(f"wrote {out}: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
     return 0
 
 
-def add_convert_policy(sub) -> None:
-    p = sub.add_parser("convert-policy", help="convert a format-1 policy file to the current format",
-                       formatter_class=FMT,
-                       description="Policy files written before the policy classes were unified (format 1: kinds "
-                                   "'nac-drive-policy' and 'nac-udacity-policy') are rewritten as the one "
-                                   "DrivingPolicy format (2). The weights are unchanged, so the converted policy "
-                                   "acts identically. (load_policy also converts format-1 files in memory.)")
-    p.add_argument("src", help="the format-1 policy file")
-    p.add_argument("dst", help="where to write the converted file (may equal src)")
-
-
-def run_convert_policy(args) -> int:
-    policy = convert_policy_file(args.src, args.dst)
-    print(f"converted {args.src} -> {args.dst}: {policy.config.env}, {policy.config.features} + {policy.config.core} "
+def convert_policy(argv: list[str]) -> int:
+    """Run ``agent convert-policy ARGV``; the exit code."""
+    cfg = parse_config(ConvertPolicy, argv, prog="agent convert-policy", description=CONVERT_POLICY_DESCRIPTION)
+    policy = convert_policy_file(cfg.src, cfg.dst)
+    print(f"converted {cfg.src} -> {cfg.dst}: {policy.config.env}, {policy.config.features} + {policy.config.core} "
           f"(window {policy.config.window}) + {policy.head.kind} head")
     return 0
 
 
-def add_average_policies(sub) -> None:
-    p = sub.add_parser("average-policies", help="average the weights of policies trained from one start (a model soup)",
-                       formatter_class=FMT,
-                       description="Writes one policy whose weights are the (weighted) mean of the given policy "
-                                   "files' (a uniform 'model soup', Wortsman et al. 2022). Meant for DAgger runs "
-                                   "that started from the same behaviour-cloning checkpoint with different seeds: "
-                                   "the result is one network of the same size and speed. Every file must have the "
-                                   "same configuration. Evaluate the result closed loop (agent evaluate) before "
-                                   "trusting it: runs that drifted apart average into a worse policy.")
-    p.add_argument("policies", nargs="+", help="two or more .pt policy files (names in policies/ work too)")
-    p.add_argument("--weights", type=float, nargs="+", default=None,
-                   help="one non-negative weight per policy (normalised to sum 1; default uniform)")
-    p.add_argument("--out", required=True, help="the averaged policy file to write")
-    p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
-
-
-def run_average_policies(args) -> int:
-    out = Path(args.out)
-    if out.exists() and not args.overwrite:
-        raise CLIError(f"{out} already exists; choose another --out or pass --overwrite")
-    soup = average_policy_files(args.policies, args.weights)
-    soup.save(out, metadata={"stage": "weight average (model soup)", "averaged": [str(p) for p in args.policies],
-                             "weights": args.weights})
-    print(f"averaged {len(args.policies)} policies -> {out} ({soup.config.core}, window {soup.config.window}, "
+def average_policies(argv: list[str]) -> int:
+    """Run ``agent average-policies ARGV``; the exit code."""
+    cfg = parse_config(AveragePolicies, argv, prog="agent average-policies", description=AVERAGE_POLICIES_DESCRIPTION)
+    weights = list(cfg.weights) if cfg.weights is not None else None
+    soup = average_policy_files(list(cfg.policies), weights)
+    soup.save(cfg.out, metadata={"stage": "weight average (model soup)", "averaged": [str(p) for p in cfg.policies],
+                                 "weights": weights})
+    print(f"averaged {len(cfg.policies)} policies -> {cfg.out} ({soup.config.core}, window {soup.config.window}, "
           f"{sum(p.numel() for p in soup.parameters())} parameters)")
     return 0
 
 
-plot_traces = argparse_main("plot-traces", add_plot_traces, run_plot_traces)
-wiring = argparse_main("wiring", add_wiring, run_wiring)
-convert_policy = argparse_main("convert-policy", add_convert_policy, run_convert_policy)
-average_policies = argparse_main("average-policies", add_average_policies, run_average_policies)
+__all__ = ["AveragePolicies", "ConvertPolicy", "PlotTraces", "Wiring", "average_policies", "convert_policy",
+           "plot_traces", "wiring"]
