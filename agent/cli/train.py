@@ -209,7 +209,7 @@ def _carracing_continuous(source) -> bool:
             not (np.allclose(space.low, -1.0) and np.allclose(space.high, 1.0)):
         raise CLIError(f"the recordings hold continuous actions in {space}, but CarRacing's continuous "
                        "configuration drives with (steering, throttle) in Box(-1, 1, (2,)); record them with "
-                       "`agent collect --expert` and an expert trained with `agent expert train --continuous`")
+                       "`agent collect --teacher.expert` and an expert trained with `agent expert train --ppo.continuous`")
     return True
 
 

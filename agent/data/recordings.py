@@ -398,7 +398,7 @@ def load_demonstrations(path: str | Path | Sequence[str | Path], n_actions: int 
                     f"cannot train on {first_path} and {p} together: {first_path} holds "
                     f"{describe_actions(demos.action_space)} actions, {p} holds "
                     f"{describe_actions(part.action_space)} actions (record both with the same kind of "
-                    "expert: discrete, or continuous with `agent expert train --continuous`)")
+                    "expert: discrete, or continuous with `agent expert train --ppo.continuous`)")
             demos = demos.extend(part)
         return demos
 

@@ -303,7 +303,7 @@ def _is_number(v: str) -> bool:
 def _bad_rows_message(csv_path: Path, bad: list[BadRow], skipped: bool = False, show: int = 10) -> str:
     listed = "; ".join(str(b) for b in bad[:show]) + (f"; ... and {len(bad) - show} more" if len(bad) > show else "")
     what = "skipped" if skipped else "found"
-    hint = "" if skipped else " (pass on_bad_row='skip' / --on-bad-row skip to drop them)"
+    hint = "" if skipped else " (pass on_bad_row='skip' / --udacity.on-bad-row skip to drop them)"
     return f"{csv_path}: {what} {len(bad)} bad row(s){hint}: {listed}"
 
 

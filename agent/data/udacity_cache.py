@@ -43,7 +43,7 @@ from agent.data.udacity import (CAMERAS, CROP_ROWS, FRAME_SHAPE, INPUT_SHAPE, MA
 from agent.log import progress as bar_for
 
 CACHE_FORMAT = 1
-#: the default cache folder (``agent train --crop-cache``)
+#: the default cache folder (``--udacity.crop-cache`` of agent train and agent evaluate)
 DEFAULT_CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "nac-drive" / "udacity-crops"
 _YUV_BLACK = (0, 128, 128)  # YUV of RGB black: what the shift brings in at the borders
 

@@ -67,12 +67,12 @@ class ExpertPolicy:
         policy: the stable-baselines3 ``ActorCriticPolicy`` (an MLP on (PRIVILEGED_DIM,) float32
             states, 5 discrete actions), in eval mode. ``model`` is the same object.
         start_rule: the start rule (see :meth:`act`; discrete and continuous experts). Off after
-            :meth:`load`; ``--start-rule`` turns it on in ``agent collect``, DAgger in ``agent
+            :meth:`load`; ``--teacher.start-rule`` turns it on in ``agent collect``, DAgger in ``agent
             train`` and ``agent evaluate``, and ``agent compare``'s protocol has it on.
         creep_speed: the creep rule's speed in units/s (:func:`creep_rule`; discrete experts;
-            0, off, after :meth:`load`); ``agent train --creep-speed`` sets it for DAgger.
+            0, off, after :meth:`load`); ``--teacher.creep-speed`` sets it for DAgger.
         brake_floor: the start rule's brake floor in units/s: below it a brake becomes gas
-            (:data:`CRAWL_SPEED` after :meth:`load`; ``agent train --brake-floor`` raises it for DAgger).
+            (:data:`CRAWL_SPEED` after :meth:`load`; ``--teacher.brake-floor`` raises it for DAgger).
         grass_rule: with all four wheels on the grass, a brake becomes gas (:meth:`use_grass_rule`;
             discrete experts; off after :meth:`load`).
     """

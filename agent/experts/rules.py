@@ -25,7 +25,7 @@ BRAKE = ACTION_NAMES.index("brake")
 #: below this speed (simulator units per second) the start rule turns the expert's brake into gas
 #: (:meth:`agent.experts.policy.ExpertPolicy.act`); the car cruises at 30-90 units/s and reaches 43 after 2 s of gas
 CRAWL_SPEED = 10.0
-#: the brake floor a DAgger teacher can be given instead of :data:`CRAWL_SPEED` (``agent train --brake-floor``):
+#: the brake floor a DAgger teacher can be given instead of :data:`CRAWL_SPEED` (``--teacher.brake-floor``):
 #: the expert's brake labels at 10-15 units/s in its students' states (431 of the 2,575 brake labels of 19
 #: clean DAgger rounds, half of them on the grass) teach a slow student to brake each time it reaches
 #: 10 units/s (README, "The brake floor"); the expert's own laps and recoveries never brake below 20 on the road
@@ -91,7 +91,7 @@ def brake_floor_rule(actions: np.ndarray, speeds, floor: float) -> np.ndarray:
     """The start rule's brake floor on discrete labels: below ``floor`` a brake label becomes gas.
 
     The start rule (:meth:`agent.experts.policy.ExpertPolicy.act`) does this below :data:`CRAWL_SPEED`; a DAgger teacher
-    can be given a higher floor (:data:`BRAKE_FLOOR_SPEED`, ``agent train --brake-floor``), and
+    can be given a higher floor (:data:`BRAKE_FLOOR_SPEED`, ``--teacher.brake-floor``), and
     recordings labelled under the old floor get the new one from their recorded speeds
     (:func:`relabel_brake_floor`). Other labels are kept.
 
