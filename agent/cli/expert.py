@@ -51,8 +51,8 @@ CHECK_DESCRIPTION = """Before the expert labels recoveries in DAgger, check that
 
 On each track the expert (--teacher.expert, with the teacher's rules as DAgger uses them) drives;
 at --start one disturbance steers it off the road (40 steps of hard steering) or brakes it to a
-standstill (100 steps); then it drives on its own. Recovered: back on the road and moving within
---limit steps. Also runs each track undisturbed for the return it loses. With --policy the same
+standstill (100 steps); then it drives on its own. Recovered: back on the road and moving within the
+next --limit steps. Also runs each track undisturbed for the return it loses. With --policy the same
 check runs on a student policy (.pt): does it start again after a stop on a track it never saw?"""
 
 TEACHER_HELP = ("the expert checked (unless --policy): the PPO expert .zip (--teacher.expert; a bare name is looked up "
