@@ -42,3 +42,28 @@ def test_shipped_policy_loads_and_acts(name, caplog):
     else:
         assert isinstance(action, float) and -1.0 <= action <= 1.0
     assert state.steps.tolist() == [3]
+
+
+CARDED = ["nac.pt", "carracing-expert-discrete-margin.zip", "nac-continuous.pt", "carracing-expert-margin.zip",
+          "udacity-nac.pt"]
+
+
+@pytest.mark.parametrize("name", CARDED)
+def test_each_shipped_policy_has_a_card_with_an_existing_recipe(name):
+    from agent.eval.card import read_card
+
+    card = read_card(POLICIES_DIR / name)
+    assert card.summary and card.recipe, f"{name} has no card: agent info {name} --summary ... --recipe ..."
+    assert (POLICIES_DIR.parent / card.recipe).is_file(), f"{name}'s recipe {card.recipe} is missing"
+    for row in card.evaluations:  # every stored evaluation is of these very weights
+        assert row["weights_sha256"] == card.weights_sha256
+
+
+def test_policies_readme_holds_the_current_cards():
+    """policies/README.md is `agent info --markdown` of the shipped files: edit a card, regenerate the page."""
+    from agent.eval.card import read_card
+
+    page = (POLICIES_DIR / "README.md").read_text()
+    for name in CARDED:
+        block = "\n".join(read_card(POLICIES_DIR / name).lines(markdown=True)).rstrip()
+        assert block in page, f"policies/README.md is stale for {name}: regenerate it with agent info --markdown"
