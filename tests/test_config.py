@@ -131,3 +131,8 @@ def test_stages_change_only_what_they_name(tmp_path):
     path.write_text("""data = ["a"]\n[[stages]]\nname = "x"\ntrain = { epochs = -2 }\n""")
     with pytest.raises(ConfigError, match=r"stage x.*train\.epochs"):
         load_recipe(path)
+
+
+def test_core_options_true_and_false_are_booleans():
+    assert PolicySection(core_options={"input_norm": "true", "topk": 4, "name": "x"}).core_options == \
+        {"input_norm": True, "topk": 4, "name": "x"}

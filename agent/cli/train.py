@@ -15,7 +15,6 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
-import tyro
 
 from agent.actors.loading import is_continuous, load_policy, make_carracing_for, reads_speedometer, resolve_policy_path
 from agent.actors.vector import envs_for

@@ -92,6 +92,9 @@ class PolicySection:
               f"policy.core: unknown core {self.core!r}; choose one of {', '.join(CORES)}")
         _need(self.window is None or self.window >= 1, f"policy.window must be >= 1 frame, got {self.window}")
         _need(self.d_model is None or self.d_model >= 1, f"policy.d_model must be >= 1, got {self.d_model}")
+        # "true"/"false" typed on the command line are booleans, as in TOML
+        object.__setattr__(self, "core_options", {k: {"true": True, "false": False}.get(v.lower(), v)
+                                                  if isinstance(v, str) else v for k, v in self.core_options.items()})
         _need(self.dashboard is None or self.dashboard in DASHBOARDS,
               f"policy.dashboard: choose one of {', '.join(DASHBOARDS)}, got {self.dashboard!r}")
 
