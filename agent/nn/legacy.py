@@ -5,7 +5,7 @@ Version 1 files came in two kinds: ``"nac-drive-policy"`` (CarRacing: CNN + NAC 
 Both are exactly a :class:`agent.nn.policy.DrivingPolicy` with a NAC core, so conversion maps the
 config and renames the state-dict keys (``nac.*`` -> ``core.nac.*``, ``head.N.*`` ->
 ``head.net.N.*``); the weights are unchanged and the converted policy acts identically
-(``tests/test_policy.py`` checks it on the shipped files). ``agent convert-policy OLD NEW``
+(``tests/test_nn_policy.py`` checks it on the shipped files). ``agent convert-policy OLD NEW``
 writes the converted file.
 """
 

@@ -27,9 +27,9 @@ so no per-pair tensor is ever built:
   :meth:`agent.nn.nac.NAC.forward`: at short sequences the Python around fifteen torch operations
   and three kernel calls cost more than the arithmetic.
 
-Both compute the same function as the torch path in :mod:`agent.nn.nac` (tests/test_nac_kernels.py
+Both compute the same function as the torch path in :mod:`agent.nn.nac` (tests/test_nn_nac_kernels.py
 compares outputs and gradients in float32 and float64, for every mode, selector, mask and
-timestamp case, and runs ``gradcheck`` on the backward; tests/test_nac.py runs every layer test
+timestamp case, and runs ``gradcheck`` on the backward; tests/test_nn_nac.py runs every layer test
 through both paths). float64 work is exact to rounding; float32 work uses fast approximations of
 tanh and exp (see ``_tanh``), well inside float32's precision.
 
@@ -1259,7 +1259,7 @@ def fused_forward(weights: tuple[np.ndarray, ...], x: Tensor, t: Tensor | None, 
     """The NAC layer's forward without gradients in one kernel call.
 
     The same function as the layer's other paths (sensory gates, heads, top-K, steps 4-8
-    and the output map; tests/test_nac_kernels.py compares them), with one Python-to-machine-code
+    and the output map; tests/test_nn_nac_kernels.py compares them), with one Python-to-machine-code
     call (steps 2-8) between two ``torch.addmm`` (the sensory gates and the output map) instead of
     about fifteen torch operations and three kernel calls: at short sequences (T = 16) that
     overhead was most of the layer's time. torch's GEMM does the two dense maps 2-4x faster than
