@@ -4,10 +4,13 @@ teacher's rule options as typed, and the Udacity data helpers."""
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import tyro
 
+from agent.data.udacity import load_recording
+from agent.data.udacity_cache import DEFAULT_CACHE_DIR, load_cached
 from agent.train.config import ConfigError, TeacherSection
 from agent.train.lodo import driver_names
 
@@ -63,3 +66,14 @@ def driver_tracks(tracks: dict[str, str], data: list[str], option: str = "lodo.t
         raise CLIError(f"{option} names unknown driver(s) {', '.join(unknown)}; the drivers are "
                        f"{', '.join(driver_names(data))}")
     return dict(tracks)
+
+
+def udacity_loader(crop_cache: str, on_bad_row: str, n_recordings: int):
+    """``load(path)`` for Udacity recordings (train and evaluate): ``crop_cache`` "auto" caches the
+    66x200 crops (:mod:`agent.data.udacity_cache`) when several recordings are read, "" reads into
+    memory, a folder always caches there; ``on_bad_row`` as :func:`agent.data.udacity.load_recording`."""
+    if crop_cache == "auto":
+        crop_cache = str(DEFAULT_CACHE_DIR) if n_recordings > 1 else ""
+    if crop_cache:
+        return partial(load_cached, cache_dir=crop_cache, on_bad_row=on_bad_row)
+    return partial(load_recording, on_bad_row=on_bad_row)

@@ -17,7 +17,7 @@ import tyro
 
 from agent.actors.loading import LOADERS, file_kind, load_policy, resolve_policy_path
 from agent.actors.rollout import SLOW_SPEED
-from agent.cli.common import (CLIError, check_udacity_folders, driver_tracks, parse_config, teacher_rule_options,
+from agent.cli.common import (udacity_loader, CLIError, check_udacity_folders, driver_tracks, parse_config, teacher_rule_options,
                               write_json)
 from agent.data.udacity import load_recording
 from agent.data.udacity_cache import DEFAULT_CACHE_DIR, load_cached
@@ -217,15 +217,6 @@ def _policy_env(kind: str, payload) -> str | None:
     return (payload.get("config") or {}).get("env") if isinstance(payload, dict) else None
 
 
-def _udacity_loader(run: EvaluateRun, n_recordings: int):
-    """``load(path)`` for Udacity recordings under --udacity.crop-cache and --udacity.on-bad-row."""
-    cache = run.udacity.crop_cache
-    if cache == "auto":
-        cache = str(DEFAULT_CACHE_DIR) if n_recordings > 1 else ""
-    if cache:
-        return partial(load_cached, cache_dir=cache, on_bad_row=run.udacity.on_bad_row)
-    return partial(load_recording, on_bad_row=run.udacity.on_bad_row)
-
 
 def _udacity_floor(run: EvaluateRun) -> int:
     """`agent evaluate --env udacity --data D1 D2 ... --udacity.floor`: the smoothed-oracle floor table, no policy."""
@@ -261,7 +252,7 @@ def _evaluate_udacity(run: EvaluateRun, path: Path, kind: str, payload) -> int:
             "weights_sha256": ident["weights_sha256"], "env": "udacity", "core": policy.config.core}
     if len(data) > 1:
         return _evaluate_udacity_many(run, policy, head)
-    res = {**head, **evaluate_udacity(policy, _udacity_loader(run, 1)(data[0]))}
+    res = {**head, **evaluate_udacity(policy, udacity_loader(run.udacity.crop_cache, run.udacity.on_bad_row, 1)(data[0]))}
     print(f"{path.name} on {data[0]}: steering MSE {res['mse']:.4f}, MAE {res['mae']:.4f} over "
           f"{res['n_frames']} frames ({res['rmse_degrees']:.1f} degrees RMS); predict-0 baseline MSE "
           f"{res['zero_mse']:.4f}" + (f" (ratio {res['ratio']:.2f})" if res["ratio"] is not None else "")
@@ -282,7 +273,7 @@ def _evaluate_udacity(run: EvaluateRun, path: Path, kind: str, payload) -> int:
 def _evaluate_udacity_many(run: EvaluateRun, policy, head: dict) -> int:
     """`agent evaluate --env udacity --data D1 D2 ...`: one row per recording and the means, printed and as JSON."""
     data = list(run.data)
-    load = _udacity_loader(run, len(data))
+    load = udacity_loader(run.udacity.crop_cache, run.udacity.on_bad_row, len(data))
     rows = []
     for name, d in zip(driver_names(data), data):
         rows.append({"recording": name, **evaluate_udacity(policy, load(d), progress=False)})

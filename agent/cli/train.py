@@ -18,7 +18,7 @@ import torch
 
 from agent.actors.loading import is_continuous, load_policy, make_carracing_for, reads_speedometer, resolve_policy_path
 from agent.actors.vector import envs_for
-from agent.cli.common import CLIError, check_udacity_folders, driver_tracks, write_json
+from agent.cli.common import udacity_loader, CLIError, check_udacity_folders, driver_tracks, write_json
 from agent.cli.recipe import parse_stages, run_stages, write_resolved
 from agent.data.recordings import load_demonstrations
 from agent.data.udacity import AugmentConfig, load_recording
@@ -165,14 +165,6 @@ def _load_teacher(run: TrainRun, continuous: bool):
     return run.teacher.rules.apply(expert)  # creep and grass rules: discrete experts only
 
 
-def _udacity_loader(run: TrainRun, n_recordings: int):
-    cache = run.udacity.crop_cache
-    if cache == "auto":
-        cache = str(DEFAULT_CACHE_DIR) if n_recordings > 1 else ""
-    if cache:
-        return partial(load_cached, cache_dir=cache, on_bad_row=run.udacity.on_bad_row)
-    return partial(load_recording, on_bad_row=run.udacity.on_bad_row)
-
 
 def _load_source(run: TrainRun):
     """The training source: CarRacing Minari recordings (relabelled by the teacher's rules) or Udacity folders."""
@@ -187,7 +179,7 @@ def _load_source(run: TrainRun):
         return DemonstrationSource(demos, skip_stalls=run.train.skip_stalls, standstills=run.train.standstills)
     u = run.udacity
     check_udacity_folders(run.data)
-    load = _udacity_loader(run, len(run.data))
+    load = udacity_loader(run.udacity.crop_cache, run.udacity.on_bad_row, len(run.data))
     recs = [load(d) for d in run.data]
     if u.subsample < 1.0:  # the same cut as a leave-one-driver-out fold's, one rng per recording
         recs = [piece for j, r in enumerate(recs)
@@ -239,7 +231,7 @@ def _train_lodo(run: TrainRun) -> int:
         torch.set_num_threads(run.threads)
     u = run.udacity
     pcfg = _policy_config(run, False, _check_core_options(run))
-    table = run_lodo(list(run.data), run.lodo.out, pcfg, _train_config(run), _udacity_loader(run, len(run.data)),
+    table = run_lodo(list(run.data), run.lodo.out, pcfg, _train_config(run), udacity_loader(run.udacity.crop_cache, run.udacity.on_bad_row, len(run.data)),
                      augment=AugmentConfig(p_augment=u.augment_prob) if u.augment_prob > 0 else None,
                      smooth_labels=u.smooth_labels, smooth_mode=u.smooth_mode, straight_keep=u.straight_keep,
                      subsample=u.subsample, block=u.block, tracks=driver_tracks(run.lodo.tracks, list(run.data)),
