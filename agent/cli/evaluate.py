@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
-from functools import partial
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -19,8 +18,6 @@ from agent.actors.loading import LOADERS, file_kind, load_policy, resolve_policy
 from agent.actors.rollout import SLOW_SPEED
 from agent.cli.common import (udacity_loader, CLIError, check_udacity_folders, driver_tracks, parse_config, teacher_rule_options,
                               write_json)
-from agent.data.udacity import load_recording
-from agent.data.udacity_cache import DEFAULT_CACHE_DIR, load_cached
 from agent.eval.card import identity
 from agent.eval.closed_loop import evaluate
 from agent.eval.label_floor import floor_markdown, floor_means, recording_floor

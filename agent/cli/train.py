@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sys
-from functools import partial
 from pathlib import Path
 
 import gymnasium as gym
@@ -21,8 +20,7 @@ from agent.actors.vector import envs_for
 from agent.cli.common import udacity_loader, CLIError, check_udacity_folders, driver_tracks, write_json
 from agent.cli.recipe import parse_stages, run_stages, write_resolved
 from agent.data.recordings import load_demonstrations
-from agent.data.udacity import AugmentConfig, load_recording
-from agent.data.udacity_cache import DEFAULT_CACHE_DIR, load_cached
+from agent.data.udacity import AugmentConfig
 from agent.data.windows import DemonstrationSource, UdacitySource
 from agent.experts.rules import RuleError
 from agent.log import get_logger
