@@ -3,7 +3,7 @@
 Usage (validation track 700,000, the S-bend where ``nac-continuous.pt`` skips tiles 129-131):
 
     python docs/racing_line.py --seed 700000 --tiles 110 140 \\
-        --policy carracing-expert-continuous.zip nac-continuous.pt carracing-expert-margin.zip \\
+        --policy nac-continuous.pt carracing-expert-margin.zip \\
         --out docs/racing-line.png
 
 Each policy drives the track (the expert from privileged state, a student from the rendered

@@ -645,29 +645,29 @@ def test_the_start_rule_is_asked_for_explicitly():
 # ----------------------------------------------------------------------------- tiles, edge, lap ends
 def test_a_lap_ends_only_once_every_tile_is_visited():
     """What ``tiles_missed`` explains: the expert's full lap visits every tile and ends early; the
-    same lap with the car lifted past 12 tiles mid-lap never ends (the lap-complete rule needs every
+    same lap with the car lifted past 12 tiles late in the lap never ends (the lap-complete rule needs every
     tile, the start tile being visited at the start), so it runs to the step limit, under 900."""
     from agent.actors.loading import load_policy, make_actor, make_carracing_for
     from agent.actors.rollout import tiles_missed
 
-    expert = load_policy("carracing-expert-continuous.zip")
+    expert = load_policy("carracing-expert-discrete-margin.zip")
     env = make_carracing_for(expert, render_pixels=False)
     try:
         full = rollout(env, make_actor(expert), 1_000_000, keep_frames=False)
 
         class Skip:
-            """The expert, but at step 200 the car is carried 12 tiles along the track."""
+            """The expert, but at one step the car is carried 12 tiles along the track."""
             label, has_probs, traces_reason = "skip", False, None
 
-            def __init__(self):
-                self.inner, self.n = make_actor(expert), 0
+            def __init__(self, at):
+                self.inner, self.n, self.at = make_actor(expert), 0, at
 
             def reset(self):
                 self.n = 0
 
             def act(self, obs, env, info=None):
                 self.n += 1
-                if self.n == 200:
+                if self.n == self.at:
                     u = env.unwrapped
                     car = u.car
                     x, y = car.hull.position
@@ -678,11 +678,13 @@ def test_a_lap_ends_only_once_every_tile_is_visited():
                         b.position = (b.position[0] + dx, b.position[1] + dy)
                 return self.inner.act(obs, env, info)
 
-        skipped = rollout(env, Skip(), 1_000_000, keep_frames=False)
+        # the skip comes 100 steps before the lap's end, so a second lap cannot reach the missed
+        # tiles before step 1000 (the expert's lap takes over 550 steps)
+        skipped = rollout(env, Skip(full.steps - 100), 1_000_000, keep_frames=False)
         missed_now = tiles_missed(env)
     finally:
         env.close()
-    assert full.tiles_missed == 0 and full.terminations[-1] and full.steps < 1000
+    assert full.tiles_missed == 0 and full.terminations[-1] and 550 < full.steps < 1000
     assert full.episode_return > 900
     assert skipped.tiles_missed == missed_now and skipped.tiles_missed > 0
     assert not skipped.terminations.any() and skipped.steps == 1000 and skipped.episode_return < 900

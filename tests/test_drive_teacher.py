@@ -131,7 +131,7 @@ def test_drives_teacher_has_the_start_rule_unless_turned_off():
 
 def test_teacher_of_the_other_action_space_is_refused(policy_file, capsys):
     code = run_drive(_parse("--policy", str(policy_file), "--headless", "--max-steps", "3",
-                            "--teacher.expert", "carracing-expert-continuous.zip"))
+                            "--teacher.expert", "carracing-expert-margin.zip"))
     err = capsys.readouterr().err
     assert code == 2 and "continuous" in err and "carracing-expert-discrete-margin.zip" in err
 

@@ -50,7 +50,7 @@ def test_check_recovery_options(tmp_path, capsys):
     import tyro
 
     run = tyro.cli(CheckRecoveryRun, args=[])
-    assert run.teacher.expert == "carracing-expert.zip" and run.track_seed == 600_000 and not run.teacher.start_rule
+    assert run.teacher.expert == "carracing-expert-discrete-margin.zip" and run.track_seed == 600_000 and not run.teacher.start_rule
     run = tyro.cli(CheckRecoveryRun, args=["--teacher.expert", "e.zip", "--teacher.start-rule", "--teacher.brake-floor",
                                            "20", "--track-seed", "7"])
     assert run.teacher.rules.brake_floor == 20.0 and run.track_seed == 7

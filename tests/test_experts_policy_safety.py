@@ -13,7 +13,7 @@ from agent.actors.loading import load_policy
 from agent.experts.policy import ExpertPolicy
 from envs.carracing import PRIVILEGED_DIM, make_carracing
 
-SHIPPED = pathlib.Path(__file__).resolve().parent.parent / "policies" / "carracing-expert.zip"
+SHIPPED = pathlib.Path(__file__).resolve().parent.parent / "policies" / "carracing-expert-discrete-margin.zip"
 
 
 class _Touch:
@@ -127,7 +127,7 @@ def test_bad_files_give_clear_errors(tmp_path):
 
 
 def test_shipped_expert_loads_and_acts():
-    expert = load_policy("carracing-expert.zip")
+    expert = load_policy("carracing-expert-discrete-margin.zip")
     assert isinstance(expert, ExpertPolicy)
     env = make_carracing(render_pixels=False)
     try:

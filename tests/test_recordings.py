@@ -14,7 +14,7 @@ from agent.log import get_logger, progress, setup_logging
 def tiny(tmp_path_factory):
     """2 episodes of 5 steps by the shipped expert, through the real CLI, at ROOT/nac-drive/tiny-v0."""
     root = tmp_path_factory.mktemp("datasets")
-    rc = main(["collect", "--teacher.expert", "carracing-expert.zip", "--episodes", "2", "--max-steps", "5",
+    rc = main(["collect", "--teacher.expert", "carracing-expert-discrete-margin.zip", "--episodes", "2", "--max-steps", "5",
                "--track-seed", "3", "--out", str(root / "nac-drive" / "tiny-v0")])
     assert rc == 0
     return root
@@ -44,13 +44,13 @@ def test_minari_finds_the_recording(tiny, monkeypatch):
 
 def test_overwrite_replaces_the_dataset(tiny, tmp_path):
     out = tiny / "nac-drive" / "tiny-v0"
-    rc = main(["collect", "--teacher.expert", "carracing-expert.zip", "--episodes", "1", "--max-steps", "3",
+    rc = main(["collect", "--teacher.expert", "carracing-expert-discrete-margin.zip", "--episodes", "1", "--max-steps", "3",
                "--out", str(out)])
     assert rc == 2
-    rc = main(["collect", "--teacher.expert", "carracing-expert.zip", "--episodes", "1", "--max-steps", "3",
+    rc = main(["collect", "--teacher.expert", "carracing-expert-discrete-margin.zip", "--episodes", "1", "--max-steps", "3",
                "--out", str(tmp_path / "ns" / "copy-v1")])
     assert rc == 0
-    rc = main(["collect", "--teacher.expert", "carracing-expert.zip", "--episodes", "2", "--max-steps", "3",
+    rc = main(["collect", "--teacher.expert", "carracing-expert-discrete-margin.zip", "--episodes", "2", "--max-steps", "3",
                "--out", str(tmp_path / "ns" / "copy-v1"), "--overwrite"])
     assert rc == 0 and [len(a) for a in load_demonstrations(tmp_path / "ns" / "copy-v1").actions] == [3, 3]
 
@@ -61,7 +61,7 @@ def test_overwrite_replaces_the_dataset(tiny, tmp_path):
                                       ("recordings/sample-v0", "recordings/nac-drive/sample-v0")])
 def test_bad_out_is_refused_with_a_suggestion(out, fix, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    rc = main(["collect", "--teacher.expert", "carracing-expert.zip", "--episodes", "1", "--max-steps", "3", "--out",
+    rc = main(["collect", "--teacher.expert", "carracing-expert-discrete-margin.zip", "--episodes", "1", "--max-steps", "3", "--out",
                out])
     err = capsys.readouterr().err
     assert rc == 2 and "<namespace>/<name>-v<N>" in err and f"try --out {fix}" in err
@@ -70,9 +70,9 @@ def test_bad_out_is_refused_with_a_suggestion(out, fix, tmp_path, monkeypatch, c
 
 @pytest.mark.parametrize("argv, message", [
     ([], "give the demonstrator: --teacher.expert EXPERT.zip"),
-    (["--keyboard", "--teacher.expert", "carracing-expert.zip"], "not both"),
+    (["--keyboard", "--teacher.expert", "carracing-expert-discrete-margin.zip"], "not both"),
     (["--keyboard", "--teacher.start-rule"], "--teacher.start-rule: the teacher's rules are the PPO expert's"),
-    (["--teacher.expert", "carracing-expert.zip", "--teacher.brake-floor", "20"], "add --teacher.start-rule"),
+    (["--teacher.expert", "carracing-expert-discrete-margin.zip", "--teacher.brake-floor", "20"], "add --teacher.start-rule"),
     (["--teacher.expert", "carracing-expert-margin.zip", "--teacher.creep-speed", "10"], "--teacher.creep-speed: "),
     (["--teacher.expert", "nac.pt"], "takes the PPO expert's .zip"),
 ])

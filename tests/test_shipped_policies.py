@@ -9,7 +9,7 @@ SHIPPED = sorted(p.name for p in POLICIES_DIR.glob("*") if p.suffix in (".pt", "
 
 
 def test_the_expected_files_ship():
-    assert {"nac.pt", "nac-bc.pt", "udacity-nac.pt", "carracing-expert.zip"} <= set(SHIPPED)
+    assert {"nac.pt", "nac-continuous.pt", "udacity-nac.pt", "carracing-expert-discrete-margin.zip", "carracing-expert-margin.zip"} <= set(SHIPPED)
 
 
 @pytest.mark.parametrize("name", SHIPPED)

@@ -45,7 +45,7 @@ def assert_same_episode(a: Episode, b: Episode, frames: bool = True) -> None:
 
 @pytest.fixture(scope="module")
 def expert():
-    return load_policy("carracing-expert.zip").use_start_rule(True)
+    return load_policy("carracing-expert-discrete-margin.zip").use_start_rule(True)
 
 
 @pytest.fixture(scope="module")
@@ -234,7 +234,7 @@ def test_vector_rollouts_refuse_an_autoresetting_env():
 def test_collect_with_envs_writes_the_same_dataset(tmp_path):
     from agent.data.recordings import load_demonstrations
 
-    common = ["collect", "--teacher.expert", "carracing-expert.zip", "--episodes", "3", "--max-steps", "6",
+    common = ["collect", "--teacher.expert", "carracing-expert-discrete-margin.zip", "--episodes", "3", "--max-steps", "6",
               "--track-seed", "21", "--teacher.start-rule"]
     assert main(common + ["--out", str(tmp_path / "ns" / "one-v0")]) == 0
     assert main(common + ["--envs", "2", "--out", str(tmp_path / "ns" / "two-v0")]) == 0
@@ -283,8 +283,8 @@ def test_evaluate_refuses_zero_envs(capsys):
 def test_evaluate_with_envs_gives_the_one_env_results(tmp_path):
     from agent.eval.closed_loop import evaluate
 
-    one = evaluate("carracing-expert.zip", 3, 40, max_steps=50, workers=1, progress=False)
-    two = evaluate("carracing-expert.zip", 3, 40, max_steps=50, envs=2, progress=False)
+    one = evaluate("carracing-expert-discrete-margin.zip", 3, 40, max_steps=50, workers=1, progress=False)
+    two = evaluate("carracing-expert-discrete-margin.zip", 3, 40, max_steps=50, envs=2, progress=False)
     assert two.envs == 2 and one.envs == 1
     for key in ("seeds", "returns", "steps", "longest_standstill_steps", "off_road_steps", "tiles_missed",
                 "edge_steps", "laps_finished"):
@@ -297,7 +297,7 @@ def test_bench_rollouts_rows_and_table():
 
     from agent.bench.rollouts import ROW_KEYS, bench_rollouts, print_rollouts_table
 
-    rows = bench_rollouts(("carracing-expert.zip",), envs=(1, 2), episodes=3, max_steps=5, seed=50)
+    rows = bench_rollouts(("carracing-expert-discrete-margin.zip",), envs=(1, 2), episodes=3, max_steps=5, seed=50)
     assert [r["envs"] for r in rows] == [1, 2]
     for r in rows:
         assert set(r) == set(ROW_KEYS)
@@ -307,6 +307,6 @@ def test_bench_rollouts_rows_and_table():
     buf = io.StringIO()
     print_rollouts_table(rows, file=buf)
     lines = buf.getvalue().splitlines()
-    assert sum(line.startswith("| carracing-expert.zip") for line in lines) == 2 and "load average" in lines[-1]
+    assert sum(line.startswith("| carracing-expert-discrete-margin.zip") for line in lines) == 2 and "load average" in lines[-1]
     with pytest.raises(ValueError, match=">= 1"):
-        bench_rollouts(("carracing-expert.zip",), envs=(0,), episodes=1)
+        bench_rollouts(("carracing-expert-discrete-margin.zip",), envs=(0,), episodes=1)

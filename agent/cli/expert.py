@@ -61,7 +61,7 @@ TEACHER_HELP = ("the expert checked (unless --policy): the PPO expert .zip (--te
                 "and grass rules (discrete experts). The rules also apply to an expert .zip given as --policy")
 
 #: check-recovery's expert when --teacher.expert is not given
-DEFAULT_EXPERT = "carracing-expert.zip"
+DEFAULT_EXPERT = "carracing-expert-discrete-margin.zip"
 #: the first track of check-recovery: outside the training, DAgger and evaluation tracks
 RECOVERY_SEED = 600_000
 

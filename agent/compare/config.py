@@ -169,7 +169,7 @@ class CompareConfig:
         self.seed_list  # noqa: B018
         for d in self.data:
             _need(Path(d).exists(), f"recording {d} not found; record the demonstrations first, e.g. agent collect "
-                                    f"--env carracing --teacher.expert carracing-expert.zip --episodes 20 "
+                                    f"--env carracing --teacher.expert carracing-expert-discrete-margin.zip --episodes 20 "
                                     f"--track-seed 0 --out {d}")
         t = self.teacher
         if self.dagger.rounds:

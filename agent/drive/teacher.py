@@ -48,7 +48,7 @@ class Teacher:
             kind = ("continuous (steering, throttle)" if expert.continuous else "five discrete actions")
             want = "a continuous expert" if continuous_policy else "a discrete expert"
             raise ValueError(f"--teacher.expert {name} drives with {kind}, but the policy does not; give {want} "
-                             f"(e.g. {'carracing-expert-continuous.zip' if continuous_policy else 'carracing-expert-discrete-margin.zip'})")
+                             f"(e.g. {'carracing-expert-margin.zip' if continuous_policy else 'carracing-expert-discrete-margin.zip'})")
         self.expert = (rules if rules is not None else TeacherRules(start_rule=True)).apply(expert, strict=True)
         self.continuous = bool(expert.continuous)
         self.name = name
