@@ -112,7 +112,7 @@ class CompareConfig:
     """comma-separated window sizes T: each core without its own @T= runs once per T (a sweep)"""
     seeds: str = "0,1"
     """comma-separated training seeds (weights, split, batches, DAgger's draws)"""
-    out: str = "results/compare-carracing"
+    out: str = "runs/compare-carracing"
     """the comparison folder: one folder per cell, plan.json, and the report (a rerun resumes it)"""
     report_only: bool = False
     """train nothing: only (re)build the report (report.md, report.json, compare.png) of --out from its finished cells"""

@@ -351,9 +351,12 @@ class TrainRun:
         Raises:
             ConfigError: no recordings, options of the other simulator, DAgger without a teacher,
                 a brake floor without the start rule in DAgger, LODO options without ``lodo.out``,
-                ``init`` with architecture options, ``train.epochs 0`` without ``init``.
+                ``init`` with architecture options, ``train.epochs 0`` without ``init``, an
+                existing ``json`` file without ``overwrite``.
         """
         _need(bool(self.data), "data: give the recordings to train on (data = [...] in the config, or --data A B)")
+        _need(self.json is None or self.overwrite or not Path(self.json).exists(),
+              f"json: {self.json} already exists; choose another path or pass --overwrite")
         if self.env == "carracing":
             wrong = _changed(self.udacity, UdacitySection()) + _changed(self.lodo, LodoSection(), "lodo")
         else:
