@@ -8,6 +8,8 @@ at once.
 
 from __future__ import annotations
 
+import signal
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +21,41 @@ from agent.log import get_logger, progress as progress_bar
 _log = get_logger(__name__)
 
 
+class StopRequest:
+    """Ctrl-C (SIGINT) and SIGTERM as a request to stop that cannot be lost.
+
+    While active (``with StopRequest() as stop:``, main thread only; elsewhere it does nothing),
+    either signal records the request and raises KeyboardInterrupt. Python cannot raise that
+    exception out of a finaliser or a weakref callback (it prints "Exception ignored in ..." and
+    goes on), so :meth:`check`, called after every step and episode, raises it again from plain
+    code: a Ctrl-C stops the loop within a step whatever it interrupted. The handlers in place
+    before are restored at the end.
+    """
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._old: dict[int, object] = {}
+
+    def _handle(self, signum, frame):
+        self.signum = signum
+        raise KeyboardInterrupt
+
+    def __enter__(self) -> "StopRequest":
+        if threading.current_thread() is threading.main_thread():
+            self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self._old.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+        self._old = {}
+
+    def check(self, *args) -> None:
+        """Raise KeyboardInterrupt if a stop was requested (any arguments are ignored: a rollout's ``on_step``)."""
+        if self.signum is not None:
+            raise KeyboardInterrupt
+
+
 def collect(env, actor: Actor, episodes: int, seed: int, out: str | Path, algorithm_name: str,
             overwrite: bool = False, max_steps: int | None = None, progress: bool = True,
             description: str | None = None) -> RecordingWriter:
@@ -28,27 +65,35 @@ def collect(env, actor: Actor, episodes: int, seed: int, out: str | Path, algori
     The actions stored are what ``env`` takes (its action space is the dataset's): discrete
     indices, or (steering, throttle) float32 pairs for the continuous configuration.
     ``description`` is the dataset's Minari description (default: who drove).
-    Ctrl-C stops after saving every finished episode; the episode in progress is dropped. The
-    progress bar (stderr) draws only on a terminal or with ``NAC_PROGRESS=1`` (:func:`agent.log.progress`).
+    Ctrl-C or SIGTERM stops after saving every finished episode (``.interrupted`` is then set); the
+    episode in progress is dropped. An episode being written when the signal comes is finished
+    first (:class:`agent.data.recordings.RecordingWriter`), and the request is never lost
+    (:class:`StopRequest`). The progress bar (stderr) draws only on a terminal or with
+    ``NAC_PROGRESS=1`` (:func:`agent.log.progress`).
     Returns the writer (``.episodes`` and ``.steps`` say what was saved, ``.dataset_id`` its id).
 
     Raises:
         RecordingError: ``out`` is not a dataset path, or is in the way (see :class:`RecordingWriter`).
+        OSError: a write failed (a full disk: errno ENOSPC); one message naming the file and the
+            finished episodes kept, which stay readable. Nothing is written after it.
     """
     writer = RecordingWriter(out, env, algorithm_name, overwrite=overwrite, description=description)
     bar = progress_bar(total=episodes, desc="episodes", unit="ep", disable=not progress)
-    try:
-        for e in range(episodes):
-            ep = rollout(env, actor, seed + e, max_steps=max_steps)
-            writer.add(ep)
-            bar.update(1)
-            bar.set_postfix(ret=f"{ep.episode_return:.0f}", steps=ep.steps)
-            _log.debug("episode %d (track %d): return %.1f, %d steps", e, seed + e, ep.episode_return, ep.steps)
-    except KeyboardInterrupt:
-        bar.close()
-        _log.warning("interrupted: kept %d finished episode(s) in %s", writer.episodes, writer.out)
-        return writer
-    bar.close()
+    with StopRequest() as stop:
+        try:
+            for e in range(episodes):
+                stop.check()
+                ep = rollout(env, actor, seed + e, max_steps=max_steps, on_step=stop.check)
+                writer.add(ep)
+                bar.update(1)
+                bar.set_postfix(ret=f"{ep.episode_return:.0f}", steps=ep.steps)
+                _log.debug("episode %d (track %d): return %.1f, %d steps", e, seed + e, ep.episode_return, ep.steps)
+            stop.check()
+        except KeyboardInterrupt:
+            writer.interrupted = True
+            _log.warning("interrupted: kept %d finished episode(s) in %s", writer.episodes, writer.out)
+        finally:
+            bar.close()
     return writer
 
 
@@ -106,4 +151,4 @@ class KeyboardActor:
         return 0
 
 
-__all__ = ["KeyboardActor", "collect"]
+__all__ = ["KeyboardActor", "StopRequest", "collect"]

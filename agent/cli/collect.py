@@ -31,8 +31,8 @@ Step the real, rendered env with the expert (--teacher.expert) or you (--keyboar
 record the 96x96 frames the student sees, the actions, rewards, terminations, truncations and each
 episode's track seed. A continuous expert (`agent expert train --ppo.continuous`) drives and
 records the continuous configuration: actions (steering, throttle) in [-1, 1]. Episodes run on
-tracks --track-seed, --track-seed+1, ... Every finished episode is on disk at once: Ctrl-C keeps
-them."""
+tracks --track-seed, --track-seed+1, ... Every finished episode is on disk at once: Ctrl-C, SIGTERM,
+a kill or a full disk keeps them (exit 130 after Ctrl-C)."""
 
 TEACHER_HELP = ("the demonstrator: the PPO expert .zip that drives (--teacher.expert; a bare name is looked up in "
                 "policies/) and the rules it drives with. The start rule (off by default, as everywhere): gas at a "
@@ -107,7 +107,13 @@ class CollectRun:
 
 
 def main(argv: list[str]) -> int:
-    """Run ``agent collect ARGV``; the exit code."""
+    """Run ``agent collect ARGV``; the exit code: 0 when every episode was recorded, 130 after Ctrl-C
+    or SIGTERM (the finished episodes kept and counted), 1 when none was recorded.
+
+    Raises:
+        OSError: a write failed (a full disk: "disk full ..."); the message names the file and the
+            episodes kept. The dispatcher prints it as one line and exits with 1.
+    """
     run = parse_config(CollectRun, argv, prog="agent collect", description=DESCRIPTION)
     out = Path(run.out)
     _, dataset_id = dataset_layout(out)  # RecordingError (a ValueError, exit 2) suggests a valid path
@@ -140,8 +146,14 @@ def main(argv: list[str]) -> int:
         writer = collect(env, actor, run.episodes, run.track_seed, out, name, overwrite=run.overwrite,
                          max_steps=run.max_steps, description=description)
     kind = "continuous (steering, throttle)" if description else "discrete"
-    print(f"recorded {writer.episodes} episode(s), {writer.steps} steps, {kind} actions -> {out} "
-          f"(Minari dataset {dataset_id})")
+    stopped = "interrupted: " if writer.interrupted else ""
+    if writer.episodes:
+        print(f"{stopped}recorded {writer.episodes} episode(s), {writer.steps} steps, {kind} actions -> {out} "
+              f"(Minari dataset {dataset_id})")
+    else:
+        print(f"{stopped}no episode finished; nothing was recorded ({out} was not made)")
+    if writer.interrupted:
+        return 130  # the dispatcher's code for Ctrl-C; the finished episodes are kept
     return 0 if writer.episodes else 1
 
 
