@@ -322,6 +322,7 @@ def collect(envs: CarRacingEnvs, actor: BatchActor, episodes: int, seed: int, ou
                 writer.add(waiting.pop(written))
                 written += 1
     except KeyboardInterrupt:
+        writer.interrupted = True  # `agent collect` exits 130, the finished episodes kept
         for i in sorted(waiting):
             writer.add(waiting.pop(i))
         log.warning("interrupted: kept %d finished episode(s) in %s", writer.episodes, writer.out)
