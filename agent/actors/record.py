@@ -65,9 +65,11 @@ def collect(env, actor: Actor, episodes: int, seed: int, out: str | Path, algori
     The actions stored are what ``env`` takes (its action space is the dataset's): discrete
     indices, or (steering, throttle) float32 pairs for the continuous configuration.
     ``description`` is the dataset's Minari description (default: who drove).
-    Ctrl-C or SIGTERM stops after saving every finished episode (``.interrupted`` is then set); the
-    episode in progress is dropped. An episode being written when the signal comes is finished
-    first (:class:`agent.data.recordings.RecordingWriter`), and the request is never lost
+    Ctrl-C or SIGTERM stops after saving every finished episode (``.interrupted`` is then set;
+    Escape in :class:`KeyboardActor`'s window stops the same way without it); the episode in
+    progress is dropped. An
+    episode being written when the signal comes is finished first
+    (:class:`agent.data.recordings.RecordingWriter`), and the request is never lost
     (:class:`StopRequest`). The progress bar (stderr) draws only on a terminal or with
     ``NAC_PROGRESS=1`` (:func:`agent.log.progress`).
     Returns the writer (``.episodes`` and ``.steps`` say what was saved, ``.dataset_id`` its id).
@@ -89,8 +91,8 @@ def collect(env, actor: Actor, episodes: int, seed: int, out: str | Path, algori
                 bar.set_postfix(ret=f"{ep.episode_return:.0f}", steps=ep.steps)
                 _log.debug("episode %d (track %d): return %.1f, %d steps", e, seed + e, ep.episode_return, ep.steps)
             stop.check()
-        except KeyboardInterrupt:
-            writer.interrupted = True
+        except KeyboardInterrupt:  # a signal, or the person's Escape (KeyboardActor: a chosen stop)
+            writer.interrupted = stop.signum is not None
             _log.warning("interrupted: kept %d finished episode(s) in %s", writer.episodes, writer.out)
         finally:
             bar.close()
