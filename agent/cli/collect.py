@@ -107,8 +107,9 @@ class CollectRun:
 
 
 def main(argv: list[str]) -> int:
-    """Run ``agent collect ARGV``; the exit code: 0 when every episode was recorded, 130 after Ctrl-C
-    or SIGTERM (the finished episodes kept and counted), 1 when none was recorded.
+    """Run ``agent collect ARGV``; the exit code: 0 when the recording ended (every episode, or
+    Escape with --keyboard), 130 after Ctrl-C or SIGTERM (the finished episodes kept and counted),
+    1 when no episode was recorded.
 
     Raises:
         OSError: a write failed (a full disk: "disk full ..."); the message names the file and the
