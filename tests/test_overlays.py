@@ -647,3 +647,24 @@ def test_non_nac_core_gets_saliency_and_a_reason_in_the_panel():
         assert extras["saliency"].cam.shape == (96, 96) and d.intermediates is None
     finally:
         ov.close()
+
+
+def test_plot_labels_never_overlap():
+    """The newest value's label and the range labels never share rows: a range label the value
+    would cover is left out (the omega panel printed its lower bound under the current value)."""
+    import pygame as pg
+
+    from agent.drive.overlays import plot_label_layout
+
+    r = pg.Rect(10, 40, 200, 60)
+    for last in [None, -5.0, 0.0, 0.01, 0.5, 0.99, 1.0, 7.0]:
+        lay = plot_label_layout(r, last, 0.0, 1.0, None if last is None else 14, 11, 11)
+        rows = {k: (y, y + (14 if k == "value" else 11)) for k, y in lay.items() if y is not None}
+        spans = sorted(rows.values())
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), (last, rows)
+        if last is not None:
+            assert r.top - 7 <= lay["value"] <= r.bottom, (last, lay)
+    low = plot_label_layout(r, 0.0, 0.0, 1.0, 14, 11, 11)
+    mid = plot_label_layout(r, 0.5, 0.0, 1.0, 14, 11, 11)
+    assert low["lo"] is None and low["hi"] is not None  # the value at the bottom hides the lower bound
+    assert mid["lo"] is not None and mid["hi"] is not None  # in the middle all three show

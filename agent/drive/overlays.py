@@ -85,6 +85,38 @@ class PanelNote:
             surf.blit(s, (12, 16 + 22 * i))
 
 
+def plot_label_layout(r, last: float | None, lo: float, hi: float, value_h: int | None, hi_h: int,
+                      lo_h: int) -> dict[str, int | None]:
+    """Where the labels beside one trace plot go: the top pixel row (y) of each, or None to leave it out.
+
+    The newest value's label sits at the height of its point on the line (clamped into the plot);
+    the range labels sit at the plot's top (``hi``) and bottom (``lo``). A range label that the
+    value's label would cover is left out, since the value then says where the line is (the omega
+    panel's lower range label used to print under the current value).
+
+    Args:
+        r: the plot's rectangle (anything with ``top``, ``bottom``, ``height``), pixels.
+        last: the newest finite value (None: no value label).
+        lo, hi: the plot's value range (hi > lo).
+        value_h, hi_h, lo_h: the labels' heights in pixels (value_h None when ``last`` is None).
+
+    Returns:
+        ``{"value": y or None, "hi": y or None, "lo": y or None}``.
+    """
+    out: dict[str, int | None] = {"value": None, "hi": r.top, "lo": r.bottom - lo_h + 1}
+    if last is None or value_h is None:
+        return out
+    y = (r.bottom - 2) - (min(max(last, lo), hi) - lo) * ((r.height - 3) / (hi - lo))
+    top = int(y) - value_h // 2
+    out["value"] = top
+    bottom = top + value_h
+    if top < r.top + hi_h:  # overlaps the hi label's rows
+        out["hi"] = None
+    if bottom > out["lo"]:
+        out["lo"] = None
+    return out
+
+
 class TracePanel:
     """The NAC trace panel: four scrolling line plots and four neuron heat strips for one head.
 
@@ -542,12 +574,14 @@ class TracePanel:
 
     def _labels(self, surf, r, last: float | None, lo: float, hi: float) -> None:
         """The labels beside plot ``r``: its range (hi at the top, lo at the bottom) and the newest
-        finite mean ``last`` at its height (None: no label)."""
-        if last is not None:
-            y = (r.bottom - 2) - (min(max(last, lo), hi) - lo) * ((r.height - 3) / (hi - lo))
-            surf.blit(self._text(f"{last:8.3f}", _TEXT), (r.right + 4, int(y) - 7))
-        surf.blit(self._text(f"{hi:.3g}", _DIM, True), (r.right + 4, r.top))
-        surf.blit(self._text(f"{lo:.3g}", _DIM, True), (r.right + 4, r.bottom - 11))
+        finite mean ``last`` at its height (None: no label); see :func:`plot_label_layout`."""
+        value = None if last is None else self._text(f"{last:8.3f}", _TEXT)
+        hi_s, lo_s = self._text(f"{hi:.3g}", _DIM, True), self._text(f"{lo:.3g}", _DIM, True)
+        layout = plot_label_layout(r, last, lo, hi, None if value is None else value.get_height(),
+                                   hi_s.get_height(), lo_s.get_height())
+        for surface, key in ((value, "value"), (hi_s, "hi"), (lo_s, "lo")):
+            if surface is not None and layout[key] is not None:
+                surf.blit(surface, (r.right + 4, layout[key]))
 
     def _plot(self, surf, r, keys: np.ndarray, mean: np.ndarray, classes: np.ndarray, fixed) -> None:
         """Draw a whole plot straight onto ``surf`` at ``r`` (no background): lines, dots and labels
@@ -605,4 +639,4 @@ class TracePanel:
         pg.transform.scale(small, r.size, surf.subsurface(r))
 
 
-__all__ = ["SaliencyDrawer", "TracePanel"]
+__all__ = ["SaliencyDrawer", "TracePanel", "plot_label_layout"]
