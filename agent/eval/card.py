@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from scipy import stats
 
+from agent.bounded import ZipMemberTooLarge, read_zip_member
 from agent.nn.policy import FILE_KIND, json_ready, read_policy_file
 from envs.tracks import EVAL_SEED_BASE
 
@@ -55,11 +56,14 @@ def file_sha256(path: str | Path) -> str:
 
 
 def _read_member(zf: zipfile.ZipFile, name: str, path: Path) -> bytes:
-    info = zf.getinfo(name)
-    if info.file_size > MAX_MEMBER_BYTES:
-        raise CardError(f"{path}: zip member {name!r} would inflate to {info.file_size:,} bytes (limit "
-                        f"{MAX_MEMBER_BYTES:,}); not a policy file of this project")
-    return zf.read(name)
+    """Member ``name``, refused (CardError) above :data:`MAX_MEMBER_BYTES` declared or inflated
+    (:func:`agent.bounded.read_zip_member`: the header, then a bounded read)."""
+    try:
+        return read_zip_member(zf, name, path, MAX_MEMBER_BYTES)
+    except ZipMemberTooLarge as exc:
+        raise CardError(str(exc)) from exc
+    except (zipfile.BadZipFile, OSError, EOFError, RuntimeError) as exc:
+        raise CardError(f"{path}: its zip member {name!r} is unreadable: {exc}") from exc
 
 
 def _open_zip(path: Path) -> zipfile.ZipFile:

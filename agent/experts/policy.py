@@ -15,6 +15,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
+from agent.bounded import MAX_ZIP_MEMBERS, ZipMemberTooLarge, check_zip_sizes, read_zip_member
 from agent.experts.rules import BRAKE, CRAWL_SPEED, GAS, START_THROTTLE, creep_rule
 from agent.log import get_logger
 from envs.carracing import PRIVILEGED_DIM, STANDSTILL_SPEED, WHEEL_GRASS, car_speed
@@ -25,6 +26,17 @@ _log = get_logger(__name__)
 #: network it rebuilds; the others affect training only)
 _PLAIN_POLICY_KWARGS = {"net_arch", "share_features_extractor", "ortho_init", "log_std_init", "normalize_images",
                         "optimizer_kwargs"}
+
+
+#: the largest ``policy.pth`` read, in bytes, as its zip header declares them and as inflated; the same bound holds
+#: for the members of the ``torch.save`` zip it is itself (the shipped experts' hold 0.6 MB; an MLP of 16 M float32
+#: parameters still fits)
+MAX_WEIGHTS_BYTES = 64 * 2**20
+#: the most records in ``policy.pth`` (``torch.save`` writes one per tensor and 4 more; the shipped ones hold 19)
+MAX_WEIGHTS_RECORDS = 1024
+#: the largest ``data`` (and other JSON/text) member read, in bytes: stable-baselines3's ``data`` JSON of the shipped
+#: experts is 17 KB. A 4.8 MB zip whose ``data`` inflated to 3 GiB once cost 38 s and 6.6 GB of memory (issue 38)
+MAX_JSON_BYTES = 4 * 2**20
 
 
 def _is_serialized(entry) -> bool:
@@ -180,6 +192,10 @@ class ExpertPolicy:
             ValueError: the file is not a zip, lacks ``data`` or ``policy.pth``, has unreadable
                 entries, or is not a PPO expert for the privileged CarRacing view (other shapes,
                 other architecture).
+            ZipMemberTooLarge (a ValueError): more than :data:`MAX_ZIP_MEMBERS` members, or ``data``
+                above :data:`MAX_JSON_BYTES` or ``policy.pth`` above :data:`MAX_WEIGHTS_BYTES`
+                inflated (checked from the headers before reading, then by a bounded read), or a
+                ``policy.pth`` whose own records declare more than :data:`MAX_WEIGHTS_BYTES`.
         """
         import io
         import json
@@ -200,7 +216,8 @@ class ExpertPolicy:
                     if needed not in names:
                         raise ValueError(f"{path} has no {needed!r} entry, so it is not a stable-baselines3 PPO "
                                          f"file ({hint})")
-                data_bytes, weights_bytes = zf.read("data"), zf.read("policy.pth")
+                data_bytes = read_zip_member(zf, "data", path, MAX_JSON_BYTES)
+                weights_bytes = read_zip_member(zf, "policy.pth", path, MAX_WEIGHTS_BYTES)
         except (zipfile.BadZipFile, OSError, EOFError, RuntimeError) as exc:  # RuntimeError: encrypted entries
             raise ValueError(f"{path} is not a readable zip file ({exc}); {hint}") from exc
         try:
@@ -246,6 +263,8 @@ class ExpertPolicy:
             raise ValueError(f"{path}: policy_kwargs is {type(policy_kwargs).__name__}, expected a JSON object: {hint}")
 
         dev = get_device(device)
+        if not check_zip_sizes(weights_bytes, f"{path} (its policy.pth)", MAX_WEIGHTS_BYTES, MAX_WEIGHTS_RECORDS):
+            raise ValueError(f"{path}: its policy.pth is not a zip-format torch file (what torch.save writes); {hint}")
         try:
             state_dict = torch.load(io.BytesIO(weights_bytes), map_location=dev, weights_only=True)
         except Exception as exc:  # torch raises UnpicklingError, RuntimeError, ... for bad or unsafe content
@@ -362,4 +381,5 @@ class ExpertPolicy:
         return self.policy.predict(obs, state=state, episode_start=episode_start, deterministic=deterministic)
 
 
-__all__ = ["ExpertPolicy"]
+__all__ = ["ExpertPolicy", "MAX_JSON_BYTES", "MAX_WEIGHTS_BYTES", "MAX_WEIGHTS_RECORDS", "MAX_ZIP_MEMBERS",
+           "ZipMemberTooLarge", "read_zip_member"]

@@ -42,6 +42,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from agent.bounded import check_zip_sizes
 from agent.nn.cores import CORES, TemporalCore, make_core
 from agent.nn.features import CarRacingCNN, FeaturesExtractor, make_features
 from agent.nn.heads import ActionHead, head_for, space_from_dict
@@ -58,6 +59,31 @@ _DOCUMENTED_CARRACING_ACTIONS = ("nothing", "left", "right", "gas", "brake")
 CARRACING_CONTROLS = ("steering", "throttle")
 #: its action space, as :func:`agent.nn.heads.space_to_dict` describes it: Box(-1, 1, (2,))
 CARRACING_CONTINUOUS_SPACE = {"type": "box", "low": [-1.0, -1.0], "high": [1.0, 1.0]}
+
+# Limits on what a policy config may ask for, checked before any module is built (:meth:`PolicyConfig.__post_init__`,
+# :func:`check_config_size`). A policy file is input like any other: a crafted config with obs_shape 100000x100000 once
+# made the CNN's dry run allocate without bound and escape as a MemoryError (issue 38, "Nothing lost", item 4). Each
+# limit is far above what the project's policies use.
+#: pixels, the most of each side H and W of ``obs_shape`` (CarRacing 96x96, Udacity 160x320)
+MAX_OBS_SIDE = 1024
+#: the most channels C of ``obs_shape`` (RGB 3, RGBA 4)
+MAX_OBS_CHANNELS = 4
+#: frames, the most ``window`` T (the paper's policies use 4 and 8; 256 is 17 s at Udacity's 15 Hz)
+MAX_WINDOW = 256
+#: the most of ``d_model``, ``head_hidden``, the action outputs, and every integer option of ``features_kwargs`` and
+#: ``core_kwargs`` but ``seed`` (channels, num_heads, backbone_units, euler_steps, ...); the policies use 64-100
+MAX_WIDTH = 4096
+#: the most parameters and buffers (elements: 400 MB as float32) a config may build, as :func:`config_size` bounds
+#: them; the shipped policies hold about 1 M
+MAX_PARAMETERS = 100_000_000
+#: bytes, the most a ``.pt`` policy file's zip records may declare in all (the weights of :data:`MAX_PARAMETERS`
+#: float32 parameters, and as much again for buffers and metadata); the shipped files hold 2.3-2.6 MB
+MAX_POLICY_FILE_BYTES = 800 * 2**20
+#: the most records in a ``.pt`` policy file (``torch.save`` writes one per tensor and a few more; the shipped: 42-46)
+MAX_POLICY_FILE_RECORDS = 10_000
+#: the most elements the features extractor's layers may output for one frame (256 MB as float32), as its dry run on
+#: the ``meta`` device measures them; CarRacing's CNN outputs about 0.05 M, PilotNet about 0.2 M
+MAX_FRAME_ACTIVATIONS = 64 * 2**20
 
 
 @dataclass
@@ -101,6 +127,7 @@ class PolicyConfig:
         if self.env == "carracing" and self.action_names == _DOCUMENTED_CARRACING_ACTIONS:
             self.action_names = CARRACING_ACTIONS  # same actions, named by what they do
         self.features_kwargs, self.core_kwargs = dict(self.features_kwargs), dict(self.core_kwargs)
+        self._check_bounds()
         if self.window < 1:
             raise ValueError(f"window must be >= 1 frame, got {self.window}")
         if self.frame_dt <= 0:
@@ -109,8 +136,43 @@ class PolicyConfig:
             raise ValueError(f"unknown core {self.core!r}; choose one of {', '.join(CORES)}")
         space = space_from_dict(self.action_space)
         n = int(space.n) if self.action_space["type"] == "discrete" else int(np.prod(space.shape))
+        if n > MAX_WIDTH:
+            raise ValueError(f"policy config action_space has {n:,} actions/outputs, above the limit of {MAX_WIDTH:,} "
+                             "(agent.nn.policy.MAX_WIDTH): not a policy this project builds")
         if len(self.action_names) != n:
             raise ValueError(f"action_names must name each of the {n} actions/outputs, got {self.action_names}")
+
+    def _check_bounds(self) -> None:
+        """Refuse sizes above the limits (:data:`MAX_OBS_SIDE`, :data:`MAX_OBS_CHANNELS`, :data:`MAX_WINDOW`,
+        :data:`MAX_WIDTH`) before anything is built: ValueError naming the field, its value and the limit."""
+        def refuse(name, value, limit, what):
+            raise ValueError(f"policy config {name} {value!r} is above the limit of {limit:,} {what}: not a policy "
+                             f"this project builds (a corrupt or crafted config?)")
+
+        if len(self.obs_shape) != 3:
+            raise ValueError(f"policy config obs_shape must be (H, W, C), got {self.obs_shape}")
+        for side, value in zip(("H", "W"), self.obs_shape[:2]):
+            if value > MAX_OBS_SIDE:
+                refuse(f"obs_shape {side}", value, MAX_OBS_SIDE, "pixels (agent.nn.policy.MAX_OBS_SIDE)")
+        if self.obs_shape[2] > MAX_OBS_CHANNELS:
+            refuse("obs_shape C", self.obs_shape[2], MAX_OBS_CHANNELS, "channels (agent.nn.policy.MAX_OBS_CHANNELS)")
+        if not all(v >= 1 for v in self.obs_shape):
+            raise ValueError(f"policy config obs_shape sides must be >= 1, got {self.obs_shape}")
+        for name in ("window", "d_model", "head_hidden"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+                raise ValueError(f"policy config {name} must be an integer, got {value!r}")
+            limit = MAX_WINDOW if name == "window" else MAX_WIDTH
+            if value > limit:
+                refuse(name, value, limit, "frames (agent.nn.policy.MAX_WINDOW)" if name == "window" else
+                       "(agent.nn.policy.MAX_WIDTH)")
+        for group in ("features_kwargs", "core_kwargs"):
+            for key, value in getattr(self, group).items():
+                if key == "seed":
+                    continue
+                for v in (value if isinstance(value, (list, tuple)) else [value]):
+                    if isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v > MAX_WIDTH:
+                        refuse(f"{group}.{key}", value, MAX_WIDTH, "(agent.nn.policy.MAX_WIDTH)")
 
     def to_dict(self) -> dict:
         """JSON-able dict (tuples as lists), what the policy file stores."""
@@ -177,6 +239,87 @@ def default_config(env: str = "carracing", core: str | None = None, continuous: 
     return PolicyConfig(**base)
 
 
+def config_size(config: PolicyConfig) -> dict:
+    """Upper bounds of what building ``config`` allocates, computed before building it.
+
+    The features extractor, the part ``obs_shape`` and ``features_kwargs`` size, is built on
+    PyTorch's ``meta`` device (shapes without storage; ``torch.device("meta")``), so its parameters
+    are counted exactly and its dry run measures the elements its layers output for one frame
+    without allocating them. The core is not built: some cores check their masks' values while
+    they are built, which a meta tensor cannot answer. Its parameters and buffers are bounded by
+    ``8 (F + d + U) (d + U) L`` with F the features, d ``d_model``, U the largest integer option
+    of ``core_kwargs`` (at least 64, the cores' default widths) and L ``backbone_layers`` (1): every
+    core of :data:`agent.nn.cores.CORES` is at most a few (F + d) x d input maps and U x U
+    layers (the NAC's three gates with their masks, 6 F d; an LSTM's four gates, 4 (F + d) d).
+    The head is counted exactly.
+
+    Returns:
+        ``{"features": int, "core": int, "head": int, "parameters": int, "frame_activations": int}``:
+        elements of parameters and buffers of each part (the core's an upper bound), their sum, and
+        the elements the features extractor's layers output for one frame.
+
+    Raises:
+        ValueError: a config whose features extractor cannot be built (as :class:`DrivingPolicy`).
+    """
+    cfg = config
+    activations = [0]
+
+    def count(module, inputs, output):  # leaf modules only: a container's output is its last layer's
+        if isinstance(output, Tensor) and next(module.children(), None) is None:
+            activations[0] += output.numel()
+
+    hook = torch.nn.modules.module.register_module_forward_hook(count)
+    try:
+        with torch.device("meta"), torch.random.fork_rng(devices=[]):
+            features = make_features(cfg.features, obs_shape=cfg.obs_shape, **cfg.features_kwargs)
+    finally:
+        hook.remove()
+    n_features = sum(t.numel() for t in features.parameters()) + sum(t.numel() for t in features.buffers())
+    sizes = [v for k, v in cfg.core_kwargs.items() if k != "seed" and isinstance(v, (int, np.integer))
+             and not isinstance(v, bool)]
+    u = max([64, *sizes])
+    layers = max(1, int(cfg.core_kwargs.get("backbone_layers", 1) or 1))
+    f, d, h = int(features.features_dim), int(cfg.d_model), int(cfg.head_hidden)
+    n_core = 8 * (f + d + u) * (d + u) * layers
+    space = space_from_dict(cfg.action_space)
+    outputs = int(space.n) if cfg.action_space["type"] == "discrete" else int(np.prod(space.shape))
+    n_head = (d + 1) * h + (h + 1) * outputs
+    return {"features": n_features, "core": n_core, "head": n_head, "parameters": n_features + n_core + n_head,
+            "frame_activations": activations[0]}
+
+
+def check_config_size(config: PolicyConfig, max_parameters: int = MAX_PARAMETERS,
+                      max_frame_activations: int = MAX_FRAME_ACTIVATIONS) -> dict:
+    """Refuse a config that would allocate more than the limits, before any real module is built.
+
+    Args:
+        config: the policy config (its field limits are checked when it is made).
+        max_parameters: the most parameters and buffers, in elements (:data:`MAX_PARAMETERS`).
+        max_frame_activations: the most elements the features extractor may output for one frame
+            (:data:`MAX_FRAME_ACTIVATIONS`).
+
+    Returns:
+        :func:`config_size`'s bounds.
+
+    Raises:
+        ValueError: a bound above its limit (the message names the part, its size and the
+            limit), or a config that cannot be built.
+    """
+    size = config_size(config)
+    if size["parameters"] > max_parameters:
+        part = max(("features", "core", "head"), key=size.get)
+        raise ValueError(f"policy config would build up to {size['parameters']:,} parameters (limit "
+                         f"{max_parameters:,}, agent.nn.policy.MAX_PARAMETERS; the largest part, the {part}, "
+                         f"{size[part]:,}: obs_shape {config.obs_shape}, d_model {config.d_model}, features_kwargs "
+                         f"{config.features_kwargs}, core_kwargs {config.core_kwargs}); refused before building it")
+    if size["frame_activations"] > max_frame_activations:
+        raise ValueError(f"policy config's features extractor would output {size['frame_activations']:,} elements "
+                         f"per frame (limit {max_frame_activations:,}, agent.nn.policy.MAX_FRAME_ACTIVATIONS; "
+                         f"obs_shape {config.obs_shape}, features_kwargs {config.features_kwargs}); refused before "
+                         "building it")
+    return size
+
+
 @dataclass
 class PolicyState:
     """Streaming state of a batch of B rollouts.
@@ -238,13 +381,16 @@ class DrivingPolicy(nn.Module):
         action_space, metadata (what the file stored beside the weights).
 
     Raises:
-        ValueError: a config that does not fit together (e.g. frames too small for the CNN).
+        ValueError: a config that does not fit together (e.g. frames too small for the CNN), or
+            one that would allocate more than :data:`MAX_PARAMETERS` parameters or
+            :data:`MAX_FRAME_ACTIVATIONS` per frame (:func:`check_config_size`, before building).
     """
 
     def __init__(self, config: PolicyConfig | None = None, **overrides):
         super().__init__()
         self.config = config or default_config(**overrides)
         cfg = self.config
+        check_config_size(cfg)  # before anything is allocated
         with torch.random.fork_rng(devices=[]):  # seeded initialisation, the global RNG left as it was
             torch.manual_seed(cfg.seed)
             self.features: FeaturesExtractor = make_features(cfg.features, obs_shape=cfg.obs_shape,
@@ -581,8 +727,10 @@ class DrivingPolicy(nn.Module):
         Raises:
             FileNotFoundError: no such file.
             ValueError: not a policy file of this project, another format version (an old
-                file: convert it with ``agent convert-policy``), or weights that do not fit the
-                stored config. Nothing is half-loaded.
+                file: convert it with ``agent convert-policy``), a stored config above the size
+                limits (:data:`MAX_OBS_SIDE`, :data:`MAX_WINDOW`, :data:`MAX_WIDTH`,
+                :data:`MAX_PARAMETERS`, ...: refused before anything is built), or weights that do
+                not fit the stored config. Nothing is half-loaded.
         """
         return cls.from_payload(read_policy_file(path), path, device)
 
@@ -599,9 +747,14 @@ class DrivingPolicy(nn.Module):
             raise ValueError(f"{path} has policy format version {version}; this version of the project reads "
                              f"version {FORMAT_VERSION}{hint}")
 
+        try:  # the config first, with its limits, so that nothing is built for a crafted one
+            config = PolicyConfig(**payload["config"])
+            check_config_size(config)
+        except (TypeError, KeyError, ValueError, AttributeError) as exc:
+            raise ValueError(f"{path}: its stored policy config is refused: {exc}") from exc
         try:
             with masks_from_state_dict():  # the sensory masks are in the state dict: not rebuilt (seconds)
-                policy = cls(PolicyConfig(**payload["config"]))
+                policy = cls(config)
             policy.load_state_dict(payload["state_dict"], strict=True)
         except (TypeError, KeyError, RuntimeError, ValueError) as exc:
             raise ValueError(f"{path}: the stored weights do not fit the stored config: {exc}") from exc
@@ -612,13 +765,25 @@ class DrivingPolicy(nn.Module):
 def read_policy_file(path: str | Path) -> dict:
     """The contents of a ``.pt`` policy file, read with ``torch.load(weights_only=True)`` (no code runs).
 
+    The file's zip records are checked first (:func:`agent.bounded.check_zip_sizes`): more than
+    :data:`MAX_POLICY_FILE_RECORDS`, or declared sizes above :data:`MAX_POLICY_FILE_BYTES` in all,
+    are refused before torch inflates anything.
+
     Raises:
         FileNotFoundError: no such file.
-        ValueError: the file is not readable as a policy file.
+        ValueError: the file is not readable as a policy file (not a zip-format torch file, or
+            corrupt); :class:`agent.bounded.ZipMemberTooLarge` (a ValueError) above the limits.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"policy file {path} does not exist")
+    try:  # a torch.save file is a zip: its records' sizes are checked before torch inflates them (agent.bounded)
+        is_zip = check_zip_sizes(path, path, MAX_POLICY_FILE_BYTES, MAX_POLICY_FILE_RECORDS)
+    except OSError as exc:
+        raise ValueError(f"{path} is not a readable policy file: {exc}") from exc
+    if not is_zip:
+        raise ValueError(f"{path} is not a readable policy file (corrupt or not made by `agent train`): not a "
+                         "zip-format torch file, which torch.save has written since PyTorch 1.6")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
@@ -632,5 +797,7 @@ def file_digest(path: str | Path) -> str:
 
 
 __all__ = ["CARRACING_ACTIONS", "CARRACING_CONTINUOUS_SPACE", "CARRACING_CONTROLS", "DrivingPolicy", "FILE_KIND",
-           "FORMAT_VERSION", "PolicyConfig", "PolicyState", "default_config", "default_core_kwargs", "file_digest", "json_ready",
+           "FORMAT_VERSION", "MAX_FRAME_ACTIVATIONS", "MAX_OBS_CHANNELS", "MAX_OBS_SIDE", "MAX_PARAMETERS",
+           "MAX_POLICY_FILE_BYTES", "MAX_POLICY_FILE_RECORDS", "MAX_WIDTH", "MAX_WINDOW", "PolicyConfig", "PolicyState",
+           "check_config_size", "config_size", "default_config", "default_core_kwargs", "file_digest", "json_ready",
            "read_policy_file"]
