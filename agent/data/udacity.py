@@ -42,6 +42,18 @@ FRAME_SHAPE = (160, 320, 3)  # H, W, C of the simulator's camera images
 CROP_ROWS = (60, 135)  # rows kept (top inclusive, bottom exclusive): drops the sky and the bonnet
 INPUT_SHAPE = (66, 200, 3)  # H, W, C of the network input (PilotNet)
 MAX_GAP_S = 1.0  # a gap longer than this between frames starts a new session segment
+#: mph, the fastest speed a row may record: the simulator's cars top out at about 30 mph, so a faster one is a corrupt
+#: or crafted row (speed 1e300 once became inf in float32)
+MAX_SPEED_MPH = 200.0
+#: the closed range each value column must lie in, else the row is skipped as bad (issue 38, item 4: a steering of
+#: 1e9 once trained a policy to a loss of 4.4e16 without a warning). Steering is normalised (1.0 = 25 degrees);
+#: the simulator records throttle and brake in [0, 1]; [-1, 1] is allowed (braking recorded as a negative throttle),
+#: so that only absurd values are dropped.
+VALUE_RANGES = {"steering": (-1.0, 1.0), "throttle": (-1.0, 1.0), "brake": (-1.0, 1.0), "speed": (0.0, MAX_SPEED_MPH)}
+#: characters, the longest line of ``driving_log.csv`` read (its rows are a few hundred characters: three image
+#: paths and four numbers); a longer one stops the read with an error naming the file and the line before it is
+#: held in memory. It is below the csv module's own field limit (131,072), whose error would be a bare traceback.
+MAX_CSV_LINE_CHARS = 64 * 1024
 
 _STAMP = re.compile(r"(\d{4})_(\d{2})_(\d{2})_(\d{2})_(\d{2})_(\d{2})_(\d{3})")
 
@@ -178,8 +190,10 @@ def _decode(path: Path) -> np.ndarray | str:
 def parse_log(path: str | Path, on_bad_row: str = "skip") -> tuple[Path, list, list[BadRow]]:
     """Pass 1 of reading a recording: parse ``driving_log.csv`` without decoding any image.
 
-    Checks the cheap things: column count, numbers, that the three images exist in ``IMG/``
-    (resolved by basename), and the timestamp in the center image's name.
+    Checks the cheap things: column count, finite numbers within :data:`VALUE_RANGES` (steering
+    in [-1, 1], throttle and brake in [-1, 1], speed in [0, :data:`MAX_SPEED_MPH`] mph), that the
+    three images exist in ``IMG/`` (resolved by basename), and the timestamp in the center image's
+    name. Lines are read at most :data:`MAX_CSV_LINE_CHARS` characters at a time.
 
     Args:
         path: the recording folder or its ``driving_log.csv``.
@@ -192,7 +206,8 @@ def parse_log(path: str | Path, on_bad_row: str = "skip") -> tuple[Path, list, l
 
     Raises:
         FileNotFoundError: no CSV at ``path``.
-        ValueError: an unknown ``on_bad_row``.
+        ValueError: an unknown ``on_bad_row``; a line longer than :data:`MAX_CSV_LINE_CHARS` or
+            one the csv module cannot parse (the message names the file and the line).
     """
     if on_bad_row not in ("skip", "error"):
         raise ValueError(f"on_bad_row must be 'skip' or 'error', got {on_bad_row!r}")
@@ -205,9 +220,16 @@ def parse_log(path: str | Path, on_bad_row: str = "skip") -> tuple[Path, list, l
     bad: list[BadRow] = []
     good: list[tuple[int, list[Path], list[float], datetime]] = []
     with open(csv_path, newline="", encoding="utf-8-sig") as fh:
-        reader = csv.reader(fh, skipinitialspace=True)
+        reader = csv.reader(_bounded_lines(fh, csv_path), skipinitialspace=True)
         first = True
-        for fields in reader:
+        while True:
+            try:
+                fields = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as exc:  # e.g. a quoted field over the csv module's field limit
+                raise ValueError(f"{csv_path}, line {reader.line_num}: cannot parse the CSV ({exc}); a "
+                                 "driving_log.csv row is three image paths and four numbers") from None
             line = reader.line_num
             fields = [f.strip() for f in fields]
             if not any(fields):
@@ -224,6 +246,10 @@ def parse_log(path: str | Path, on_bad_row: str = "skip") -> tuple[Path, list, l
                 bad.append(BadRow(line, f"{HEADER[wrong[0]]} {fields[wrong[0]]!r} is not a finite number"))
                 continue
             values = [float(v) for v in fields[3:]]
+            out = value_out_of_range(values)
+            if out:
+                bad.append(BadRow(line, out))
+                continue
             images = [img_dir / _basename(f) for f in fields[:3]]
             missing = [p for p in images if not p.is_file()]
             if missing:
@@ -248,7 +274,9 @@ def load_recording(path: str | Path, on_bad_row: str = "skip", max_gap: float = 
         path: the recording folder or its ``driving_log.csv``.
         on_bad_row: "skip" drops unusable rows with one warning that lists them; "error" raises
             instead and returns nothing. A row is bad if it has the wrong number of columns, a
-            non-numeric value, an image that is missing, unreadable or not 320x160, or no
+            non-numeric or non-finite value, a value outside :data:`VALUE_RANGES` (steering
+            beyond [-1, 1], |throttle| or |brake| above 1, speed below 0 or above
+            :data:`MAX_SPEED_MPH`), an image that is missing, unreadable or not 320x160, or no
             timestamp in its center image name.
         max_gap: seconds; a longer gap between consecutive frames starts a new segment.
         progress: show a progress bar while decoding (only where stderr is a terminal).
@@ -256,7 +284,8 @@ def load_recording(path: str | Path, on_bad_row: str = "skip", max_gap: float = 
     Raises:
         FileNotFoundError: no CSV at ``path``.
         ValueError: bad rows in "error" mode (listing each with its line number), an unknown
-            ``on_bad_row``, or no usable row at all.
+            ``on_bad_row``, no usable row at all, or a CSV line too long to be a row (as
+            :func:`parse_log`).
     """
     csv_path, good, bad = parse_log(path, on_bad_row)
 
@@ -291,6 +320,39 @@ def load_recording(path: str | Path, on_bad_row: str = "skip", max_gap: float = 
         steering=values[:, 0].copy(), throttle=values[:, 1].copy(), brake=values[:, 2].copy(),
         speed=values[:, 3].copy(), timestamps=timestamps, rows=np.array([g[0] for g in good], np.int64),
         segments=find_segments(timestamps, max_gap), source=str(csv_path), bad_rows=tuple(bad))
+
+
+def value_out_of_range(values) -> str:
+    """Why a row's (steering, throttle, brake, speed) cannot be used ("" if it can): a value that is
+    not finite or lies outside its :data:`VALUE_RANGES` range (checked in float32, the type the
+    recordings hold, so that 1e300 counts as the inf it would become)."""
+    for name, v in zip(VALUE_RANGES, values):
+        lo, hi = VALUE_RANGES[name]
+        with np.errstate(over="ignore"):
+            v32 = np.float32(v)
+        if not (np.isfinite(v32) and lo <= v32 <= hi):
+            unit = " mph" if name == "speed" else ""
+            return f"{name} {v:g}{unit} is outside [{lo:g}, {hi:g}]{unit}"
+    return ""
+
+
+def _bounded_lines(fh, csv_path: Path):
+    """The lines of ``fh``, each read at most :data:`MAX_CSV_LINE_CHARS` + 1 characters at a time.
+
+    Raises:
+        ValueError: a longer line (naming the file and the 1-based line number).
+    """
+    number = 0
+    while True:
+        line = fh.readline(MAX_CSV_LINE_CHARS + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) > MAX_CSV_LINE_CHARS:
+            raise ValueError(f"{csv_path}, line {number}: longer than {MAX_CSV_LINE_CHARS:,} characters "
+                             "(agent.data.udacity.MAX_CSV_LINE_CHARS); a driving_log.csv row is three image paths "
+                             "and four numbers, a few hundred characters: not a recording of the Udacity simulator")
+        yield line
 
 
 def _is_number(v: str) -> bool:
@@ -439,5 +501,6 @@ def augmented_window(rec: UdacityRecording, index: np.ndarray, params: AugmentPa
 
 
 __all__ = ["AugmentConfig", "AugmentParams", "BadRow", "CAMERAS", "CROP_ROWS", "FRAME_SHAPE", "INPUT_SHAPE",
-           "UdacityRecording", "augment_frames", "augment_steering", "augmented_window", "find_segments",
-           "load_recording", "parse_log", "preprocess", "timestamp_of"]
+           "MAX_CSV_LINE_CHARS", "MAX_SPEED_MPH", "UdacityRecording", "VALUE_RANGES", "augment_frames",
+           "augment_steering", "augmented_window", "find_segments", "load_recording", "parse_log", "preprocess",
+           "timestamp_of", "value_out_of_range"]

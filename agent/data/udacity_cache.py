@@ -26,6 +26,7 @@ the chroma's distance from 128 (exact up to RGB clipping). Steering labels are t
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -37,12 +38,20 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from agent.data.udacity import (CAMERAS, CROP_ROWS, FRAME_SHAPE, INPUT_SHAPE, MAX_GAP_S, AugmentConfig, AugmentParams,
-                                BadRow, _bad_rows_message, _decode, augment_steering, find_segments, parse_log,
-                                preprocess)
+from agent.bounded import ZipMemberTooLarge, check_zip_sizes
+from agent.data.udacity import (CAMERAS, CROP_ROWS, FRAME_SHAPE, INPUT_SHAPE, MAX_GAP_S, VALUE_RANGES, AugmentConfig,
+                                AugmentParams, BadRow, _bad_rows_message, _decode, augment_steering, find_segments,
+                                parse_log, preprocess)
 from agent.log import progress as bar_for
 
-CACHE_FORMAT = 1
+#: 2: rows outside :data:`agent.data.udacity.VALUE_RANGES` are skipped (format 1 caches may hold them: not reused)
+CACHE_FORMAT = 2
+#: bytes, the most a labels ``.npz`` may declare in all before it is read (about 60 bytes a row: 4 M rows); a larger
+#: one is not a cache this module wrote (:func:`agent.bounded.check_zip_sizes`)
+MAX_LABELS_BYTES = 256 * 2**20
+#: the arrays a labels ``.npz`` holds (and so its most members)
+_LABEL_KEYS = ("steering", "throttle", "brake", "speed", "timestamps", "rows", "bad_lines", "bad_reasons", "source",
+               "format")
 #: the default cache folder (``--udacity.crop-cache`` of agent train and agent evaluate)
 DEFAULT_CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "nac-drive" / "udacity-crops"
 _YUV_BLACK = (0, 128, 128)  # YUV of RGB black: what the shift brings in at the borders
@@ -274,27 +283,45 @@ def load_cached(path: str | Path, cache_dir: str | Path = DEFAULT_CACHE_DIR, on_
     Raises:
         FileNotFoundError: no ``driving_log.csv`` at ``path``.
         ValueError: bad rows in "error" mode, an unknown ``on_bad_row``, no usable row, or a cache
-            file that does not match its labels (delete it to rebuild).
+            file that does not match its labels, whose labels declare more than
+            :data:`MAX_LABELS_BYTES` or hold values outside
+            :data:`agent.data.udacity.VALUE_RANGES` (delete it to rebuild).
     """
     if on_bad_row not in ("skip", "error"):
         raise ValueError(f"on_bad_row must be 'skip' or 'error', got {on_bad_row!r}")
     npy, npz = build_cache(path, cache_dir, progress)
+    rebuild = f"delete {npy} and {npz} to rebuild it"
+    try:
+        is_zip = check_zip_sizes(npz, npz, MAX_LABELS_BYTES, len(_LABEL_KEYS))
+    except ZipMemberTooLarge as exc:
+        raise ValueError(f"the crop cache's labels are refused: {exc}; {rebuild}") from None
+    if not is_zip:
+        raise ValueError(f"the crop cache's labels {npz} are not an .npz file; {rebuild}")
     with np.load(npz, allow_pickle=False) as z:
         lab = {k: z[k] for k in z.files}
+    missing = set(_LABEL_KEYS) - set(lab)
+    if missing:
+        raise ValueError(f"the crop cache's labels {npz} lack {sorted(missing)}; {rebuild}")
+    for name, (lo, hi) in VALUE_RANGES.items():  # as parse_log checks each row: a cache holds only good rows
+        v = np.asarray(lab[name])
+        if v.size and not (np.isfinite(v).all() and lo <= v.min() and v.max() <= hi):
+            raise ValueError(f"the crop cache's labels {npz} hold {name} values outside [{lo:g}, {hi:g}] "
+                             f"(agent.data.udacity.VALUE_RANGES); {rebuild}")
     bad = [BadRow(int(r), str(s)) for r, s in zip(lab["bad_lines"], lab["bad_reasons"])]
     csv_path = Path(str(lab["source"]))
     if bad and on_bad_row == "error":
         raise ValueError(_bad_rows_message(csv_path, bad))
     if bad:
         warnings.warn(_bad_rows_message(csv_path, bad, skipped=True), stacklevel=2)
-    crops = np.load(npy, mmap_mode="r" if mmap else None, allow_pickle=False)
+    # always mapped first: the shape its header declares is checked against the labels before anything is read
     try:
-        return CachedRecording(crops, lab["steering"], lab["throttle"], lab["brake"], lab["speed"], lab["timestamps"],
-                               lab["rows"], find_segments(lab["timestamps"], max_gap), str(csv_path), tuple(bad))
+        crops = np.load(npy, mmap_mode="r", allow_pickle=False)
+        rec = CachedRecording(crops, lab["steering"], lab["throttle"], lab["brake"], lab["speed"], lab["timestamps"],
+                              lab["rows"], find_segments(lab["timestamps"], max_gap), str(csv_path), tuple(bad))
     except ValueError as exc:
-        raise ValueError(f"the crop cache {npy} does not match its labels ({exc}); delete {npy} and {npz} to "
-                         "rebuild it") from None
+        raise ValueError(f"the crop cache {npy} does not match its labels ({exc}); {rebuild}") from None
+    return rec if mmap else dataclasses.replace(rec, crops=np.array(rec.crops))
 
 
-__all__ = ["CACHE_FORMAT", "CachedRecording", "DEFAULT_CACHE_DIR", "augment_crops", "build_cache", "cache_paths",
-           "load_cached"]
+__all__ = ["CACHE_FORMAT", "CachedRecording", "DEFAULT_CACHE_DIR", "MAX_LABELS_BYTES", "augment_crops", "build_cache",
+           "cache_paths", "load_cached"]
