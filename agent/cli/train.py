@@ -14,11 +14,12 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
+import tyro
 
 from agent.actors.loading import is_continuous, load_policy, make_carracing_for, reads_speedometer, resolve_policy_path
 from agent.actors.vector import envs_for
 from agent.cli.common import udacity_loader, CLIError, check_udacity_folders, driver_tracks, write_json
-from agent.cli.recipe import parse_stages, run_stages, write_resolved
+from agent.cli.recipe import parse_stages, resolved_text, run_stages, split_config, write_resolved
 from agent.data.recordings import load_demonstrations
 from agent.data.udacity import AugmentConfig
 from agent.data.windows import DemonstrationSource, UdacitySource
@@ -28,7 +29,8 @@ from agent.nn.cores import make_core
 from agent.nn.policy import DrivingPolicy, default_config
 from agent.train import distributed as ddp
 from agent.train.bc import TrainConfig, report_metadata
-from agent.train.config import TrainRun, to_dict, torch_device
+from agent.train.checkpoint import CHECKPOINT_NAME, Checkpointer, load_checkpoint
+from agent.train.config import TrainRun, config_from_text, to_dict, torch_device
 from agent.train.lodo import run_lodo, subsample_blocks
 from agent.train.run import train
 
@@ -44,18 +46,92 @@ teacher relabels, the data is aggregated and the student retrained, R times.
 
 Configuration: `agent train --config recipes/nac.toml [--SECTION.FIELD VALUE ...]` loads a
 TOML recipe and overrides any field from the command line. The resolved config (every default
-filled in) is written to RUN_DIR/config.toml and stored in the policy file."""
+filled in) is written to RUN_DIR/config.toml and stored in the policy file.
+
+Checkpoints: after every epoch and every DAgger round RUN_DIR/checkpoint.pt is rewritten
+atomically. After a Ctrl-C, a kill or a crash, `agent train --resume RUN_DIR` continues from it
+with the stored config and ends with the policy the run would have given uninterrupted."""
+
+
+#: the message for --resume under torchrun
+RESUME_UNDER_TORCHRUN = ("--resume is not supported under torchrun (and data-parallel runs write no checkpoints): "
+                         "resume a run that was started without torchrun, without torchrun")
 
 
 def main(argv: list[str]) -> int:
-    """Run ``agent train ARGV`` (the options after ``train``): every stage of the recipe; the exit code."""
+    """Run ``agent train ARGV`` (the options after ``train``): every stage of the recipe, or the
+    run that ``--resume RUN_DIR`` continues; the exit code."""
+    if any(a == "--resume" or a.startswith("--resume=") for a in argv) and not \
+            any(a in ("-h", "--help") for a in argv):
+        run, state = parse_resume(argv)
+        return run_one(run, resume=state)
     stages = parse_stages(TrainRun, argv, prog="agent train", description=DESCRIPTION)
     return run_stages(stages, run_one, lambda run: run.run_path / "config.toml")
 
 
-def run_one(run: TrainRun) -> int:
-    """One training run (one stage of a recipe), validated already; the exit code."""
+def parse_resume(argv: list[str]) -> tuple[TrainRun, dict]:
+    """The stored config and the checkpoint of ``agent train --resume RUN_DIR [OPTIONS]``.
+
+    Other options are accepted only where they repeat the stored config's values (the command
+    line of the interrupted run, with ``--resume`` added, is fine).
+
+    Raises:
+        CLIError: ``--config`` with ``--resume``, an option that would change the run, a run folder
+            whose config names another folder, a finished run.
+        agent.train.checkpoint.CheckpointError: no readable checkpoint in RUN_DIR.
+    """
+    path, rest = split_config(argv)
+    if path is not None:
+        raise CLIError("--resume continues a run with the config stored in its run folder: drop --config")
+    given = tyro.cli(TrainRun, args=rest, prog="agent train", description=DESCRIPTION)
+    run_dir = Path(given.resume)
+    state = load_checkpoint(run_dir)
+    run = config_from_text(state["config"], str(run_dir / CHECKPOINT_NAME))
+    changed = _overrides(given, run)
+    if changed:
+        raise CLIError(f"--resume continues {run_dir} with the config stored there; these options would change the "
+                       f"run: {'; '.join(changed)}. Drop them, or start a new run from that config: agent train "
+                       f"--config {run_dir / 'config.toml'} --run-dir NEW_DIR --out NEW.pt [changes]")
+    if run.run_path.resolve() != run_dir.resolve():
+        raise CLIError(f"the config in {run_dir} names the run folder {run.run_path} (paths are relative to the folder "
+                       "the run started in): resume from that folder")
+    if state["stage"] == "done":
+        raise CLIError(f"the run in {run_dir} finished: its policy is {state.get('out', run.out_path)}; nothing to "
+                       "resume")
+    return run, state
+
+
+def _overrides(given: TrainRun, stored: TrainRun) -> list[str]:
+    """The options of ``given`` that differ from the defaults and from ``stored``: ``"name (X given, Y stored)"``."""
+    def flat(d: dict, prefix: str = "") -> dict:
+        out = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) and k != "core_options" else {prefix + k: v})
+        return out
+
+    g, default, s = flat(to_dict(given)), flat(to_dict(TrainRun())), flat(to_dict(stored))
+    keys = sorted(k for k in set(g) | set(default) if k != "resume" and g.get(k) != default.get(k))
+    return [f"{k} ({g.get(k)!r} given, {s.get(k)!r} stored)" for k in keys if g.get(k) != s.get(k)]
+
+
+def run_one(run: TrainRun, resume: dict | None = None) -> int:
+    """One training run (one stage of a recipe), validated already; the exit code.
+
+    Args:
+        run: the config.
+        resume: a checkpoint of this run (:func:`parse_resume`): continue from it.
+
+    Returns:
+        0, or 130 after a Ctrl-C (the last checkpoint kept, a line says how to resume).
+
+    Raises:
+        CLIError: an existing output, options that do not go together, ``resume`` under torchrun.
+        OSError: a checkpoint or the policy cannot be written (the previous checkpoint stays, no
+            ``.tmp`` file is left).
+    """
     if run.lodo.out is not None:
+        if resume is not None:
+            raise CLIError("leave-one-driver-out runs write no checkpoints; run them anew")
         return _train_lodo(run)
     out = run.out_path
     if out.exists() and not run.overwrite:
@@ -66,9 +142,16 @@ def run_one(run: TrainRun) -> int:
     dist = ddp.init_from_env(torch_device(resolved.device), resolved.threads)
     if resolved.dagger.rounds and dist.world_size > 1:
         raise CLIError(ddp.DAGGER_UNDER_TORCHRUN)
+    if resume is not None and dist.world_size > 1:
+        raise CLIError(RESUME_UNDER_TORCHRUN)
+    checkpoint = None
     if dist.is_main:
         write_resolved(run, run.run_path / "config.toml")
         log.info("resolved config -> %s", run.run_path / "config.toml")
+        if dist.world_size == 1:
+            checkpoint = Checkpointer(run.run_path, resolved_text(run))
+        else:
+            log.info("data-parallel runs write no checkpoints (--resume is for one-process runs)")
 
     source = _load_source(resolved)
     continuous = _carracing_continuous(source) if resolved.env == "carracing" else False
@@ -83,20 +166,52 @@ def run_one(run: TrainRun) -> int:
             env.close()
             env = envs_for(expert, resolved.dagger.envs, render_pixels=True, speedometer=speedometer)
 
-    policy, report = train(source, pcfg, _train_config(resolved), tensorboard_dir=resolved.train.tensorboard or None,
-                           expert=expert, env=env, bc_checkpoint=resolved.save_bc, init=init, dist=dist)
+    try:
+        policy, report = train(source, pcfg, _train_config(resolved),
+                               tensorboard_dir=resolved.train.tensorboard or None, expert=expert, env=env,
+                               bc_checkpoint=resolved.save_bc, init=init, dist=dist, checkpoint=checkpoint,
+                               resume=resume)
+    except KeyboardInterrupt:
+        if checkpoint is None:
+            raise
+        checkpoint.flush()  # a checkpoint whose write the Ctrl-C cut short
+        saved = checkpoint.saved or (resume or {}).get("what")
+        if saved:
+            print(f"agent train: interrupted; {run.run_path} keeps the checkpoint of {saved}: continue with "
+                  f"`agent train --resume {run.run_path}`", file=sys.stderr)
+        else:
+            print("agent train: interrupted before the first epoch ended; no checkpoint to resume from",
+                  file=sys.stderr)
+        return 130
     if not dist.is_main:  # torchrun: rank 0 alone writes the policy and the report
         ddp.close(dist)
         return 0
     command = "agent train " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["train"] else "agent train"
     metadata = report_metadata(report, command=command, recordings=list(resolved.data), config=to_dict(resolved))
-    policy.save(out, metadata=json.loads(json.dumps(metadata, default=str)))
+    _save_policy(policy, out, json.loads(json.dumps(metadata, default=str)), run.run_path)
+    if checkpoint is not None:
+        checkpoint.finish(str(out), report.as_dict())
     _print_report(report, out)
     write_json(run.run_path / "report.json", report.as_dict())
     if resolved.json:
         write_json(resolved.json, report.as_dict())
     ddp.close(dist)
     return 0
+
+
+def _save_policy(policy, out: Path, metadata: dict, run_dir: Path) -> None:
+    """``policy.save(out)`` (a temporary file renamed over ``out``); after a failed write no
+    ``.tmp`` file stays, and the error is one line (the checkpoint in the run folder is kept).
+
+    Raises:
+        OSError: the write failed (a full disk, a permission).
+    """
+    try:
+        policy.save(out, metadata=metadata)
+    except OSError as exc:
+        out.with_name(out.name + ".tmp").unlink(missing_ok=True)
+        raise OSError(exc.errno, f"cannot write the policy ({exc.strerror or exc}); the run folder's checkpoint is "
+                                 f"kept: free space, then `agent train --resume {run_dir}`", str(out)) from exc
 
 
 def _check_core_options(run: TrainRun) -> dict | None:

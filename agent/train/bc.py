@@ -32,6 +32,7 @@ import copy
 import math
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Callable
 
 import numpy as np
 import torch
@@ -167,6 +168,13 @@ class TrainReport:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, values: dict) -> "TrainReport":
+        """The report that :meth:`as_dict` gave (a checkpoint's, :mod:`agent.train.checkpoint`)."""
+        values = dict(values)
+        values["epochs"] = [EpochMetrics(**m) for m in values.get("epochs", [])]
+        return cls(**values)
+
 
 def run_name(env: str, core: str, seed: int) -> str:
     """``<env>__<core>__s<seed>__<yyyymmdd-HHMMSS>``: the TensorBoard run folder."""
@@ -225,7 +233,8 @@ def _class_weight_table(head, class_weights, device) -> torch.Tensor | None:
 
 def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epochs: int, report: TrainReport,
         tb=None, tag: str = "bc", epoch_offset: int = 0, t_start: float | None = None,
-        dist: DistContext | None = None) -> DrivingPolicy:
+        dist: DistContext | None = None, resume: dict | None = None,
+        on_epoch: Callable[[dict], None] | None = None) -> DrivingPolicy:
     """Train ``policy`` in place for ``epochs`` epochs on ``train_source``; return the best checkpoint.
 
     The best is chosen by the head's metric on ``val_source`` (streaming); without a validation
@@ -238,6 +247,13 @@ def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epoch
     ranks); the training loss and the held-out metric are all-reduced, so every rank keeps the
     same best epoch; only rank 0 logs and writes ``tb``. ``policy`` itself (not the DDP wrapper)
     is trained in place and returned. Without ``dist`` (or with a one-process one) nothing changes.
+
+    Checkpoints (:mod:`agent.train.checkpoint`): after each epoch ``on_epoch(state)`` gets this
+    call's state, ``{"epochs_done", "stopped" (the time limit ends the call after this epoch),
+    "model", "optimizer", "scheduler", "generator" (the data loader's torch.Generator state),
+    "best_state", "best"}`` (live tensors: write them before training goes on). Given that dict as
+    ``resume`` (with the same other arguments and the global RNG states of that moment), the call
+    continues after epoch ``epochs_done`` and ends with the weights an uninterrupted call gives.
 
     Raises:
         ValueError: a source without frames; ``cfg.class_weights`` for a continuous head, or not one
@@ -270,8 +286,17 @@ def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epoch
     else:
         sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total_steps, eta_min=cfg.lr / 20)
     best_state, best = None, float("nan")  # the best of THIS call (a DAgger round starts afresh)
+    start, stopped = 0, False
+    if resume is not None:  # a checkpoint of this call after epoch `epochs_done`
+        policy.load_state_dict(resume["model"])
+        opt.load_state_dict(resume["optimizer"])
+        sched.load_state_dict(resume["scheduler"])
+        if loader is not None:
+            loader.generator.set_state(resume["generator"])
+        best_state, best = resume["best_state"], float(resume["best"])
+        start, stopped = int(resume["epochs_done"]), bool(resume["stopped"])
     t_start = t_start if t_start is not None else time.time()
-    for epoch in range(epochs):
+    for epoch in range(start, epochs if not stopped else start):
         t0 = time.time()
         n_epoch = epoch_offset + epoch + 1
         dataset.set_epoch(n_epoch)
@@ -328,8 +353,14 @@ def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epoch
             tb.add_scalar("charts/lr", sched.get_last_lr()[0], n_epoch)
             tb.add_scalar("charts/epoch_seconds", m.seconds, n_epoch)
         # rank 0's clock decides, so that every rank stops after the same epoch
-        if ddp.any_rank(dist, dist.is_main and cfg.time_limit_s is not None and time.time() - t_start > cfg.time_limit_s
-                        ) and epoch + 1 < epochs:
+        stop = ddp.any_rank(dist, dist.is_main and cfg.time_limit_s is not None and
+                            time.time() - t_start > cfg.time_limit_s) and epoch + 1 < epochs
+        if on_epoch is not None:
+            on_epoch({"epochs_done": epoch + 1, "stopped": stop, "model": policy.state_dict(),
+                      "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                      "generator": loader.generator.get_state() if loader is not None and not dist.distributed
+                      else None, "best_state": best_state, "best": best})
+        if stop:
             log.info("time limit of %.0f s reached after epoch %d; stopping", cfg.time_limit_s, epoch + 1)
             break
     if best_state is not None:

@@ -329,6 +329,10 @@ class TrainRun:
     """the run folder: the resolved config, the report and checkpoints (default: runs/train/<out's name>)"""
     json: str | None = None
     """also write the training report as JSON here"""
+    resume: str | None = None
+    """continue the run in this run folder from its last checkpoint (RUN_DIR/checkpoint.pt, written after every epoch
+    and DAgger round), with the config stored there; give no options that change it. The result is the one the run
+    would have given without the interruption"""
     policy: PolicySection = PolicySection()
     train: TrainSection = TrainSection()
     teacher: TeacherSection = TeacherSection()
@@ -352,11 +356,16 @@ class TrainRun:
             ConfigError: no recordings, options of the other simulator, DAgger without a teacher,
                 a brake floor without the start rule in DAgger, LODO options without ``lodo.out``,
                 ``init`` with architecture options, ``train.epochs 0`` without ``init``, an
-                existing ``json`` file without ``overwrite``.
+                existing ``json`` or ``save_bc`` file without ``overwrite``, ``resume`` (it is
+                handled before: ``agent train --resume RUN_DIR`` takes the config stored there).
         """
+        _need(self.resume is None, "resume: --resume RUN_DIR continues a run with the config stored in RUN_DIR; give "
+              "it without --config")
         _need(bool(self.data), "data: give the recordings to train on (data = [...] in the config, or --data A B)")
         _need(self.json is None or self.overwrite or not Path(self.json).exists(),
               f"json: {self.json} already exists; choose another path or pass --overwrite")
+        _need(self.save_bc is None or self.overwrite or not Path(self.save_bc).exists(),
+              f"save_bc: {self.save_bc} already exists; choose another path or pass --overwrite")
         if self.env == "carracing":
             wrong = _changed(self.udacity, UdacitySection()) + _changed(self.lodo, LodoSection(), "lodo")
         else:
@@ -532,6 +541,19 @@ def from_dict(cls, values: dict, source: str = "the config"):
         raise ConfigError(f"{source}: {exc}") from exc
 
 
+def config_from_text(text: str, source: str, cls=None):
+    """A config from TOML text (a resolved config stored in a checkpoint) into ``cls`` (default :class:`TrainRun`).
+
+    Raises:
+        ConfigError: invalid TOML or an invalid value; the message names ``source``.
+    """
+    try:
+        values = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: the stored config is not valid TOML: {exc}") from exc
+    return from_dict(cls or TrainRun, values, source)
+
+
 def load_config(path: str | Path, cls=None):
     """Read a TOML config file (a recipe) into ``cls`` (default :class:`TrainRun`).
 
@@ -624,6 +646,7 @@ def to_toml(cfg) -> str:
 
 
 __all__ = ["ConfigError", "DASHBOARDS", "DaggerSection", "ExpertRun", "LodoSection", "PPOSection", "PolicySection",
-           "TeacherSection", "TrainRun", "TrainSection", "UdacitySection", "check_device", "from_dict", "load_config",
+           "TeacherSection", "TrainRun", "TrainSection", "UdacitySection", "check_device", "config_from_text",
+           "from_dict", "load_config",
            "load_recipe", "to_dict", "to_toml", "torch_device"]
 

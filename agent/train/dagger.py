@@ -50,6 +50,7 @@ from agent.actors.vector import BatchExpertActor, BatchMixtureActor, BatchPolicy
 from agent.data.recordings import Demonstrations, RecordingWriter
 from agent.log import get_logger, progress
 from agent.train.bc import fit
+from agent.train.checkpoint import load_round
 
 log = get_logger(__name__)
 
@@ -171,34 +172,82 @@ def _save_round(episodes, env, out: str, r: int, beta: float) -> str:
     return path
 
 
-def dagger(policy, train_source, val_source, expert, env, cfg, report, tb=None):
-    """``cfg.dagger_rounds`` rounds of rollouts, relabelling, aggregation and :func:`fit`; returns the policy."""
+def dagger(policy, train_source, val_source, expert, env, cfg, report, tb=None, checkpoint=None, resume=None,
+           t_start: float | None = None):
+    """``cfg.dagger_rounds`` rounds of rollouts, relabelling, aggregation and :func:`fit`; returns the policy.
+
+    Args:
+        checkpoint: an :class:`agent.train.checkpoint.Checkpointer`, or None: when given, each
+            round's relabelled episodes are written to the run folder once its rollouts end, and a
+            checkpoint after the rollouts, after every epoch of the round's fit and after the round.
+        resume: a checkpoint of stage "dagger" (:func:`agent.train.checkpoint.load_checkpoint`),
+            with the global RNG states already restored: the rounds' saved data are added back in
+            order, DAgger's generator is set, and the run continues where the checkpoint was taken
+            (the policy's weights are the caller's to restore, or the fit state's).
+        t_start: the run's start (``time.time()``), for the checkpoints' elapsed seconds.
+
+    Raises:
+        agent.train.checkpoint.CheckpointError: a round's saved data is missing or unreadable.
+        OSError: a checkpoint cannot be written (the previous one stays).
+    """
     rng = np.random.default_rng(cfg.seed)
     done = cfg.epochs
     betas = beta_schedule(cfg.dagger_beta, cfg.dagger_beta_decay, cfg.dagger_rounds)
+    t_start = t_start if t_start is not None else time.time()
+    rounds: list[str] = []  # the rounds' data files in the run folder
+    r_resume, round_done, fit_resume = 0, True, None
+    if resume is not None:
+        if resume["rng"].get("dagger") is not None:
+            rng.bit_generator.state = resume["rng"]["dagger"]
+        rounds = list(resume["rounds"])
+        for name in rounds:
+            train_source = train_source.extend(load_round(checkpoint.run_dir, name))
+        r_resume, round_done, fit_resume = int(resume["round"]), bool(resume["round_done"]), resume["fit"]
+
+    def save(what: str, **state) -> None:
+        if checkpoint is not None:
+            checkpoint.save(what, dagger_rng=rng, stage="dagger", report=report.as_dict(),
+                            elapsed=time.time() - t_start, rounds=list(rounds), **state)
+
     for r, beta in enumerate(betas, start=1):
+        if r < r_resume or (r == r_resume and round_done):  # finished before the run was resumed
+            done += cfg.dagger_epochs
+            continue
         t0 = time.time()
-        seeds = [cfg.dagger_seed + (r - 1) * cfg.dagger_episodes + i for i in range(cfg.dagger_episodes)]
-        new, returns, episodes = dagger_round(policy, expert, env, seeds, beta, cfg.dagger_max_steps, rng,
-                                              cfg.dagger_disturb, tuple(cfg.dagger_disturb_kinds),
-                                              cfg.dagger_edge_weight, cfg.dagger_edge_horizon)
-        report.dagger_returns.append([float(x) for x in returns])
-        log.info("DAgger round %d/%d (beta %.3f): return %.1f ± %.1f on %d tracks; %d frames relabelled", r,
-                 cfg.dagger_rounds, beta, np.mean(returns), np.std(returns), len(returns), new.n_frames)
-        if new.weights is not None:
-            near = sum(int(np.count_nonzero(w != 1.0)) for w in new.weights)
-            log.info("DAgger round %d: %d of %d frames near the road's edge weigh %.1f", r, near, new.n_frames,
-                     cfg.dagger_edge_weight)
-        if cfg.dagger_out:
-            log.info("DAgger round %d data -> %s", r, _save_round(episodes, env, cfg.dagger_out, r, beta))
-        if tb is not None:
-            tb.add_scalar("eval/dagger_return", float(np.mean(returns)), r)
-            tb.add_scalar("charts/dagger_beta", beta, r)
-        train_source = train_source.extend(new)
+        if r == r_resume:  # the rollouts ended before the interruption; their data were added back above
+            resumed_fit, fit_resume = fit_resume, None
+        else:
+            resumed_fit = None
+            seeds = [cfg.dagger_seed + (r - 1) * cfg.dagger_episodes + i for i in range(cfg.dagger_episodes)]
+            new, returns, episodes = dagger_round(policy, expert, env, seeds, beta, cfg.dagger_max_steps, rng,
+                                                  cfg.dagger_disturb, tuple(cfg.dagger_disturb_kinds),
+                                                  cfg.dagger_edge_weight, cfg.dagger_edge_horizon)
+            report.dagger_returns.append([float(x) for x in returns])
+            log.info("DAgger round %d/%d (beta %.3f): return %.1f ± %.1f on %d tracks; %d frames relabelled", r,
+                     cfg.dagger_rounds, beta, np.mean(returns), np.std(returns), len(returns), new.n_frames)
+            if new.weights is not None:
+                near = sum(int(np.count_nonzero(w != 1.0)) for w in new.weights)
+                log.info("DAgger round %d: %d of %d frames near the road's edge weigh %.1f", r, near, new.n_frames,
+                         cfg.dagger_edge_weight)
+            if cfg.dagger_out:
+                log.info("DAgger round %d data -> %s", r, _save_round(episodes, env, cfg.dagger_out, r, beta))
+            if tb is not None:
+                tb.add_scalar("eval/dagger_return", float(np.mean(returns)), r)
+                tb.add_scalar("charts/dagger_beta", beta, r)
+            train_source = train_source.extend(new)
+            if checkpoint is not None:
+                rounds.append(checkpoint.save_round(r, new))
+                save(f"DAgger round {r} rollouts", round=r, round_done=False, fit=None, policy=policy.state_dict())
+
+        def on_epoch(state, r=r):
+            save(f"DAgger round {r} epoch {state['epochs_done']} of {cfg.dagger_epochs}", round=r,
+                 round_done=False, fit=state, policy=None)
+
         policy = fit(policy, train_source, val_source, cfg, cfg.dagger_epochs, report, tb, f"dagger {r}",
-                     epoch_offset=done)
+                     epoch_offset=done, resume=resumed_fit, on_epoch=on_epoch)
         done += cfg.dagger_epochs
         report.seconds[f"dagger_round_{r}"] = time.time() - t0
+        save(f"DAgger round {r}", round=r, round_done=True, fit=None, policy=policy.state_dict())
     report.n_train_frames = int(sum(train_source.lengths))
     report.n_train_sequences = len(train_source.lengths)
     return policy

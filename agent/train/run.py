@@ -18,6 +18,7 @@ from agent.log import get_logger
 from agent.nn.policy import DrivingPolicy, PolicyConfig
 from agent.train import distributed as ddp
 from agent.train.bc import TrainConfig, TrainReport, fit, hparams_text, report_metadata, run_name
+from agent.train.checkpoint import Checkpointer, restore_rng
 from agent.train.dagger import dagger
 from agent.train.distributed import DistContext
 
@@ -26,7 +27,8 @@ log = get_logger("agent.train.bc")  # the run's lines keep the logger name they 
 
 def train(source, policy_config: PolicyConfig, cfg: TrainConfig, tensorboard_dir: str | Path | None = None,
           expert=None, env=None, bc_checkpoint: str | Path | None = None,
-          init: DrivingPolicy | None = None, dist: DistContext | None = None) -> tuple[DrivingPolicy, TrainReport]:
+          init: DrivingPolicy | None = None, dist: DistContext | None = None, checkpoint: Checkpointer | None = None,
+          resume: dict | None = None) -> tuple[DrivingPolicy, TrainReport]:
     """Behaviour cloning on ``source``, then ``cfg.dagger_rounds`` DAgger rounds with ``expert`` in ``env``.
 
     Args:
@@ -43,6 +45,13 @@ def train(source, policy_config: PolicyConfig, cfg: TrainConfig, tensorboard_dir
             TensorBoard and ``bc_checkpoint``. The initial weights are seeded alike on every rank
             (DDP broadcasts rank 0's anyway); torch's RNG is then reseeded with ``seed + rank``
             (dropout). The augmentation draws depend on (seed, epoch, window), not on the rank.
+        checkpoint: an :class:`agent.train.checkpoint.Checkpointer`: a checkpoint after every
+            epoch, after behaviour cloning and after every DAgger round (and DAgger's round data),
+            written by rank 0 alone. None: none.
+        resume: a checkpoint of this run (:func:`agent.train.checkpoint.load_checkpoint`), made
+            with the same arguments: the run continues after it and ends with the weights and
+            report an uninterrupted run gives (the seconds aside). Needs ``checkpoint`` when it
+            is of stage "dagger" (the rounds' data are read from its run folder).
 
     Returns:
         (the best policy, in eval mode; the report).
@@ -61,6 +70,8 @@ def train(source, policy_config: PolicyConfig, cfg: TrainConfig, tensorboard_dir
         raise ValueError(ddp.DAGGER_UNDER_TORCHRUN)
     if cfg.dagger_rounds and (expert is None or env is None):
         raise ValueError("DAgger needs --expert (the PPO expert that labels the student's states)")
+    if resume is not None and dist.world_size > 1:
+        raise ValueError("resuming a checkpoint under torchrun is not supported; resume it in one process")
     t_start = time.time()
     torch.manual_seed(cfg.seed)
     if init is not None:
@@ -98,6 +109,10 @@ def train(source, policy_config: PolicyConfig, cfg: TrainConfig, tensorboard_dir
         if val_src is not None:
             vy = np.concatenate([val_src.targets(e) for e, n in enumerate(val_src.lengths) if n])
             report.baselines.update(val_zero_mse=float(np.mean(vy ** 2)), val_mean_mse=float(np.mean((vy - mean) ** 2)))
+    stage = "bc"
+    if resume is not None:  # the report so far, its run name, and the seconds already spent
+        report = TrainReport.from_dict(resume["report"])
+        name, stage, t_start = report.run_name, resume["stage"], time.time() - float(resume["elapsed"])
     tb = None
     if tensorboard_dir and dist.is_main:
         from torch.utils.tensorboard import SummaryWriter  # tensorboard loads only when a run logs to it
@@ -114,13 +129,34 @@ def train(source, policy_config: PolicyConfig, cfg: TrainConfig, tensorboard_dir
     if report.baselines.get("val_zero_mse") is not None:
         log.info("held-out baselines: predict 0 MSE %.4f, predict the training mean MSE %.4f",
                  report.baselines["val_zero_mse"], report.baselines["val_mean_mse"])
-    if cfg.epochs:
-        policy = fit(policy, train_src, val_src, cfg, cfg.epochs, report, tb, "bc", t_start=t_start, dist=dist)
-    report.seconds["bc"] = time.time() - t_start
-    if bc_checkpoint is not None and dist.is_main:
-        policy.save(bc_checkpoint, metadata=report_metadata(report, stage="behaviour cloning (before DAgger)"))
+    if resume is not None:
+        log.info("resumed from the checkpoint of %s", resume.get("what", stage))
+        restore_rng(resume["rng"])  # the generators as they were when the checkpoint was taken
+    checkpoint = checkpoint if dist.is_main else None
+
+    def save(what: str, **state) -> None:
+        if checkpoint is not None:
+            checkpoint.save(what, report=report.as_dict(), elapsed=time.time() - t_start, **state)
+
+    if stage == "bc":
+        if cfg.epochs:
+            policy = fit(policy, train_src, val_src, cfg, cfg.epochs, report, tb, "bc", t_start=t_start, dist=dist,
+                         resume=resume["fit"] if resume is not None else None,
+                         on_epoch=lambda state: save(f"bc epoch {state['epochs_done']} of {cfg.epochs}", stage="bc",
+                                                     fit=state, policy=None, rounds=[]))
+        report.seconds["bc"] = time.time() - t_start
+        if bc_checkpoint is not None and dist.is_main:
+            policy.save(bc_checkpoint, metadata=report_metadata(report, stage="behaviour cloning (before DAgger)"))
+        if cfg.dagger_rounds:
+            save("behaviour cloning", stage="dagger", round=0, round_done=True, fit=None,
+                 policy=policy.state_dict(), rounds=[])
+    elif resume.get("policy") is not None:  # behaviour cloning ended before the interruption
+        policy.load_state_dict(resume["policy"])
+    if stage != "bc":  # as fit() leaves it
+        policy.to(torch.device(dist.device if dist.distributed else cfg.device)).eval()
     if cfg.dagger_rounds:
-        policy = dagger(policy, train_src, val_src, expert, env, cfg, report, tb)
+        policy = dagger(policy, train_src, val_src, expert, env, cfg, report, tb, checkpoint=checkpoint,
+                        resume=resume if stage == "dagger" else None, t_start=t_start)
     report.seconds["total"] = time.time() - t_start
     if tb is not None:
         tb.close()

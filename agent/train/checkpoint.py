@@ -1,0 +1,239 @@
+"""Checkpoints of ``agent train``: one file in the run folder, rewritten atomically after every
+epoch and every DAgger round, from which ``agent train --resume RUN_DIR`` continues the run.
+
+``RUN_DIR/checkpoint.pt`` holds everything the rest of the run depends on, as tensors and plain
+Python values (it is read with ``torch.load(weights_only=True)``: no code in a file ever runs):
+
+- ``config``: the run's resolved config (the TOML text of ``RUN_DIR/config.toml``); ``what``:
+  the point it was taken at, e.g. "bc epoch 2 of 3";
+- ``stage``: ``"bc"`` (behaviour cloning in progress), ``"dagger"`` (behaviour cloning done,
+  DAgger round ``round`` reached) or ``"done"`` (the policy file was written);
+- ``fit``: the state of the :func:`agent.train.bc.fit` call in progress, or None: epochs done,
+  whether it stopped early (time limit), the policy's weights, the optimizer's and the LR
+  scheduler's state, the data loader's ``torch.Generator`` state, the best weights so far and
+  their held-out metric;
+- ``policy``: the policy's weights between two fits (after behaviour cloning, after a round);
+- ``report``: the :class:`agent.train.bc.TrainReport` so far (epochs, best epoch, DAgger returns);
+- ``rng``: torch's CPU (and CUDA) generator, numpy's global one, Python's ``random``, and
+  DAgger's ``numpy.random.Generator`` (its bit generator's state);
+- ``rounds``: DAgger's relabelled data, one file per round (``dagger-round-<r>.pt``, written
+  once, atomically, when the round's rollouts end), which the resumed run adds back in order;
+- ``elapsed``: seconds of training so far (the time limit counts them).
+
+Every file is written to ``NAME.tmp`` in the same folder and renamed over ``NAME``
+(``os.replace``, atomic on POSIX), so a kill, a Ctrl-C or a full disk leaves the previous
+checkpoint whole and no ``.tmp`` behind. The pattern is the usual one of training frameworks
+(e.g. PyTorch Lightning's ``last.ckpt``), with the RNG states kept so that a resumed run gives the
+same weights, bit for bit, as one that was never stopped (tests/test_train_resume.py).
+"""
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from agent.data.recordings import Demonstrations
+
+#: the checkpoint's file name in the run folder
+CHECKPOINT_NAME = "checkpoint.pt"
+#: what a checkpoint file says it is
+CHECKPOINT_KIND = "agent-train-checkpoint"
+#: the layout version (a resumed run refuses another)
+CHECKPOINT_VERSION = 1
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is missing, unreadable, of another layout, or that does not fit the run.
+
+    The message is one line and says what to do.
+    """
+
+
+def atomic_save(obj, path: str | Path, what: str = "checkpoint") -> Path:
+    """``torch.save(obj)`` to ``path`` atomically: to ``path.tmp`` in the same folder, flushed to
+    disk, then renamed over ``path``.
+
+    Args:
+        obj: tensors and plain Python values (what ``torch.load(weights_only=True)`` reads back).
+        path: the file to write (its folder is made).
+        what: the file's role, for the error message.
+
+    Returns:
+        ``path``.
+
+    Raises:
+        OSError: the write failed (a full disk, a permission): one line that names ``what`` and
+            says the previous file is kept; ``path`` is as it was and the ``.tmp`` file is removed.
+            Any other exception (a Ctrl-C inside the write) also removes the ``.tmp`` file.
+    """
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        kept = "the previous one is kept" if path.exists() else "nothing was written"
+        raise OSError(exc.errno, f"cannot write the {what} ({exc.strerror or exc}); {kept}", str(path)) from exc
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def rng_state(dagger_rng: np.random.Generator | None = None) -> dict:
+    """The global random generators' states (and DAgger's), as tensors and plain values.
+
+    Returns:
+        ``{"torch": ByteTensor, "cuda": [ByteTensor per device], "numpy": {...}, "python": tuple,
+        "dagger": dict or None}``.
+    """
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {"torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "numpy": {"kind": kind, "keys": torch.from_numpy(np.asarray(keys, np.int64)), "pos": int(pos),
+                      "has_gauss": int(has_gauss), "gauss": float(gauss)},
+            "python": random.getstate(),
+            "dagger": dagger_rng.bit_generator.state if dagger_rng is not None else None}
+
+
+def restore_rng(state: dict) -> None:
+    """Set the global generators from :func:`rng_state`'s dict (DAgger's is set by :mod:`agent.train.dagger`)."""
+    torch.set_rng_state(state["torch"])
+    if state.get("cuda") and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    n = state["numpy"]
+    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
+    random.setstate(state["python"])
+
+
+def pack_demos(demos: Demonstrations) -> dict:
+    """DAgger's relabelled episodes as tensors (frames uint8, labels, per-frame weights)."""
+    def tensors(arrays):
+        return None if arrays is None else [torch.from_numpy(np.ascontiguousarray(a)) for a in arrays]
+
+    return {"frames": tensors(demos.frames), "actions": tensors(demos.actions), "seeds": [int(s) for s in demos.seeds],
+            "returns": [float(r) for r in demos.returns], "weights": tensors(demos.weights),
+            "speeds": tensors(demos.speeds)}
+
+
+def unpack_demos(packed: dict) -> Demonstrations:
+    """The :class:`agent.data.recordings.Demonstrations` that :func:`pack_demos` packed."""
+    def arrays(tensors):
+        return None if tensors is None else [t.numpy() for t in tensors]
+
+    return Demonstrations(arrays(packed["frames"]), arrays(packed["actions"]), list(packed["seeds"]),
+                          list(packed["returns"]), weights=arrays(packed["weights"]), speeds=arrays(packed["speeds"]))
+
+
+def load_checkpoint(run_dir: str | Path) -> dict:
+    """Read ``RUN_DIR/checkpoint.pt`` with ``torch.load(weights_only=True)``.
+
+    Raises:
+        CheckpointError: no checkpoint there, an unreadable file, or one of another kind or layout.
+    """
+    path = Path(run_dir) / CHECKPOINT_NAME
+    if not path.is_file():
+        raise CheckpointError(f"{run_dir} holds no checkpoint ({CHECKPOINT_NAME}): the run stopped before its "
+                              "first epoch ended, or this is not a run folder of `agent train`; start the run anew")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # a truncated or foreign file: torch raises several kinds
+        raise CheckpointError(f"{path} cannot be read as a checkpoint ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(state, dict) or state.get("kind") != CHECKPOINT_KIND:
+        raise CheckpointError(f"{path} is not a checkpoint of `agent train`")
+    if state.get("version") != CHECKPOINT_VERSION:
+        raise CheckpointError(f"{path} has checkpoint layout {state.get('version')!r}; this version reads "
+                              f"{CHECKPOINT_VERSION} only: start the run anew")
+    return state
+
+
+class Checkpointer:
+    """Writes a run's checkpoints into its run folder (one process, or rank 0 alone writes).
+
+    Args:
+        run_dir: the run folder.
+        config: the run's resolved config as TOML text (stored in every checkpoint).
+
+    Attributes:
+        path: ``RUN_DIR/checkpoint.pt``.
+        saved: what the last checkpoint written holds, e.g. "bc epoch 2 of 3", or None before the first.
+    """
+
+    def __init__(self, run_dir: str | Path, config: str):
+        self.run_dir, self.config = Path(run_dir), config
+        self.path = self.run_dir / CHECKPOINT_NAME
+        self.saved: str | None = None
+        self._pending: tuple[dict, str] | None = None
+
+    def save(self, what: str, dagger_rng: np.random.Generator | None = None, **state) -> None:
+        """Write a checkpoint of ``state`` (the fields of the module's docstring) with the RNG states now.
+
+        Args:
+            what: a short description for the log and the resume message ("bc epoch 2 of 3").
+            dagger_rng: DAgger's generator, when it exists.
+            state: ``stage``, ``fit``, ``policy``, ``report``, ``rounds``, ``elapsed``, ...
+
+        Raises:
+            OSError: as :func:`atomic_save`; the previous checkpoint stays.
+        """
+        payload = {"kind": CHECKPOINT_KIND, "version": CHECKPOINT_VERSION, "config": self.config, "what": what,
+                   "rng": rng_state(dagger_rng), **state}
+        self._pending = (payload, what)  # rewritten by flush() if a Ctrl-C cuts this write
+        atomic_save(payload, self.path)
+        self._pending, self.saved = None, what
+
+    def flush(self) -> None:
+        """Write the checkpoint whose write was cut short (by a Ctrl-C), if any."""
+        if self._pending is not None:
+            payload, what = self._pending
+            atomic_save(payload, self.path)
+            self._pending, self.saved = None, what
+
+    def finish(self, out: str, report: dict) -> None:
+        """Mark the run finished (stage "done": ``--resume`` then refuses, naming ``out``) and delete
+        DAgger's round data files, which only a resume reads.
+
+        Raises:
+            OSError: as :func:`atomic_save`.
+        """
+        self.save("the finished run", stage="done", out=out, report=report)
+        for f in self.run_dir.glob("dagger-round-*.pt"):
+            f.unlink(missing_ok=True)
+
+    def save_round(self, r: int, demos: Demonstrations) -> str:
+        """Write DAgger round ``r``'s relabelled episodes to ``RUN_DIR/dagger-round-<r>.pt``; its file name.
+
+        Raises:
+            OSError: as :func:`atomic_save`.
+        """
+        name = f"dagger-round-{r}.pt"
+        atomic_save(pack_demos(demos), self.run_dir / name, what=f"DAgger round {r}'s data")
+        return name
+
+
+def load_round(run_dir: str | Path, name: str) -> Demonstrations:
+    """One DAgger round's episodes written by :meth:`Checkpointer.save_round`.
+
+    Raises:
+        CheckpointError: the file is missing or unreadable.
+    """
+    path = Path(run_dir) / name
+    try:
+        return unpack_demos(torch.load(path, map_location="cpu", weights_only=True))
+    except FileNotFoundError as exc:
+        raise CheckpointError(f"the checkpoint needs DAgger's round data {path}, which is gone; start the run "
+                              "anew") from exc
+    except Exception as exc:
+        raise CheckpointError(f"{path} cannot be read as DAgger round data ({type(exc).__name__}: {exc})") from exc
+
+
+__all__ = ["CHECKPOINT_NAME", "CheckpointError", "Checkpointer", "atomic_save", "load_checkpoint", "load_round",
+           "pack_demos", "restore_rng", "rng_state", "unpack_demos"]

@@ -1,0 +1,136 @@
+"""`agent train` survives interruption: a checkpoint in the run folder after every epoch and DAgger
+round, `agent train --resume RUN_DIR` continues from it, and the resumed run ends with the SAME
+weights, bit for bit, as a run never interrupted (same seed, one thread).
+
+Each interrupted run is the real command line in a subprocess, stopped by a signal (SIGINT: the
+Ctrl-C path, SIGKILL: a crash) as soon as its first checkpoint exists; the resume runs in this
+process. The runs train a window-2 policy on the shipped sample recording (seconds each); the
+DAgger variant runs 2 rounds of one 20-step rollout with the shipped discrete expert as teacher.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from cli_run import run_cli
+
+from agent.actors.loading import load_policy
+from agent.cli import main
+from agent.train.checkpoint import CHECKPOINT_NAME, load_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = str(ROOT / "recordings" / "nac-drive" / "sample-v0")
+TEACHER = str(ROOT / "policies" / "carracing-expert-discrete-margin.zip")
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "NAC_PROGRESS": "0", "SDL_VIDEODRIVER": "dummy",
+       "SDL_AUDIODRIVER": "dummy", "MPLBACKEND": "Agg"}
+
+
+def _args(tmp: Path, name: str, epochs: int = 4, dagger: bool = False) -> list[str]:
+    args = ["train", "--data", SAMPLE, "--out", str(tmp / f"{name}.pt"), "--run-dir", str(tmp / name),
+            "--policy.window", "2", "--train.epochs", str(epochs), "--train.batch-frames", "16",
+            "--train.val-fraction", "0.5", "--train.tensorboard", "", "--threads", "1", "--device", "cpu",
+            "--seed", "3"]
+    if dagger:
+        args += ["--teacher.expert", TEACHER, "--dagger.rounds", "2", "--dagger.episodes", "1", "--dagger.epochs",
+                 "2", "--dagger.max-steps", "20", "--dagger.beta", "0.5"]
+    return args
+
+
+def _interrupt(args: list[str], run_dir: Path, sig: int, after: str = CHECKPOINT_NAME) -> subprocess.CompletedProcess:
+    """Run ``agent ARGS`` in a subprocess and send ``sig`` as soon as ``run_dir/after`` exists."""
+    proc = subprocess.Popen([sys.executable, "-m", "agent.cli", *args], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not (run_dir / after).exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    out, err = proc.communicate(timeout=300)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _same_weights(a: Path, b: Path) -> None:
+    pa, pb = load_policy(a), load_policy(b)
+    sa, sb = pa.state_dict(), pb.state_dict()
+    assert sa.keys() == sb.keys()
+    differ = [k for k in sa if not torch.equal(sa[k], sb[k])]
+    assert not differ, f"the resumed run's weights differ from the uninterrupted run's in {differ}"
+
+
+def _epochs(policy: Path) -> list:
+    import json
+
+    report = json.loads((policy.parent / policy.stem / "report.json").read_text())
+    return [(e["epoch"], e["tag"], e["train_loss"], e["val_metric"]) for e in report["epochs"]]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill"])
+def test_an_interrupted_bc_run_resumes_to_the_same_weights(tmp_path, capsys, sig):
+    assert main(_args(tmp_path, "whole")) == 0
+
+    stopped = _interrupt(_args(tmp_path, "cut"), tmp_path / "cut", sig)
+    state = load_checkpoint(tmp_path / "cut")
+    assert state["stage"] == "bc" and state["fit"]["epochs_done"] < 4, "interrupted before the end"
+    assert not (tmp_path / "cut.pt").exists()
+    assert not list((tmp_path / "cut").glob("*.tmp"))
+    if sig == signal.SIGINT:  # Ctrl-C: exit 130 and one line that says how to resume
+        assert stopped.returncode == 130, stopped.stderr[-2000:]
+        assert f"agent train --resume {tmp_path / 'cut'}" in stopped.stderr
+        assert "Traceback" not in stopped.stderr
+
+    rc, err = run_cli(["train", "--resume", str(tmp_path / "cut")], capsys)
+    assert rc == 0, err
+    done = state["fit"]["epochs_done"]
+    assert f"resumed from the checkpoint of bc epoch {done} of 4" in err
+    assert f"bc epoch {done}/4" not in err and "bc epoch 4/4" in err, "the finished epochs are not trained again"
+    _same_weights(tmp_path / "whole.pt", tmp_path / "cut.pt")
+    assert _epochs(tmp_path / "whole.pt") == _epochs(tmp_path / "cut.pt")
+    # the run is finished now: a second resume says so
+    rc, err = run_cli(["train", "--resume", str(tmp_path / "cut")], capsys)
+    assert rc == 2 and "finished" in err and "nothing to resume" in err
+
+
+def test_an_interrupted_dagger_run_resumes_to_the_same_weights(tmp_path, capsys):
+    """Killed after DAgger round 1's rollouts were saved; the resumed run re-adds that round's data."""
+    assert main(_args(tmp_path, "whole", epochs=1, dagger=True)) == 0
+    assert not list((tmp_path / "whole").glob("dagger-round-*.pt")), "a finished run deletes its round data"
+
+    _interrupt(_args(tmp_path, "cut", epochs=1, dagger=True), tmp_path / "cut", signal.SIGKILL,
+               after="dagger-round-1.pt")
+    state = load_checkpoint(tmp_path / "cut")
+    assert state["stage"] == "dagger" and (state["round"], state["round_done"]) < (2, True), state["what"]
+    rc, err = run_cli(["train", "--resume", str(tmp_path / "cut")], capsys)
+    assert rc == 0, err
+    assert f"resumed from the checkpoint of {state['what']}" in err and "bc epoch 1/1" not in err
+    _same_weights(tmp_path / "whole.pt", tmp_path / "cut.pt")
+    assert _epochs(tmp_path / "whole.pt") == _epochs(tmp_path / "cut.pt")
+    assert load_policy(tmp_path / "whole.pt").metadata["dagger_returns"] == \
+        load_policy(tmp_path / "cut.pt").metadata["dagger_returns"]
+
+
+def test_resume_refuses_options_that_change_the_run(tmp_path, capsys):
+    stopped = _interrupt(_args(tmp_path, "cut"), tmp_path / "cut", signal.SIGKILL)
+    assert stopped.returncode != 0
+    rc, err = run_cli(["train", "--resume", str(tmp_path / "cut"), "--train.epochs", "9"], capsys)
+    assert rc == 2 and "train.epochs (9 given, 4 stored)" in err and "would change the run" in err
+    rc, err = run_cli(["train", "--resume", str(tmp_path / "cut"), "--config", "recipes/nac.toml"], capsys)
+    assert rc == 2 and "drop --config" in err
+    rc, err = run_cli(["train", "--resume", str(tmp_path / "nothing")], capsys)
+    assert rc == 2 and "holds no checkpoint" in err
+    # the interrupted run's own command line with --resume added repeats the stored values: accepted
+    rc, err = run_cli([*_args(tmp_path, "cut"), "--resume", str(tmp_path / "cut")], capsys)
+    assert rc == 0, err
+
+
+def test_help_documents_resume(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--help"])
+    assert exc.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--resume" in out and "checkpoint" in out
