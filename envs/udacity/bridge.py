@@ -28,6 +28,12 @@ camera. Web pages cannot connect: as engine.io does, the bridge refuses an ``Ori
 other than the server's own ``http://<Host>``, and on loopback it refuses a Host header that is
 not a loopback name (DNS rebinding). Long-polling (which the simulator never uses) is refused,
 and at most ``MAX_CONNECTIONS`` connections are served.
+
+Trust model: any local process may drive (it is the simulator's own protocol, with no secret to
+present), but none can hold the bridge. A connection that has sent no telemetry for
+``idle_timeout_s`` seconds (:data:`IDLE_TIMEOUT_S`; pings do not count) is idle: when a new
+connection finds every slot taken, the stalest idle one is closed to make room. A connection that
+is sending telemetry is never evicted; when all of them are, the newcomer is refused (503).
 """
 
 from __future__ import annotations
@@ -62,6 +68,10 @@ MAX_CONNECTIONS = 4
 #: PING_INTERVAL_MS; a connection silent for PING_INTERVAL_MS + PING_TIMEOUT_MS is closed.
 PING_INTERVAL_MS = 25_000
 PING_TIMEOUT_MS = 60_000
+#: Seconds without telemetry after which a connection is idle and gives its slot to a new one when all
+#: :data:`MAX_CONNECTIONS` are taken (pings keep an engine.io session alive but do not keep a slot).
+#: The simulator sends telemetry at its frame rate (about 15-60 Hz) while it is in a driving mode.
+IDLE_TIMEOUT_S = 3.0
 #: The path the simulator connects to (engine.io's default, as socket.io clients use it).
 SOCKETIO_PATH = "/socket.io/"
 #: The ``EIO`` query values served: the simulator sends 4 but speaks revision 3 (see the module docstring).
@@ -123,6 +133,8 @@ class _Connection:
         self.sid = sid
         self.ws = ws
         self.peer = peer
+        #: ``time.monotonic()`` of the last well-formed telemetry (autonomous or manual), else of the connect.
+        self.last_telemetry = time.monotonic()
         self.replies: asyncio.Queue[str] = asyncio.Queue(MAX_PENDING_REPLIES)
         self.writer: asyncio.Task | None = None
         self.closing = False
@@ -152,13 +164,24 @@ class UdacityBridge:
         port: TCP port; 0 picks a free one, readable from :attr:`port` after :meth:`start`.
         max_message_bytes: the largest websocket frame accepted; a larger one ends that connection.
         event_capacity: frames and notices kept for the env before the oldest are dropped.
+        idle_timeout_s: seconds without telemetry after which a connection loses its slot to a new
+            one when all :data:`MAX_CONNECTIONS` are taken (see the module docstring's trust model).
+
+    Raises:
+        ValueError: ``idle_timeout_s`` is not a positive finite number.
     """
 
     def __init__(self, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
-                 max_message_bytes: int = MAX_MESSAGE_BYTES, event_capacity: int = EVENT_CAPACITY):
+                 max_message_bytes: int = MAX_MESSAGE_BYTES, event_capacity: int = EVENT_CAPACITY,
+                 idle_timeout_s: float = IDLE_TIMEOUT_S):
+        idle_timeout_s = float(idle_timeout_s)
+        if not (math.isfinite(idle_timeout_s) and idle_timeout_s > 0):
+            raise ValueError(f"idle_timeout_s={idle_timeout_s!r}: give a positive number of seconds "
+                             f"(default {IDLE_TIMEOUT_S:g})")
         self.host = host
         self.port = int(port)
         self.max_message_bytes = int(max_message_bytes)
+        self.idle_timeout_s = idle_timeout_s
         self.events = _EventQueue(event_capacity)
         #: Counters: messages, telemetry, manual, malformed, dropped, replies, connects, disconnects, ...
         self.stats: collections.Counter[str] = collections.Counter()
@@ -319,8 +342,9 @@ class UdacityBridge:
                                          f"the simulator's 4)", 400)
         if "sid" in query:
             return self._refuse(request, "a 'sid' to upgrade: this server has websocket-only sessions", 400)
-        if len(self._connections) >= MAX_CONNECTIONS:
-            return self._refuse(request, f"already {len(self._connections)} connections", 503)
+        if len(self._connections) >= MAX_CONNECTIONS and not self._evict_idle():
+            return self._refuse(request, f"already {len(self._connections)} connections, each sent telemetry "
+                                         f"within the last {self.idle_timeout_s:g} s", 503)
         ws = web.WebSocketResponse(timeout=1.0, compress=False, max_msg_size=self.max_message_bytes)
         if not ws.can_prepare(request).ok:
             return self._refuse(request, "not a valid websocket handshake", 400)
@@ -350,6 +374,30 @@ class UdacityBridge:
                 except Exception as e:  # noqa: BLE001 - best effort; the peer may be gone
                     LOGGER.debug("closing simulator %s: %r", sid, e)
         return ws
+
+    def _evict_idle(self) -> bool:
+        """Free a slot for a new connection: close the stalest connection idle for ``idle_timeout_s``.
+
+        A connection is idle when its last well-formed telemetry (or its connect, if it sent none)
+        is at least ``idle_timeout_s`` old; pings and malformed frames do not count. The evicted
+        connection leaves the slot table at once (its handler then ends and reports the disconnect);
+        its websocket is closed with code 1008 and a reason. Returns False when no connection is idle.
+        """
+        now = time.monotonic()
+        idle = [c for c in self._connections.values()
+                if not c.closing and now - c.last_telemetry >= self.idle_timeout_s]
+        if not idle:
+            return False
+        stalest = min(idle, key=lambda c: c.last_telemetry)
+        stalest.closing = True
+        self._connections.pop(stalest.sid, None)
+        self.stats["evicted"] += 1
+        LOGGER.warning("closed connection %s from %s: no telemetry for %.1f s and a new connection needs its slot",
+                       stalest.sid, stalest.peer, now - stalest.last_telemetry)
+        close = asyncio.ensure_future(stalest.ws.close(
+            code=1008, message=f"no telemetry for {self.idle_timeout_s:g} s: slot given to a new connection".encode()))
+        close.add_done_callback(_log_close_failure)
+        return True
 
     async def _read(self, connection: _Connection) -> None:
         """Read and handle one connection's frames in order until it ends."""
@@ -395,7 +443,7 @@ class UdacityBridge:
             return True
         if packet.type == EngineIOType.MESSAGE:
             self.stats["messages"] += 1
-            await self._on_message(sid, packet.data)
+            await self._on_message(connection, packet.data)
             return True
         if packet.type == EngineIOType.CLOSE:
             LOGGER.info("simulator %s sent engine.io CLOSE", sid)
@@ -404,8 +452,9 @@ class UdacityBridge:
                                             f"(PING, MESSAGE, CLOSE): {_preview(text)}")
         return True
 
-    async def _on_message(self, sid: str, data: str) -> None:
+    async def _on_message(self, connection: _Connection, data: str) -> None:
         """Handle the socket.io packet in an engine.io MESSAGE: only ``telemetry`` events on ``/`` are used."""
+        sid = connection.sid
         try:
             packet = decode_socketio(data)
         except PacketError as e:
@@ -425,7 +474,7 @@ class UdacityBridge:
         if name != "telemetry":
             self._drop("socket.io event", sid, f"unknown event {_preview(name)}")
             return
-        await self._on_telemetry(sid, args[0] if args else None)
+        await self._on_telemetry(connection, args[0] if args else None)
 
     async def _shutdown(self) -> None:
         for connection in list(self._connections.values()):
@@ -457,7 +506,8 @@ class UdacityBridge:
         LOGGER.info("Udacity simulator disconnected (session %s)", sid)
         self.events.put(_Event("disconnect", sid, time.perf_counter()))
 
-    async def _on_telemetry(self, sid: str, data: Any) -> None:
+    async def _on_telemetry(self, connection: _Connection, data: Any) -> None:
+        sid = connection.sid
         t = time.perf_counter()
         self.stats["telemetry"] += 1
         if sid in self._connected:
@@ -470,6 +520,7 @@ class UdacityBridge:
                            "frame: %s", sid, str(e))
             await self._emit(sid, "manual", {})
             return
+        connection.last_telemetry = time.monotonic()  # a simulator that talks keeps its slot
         if telemetry is None:  # a person is driving: acknowledge so the simulator keeps talking
             self.stats["manual"] += 1
             await self._emit(sid, "manual", {})
@@ -503,9 +554,14 @@ class UdacityBridge:
         return True
 
 
+def _log_close_failure(future) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        LOGGER.debug("closing an idle connection: %r", future.exception())
+
+
 def _log_failure(future) -> None:
     if not future.cancelled() and future.exception() is not None:
         LOGGER.warning("sending to the simulator failed: %r", future.exception())
 
 
-__all__ = ["DEFAULT_HOST", "EVENT_CAPACITY", "LOGGER", "MAX_CONNECTIONS", "MAX_PENDING_REPLIES", "UdacityBridge"]
+__all__ = ["DEFAULT_HOST", "EVENT_CAPACITY", "IDLE_TIMEOUT_S", "LOGGER", "MAX_CONNECTIONS", "MAX_PENDING_REPLIES", "UdacityBridge"]
