@@ -134,3 +134,18 @@ def test_help_documents_resume(capsys):
     assert exc.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "--resume" in out and "checkpoint" in out
+
+
+def test_resume_is_refused_under_torchrun(tmp_path):
+    """Data-parallel runs write no checkpoints; a checkpoint is not resumed by several processes."""
+    from agent.data.recordings import load_demonstrations
+    from agent.data.windows import DemonstrationSource
+    from agent.nn.policy import default_config
+    from agent.train.bc import TrainConfig
+    from agent.train.distributed import DistContext
+    from agent.train.run import train
+
+    source = DemonstrationSource(load_demonstrations(SAMPLE))
+    ctx = DistContext(world_size=2, rank=0, backend="gloo")
+    with pytest.raises(ValueError, match="under torchrun is not supported"):
+        train(source, default_config("carracing", window=2), TrainConfig(epochs=1), dist=ctx, resume={"stage": "bc"})

@@ -209,7 +209,10 @@ def _save_policy(policy, out: Path, metadata: dict, run_dir: Path) -> None:
     try:
         policy.save(out, metadata=metadata)
     except OSError as exc:
-        out.with_name(out.name + ".tmp").unlink(missing_ok=True)
+        try:
+            out.with_name(out.name + ".tmp").unlink(missing_ok=True)
+        except OSError:
+            pass  # the error to report is the write's
         raise OSError(exc.errno, f"cannot write the policy ({exc.strerror or exc}); the run folder's checkpoint is "
                                  f"kept: free space, then `agent train --resume {run_dir}`", str(out)) from exc
 

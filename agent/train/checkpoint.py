@@ -28,6 +28,7 @@ same weights, bit for bit, as one that was never stopped (tests/test_train_resum
 """
 from __future__ import annotations
 
+import io
 import os
 import random
 from pathlib import Path
@@ -53,8 +54,8 @@ class CheckpointError(ValueError):
 
 
 def atomic_save(obj, path: str | Path, what: str = "checkpoint") -> Path:
-    """``torch.save(obj)`` to ``path`` atomically: to ``path.tmp`` in the same folder, flushed to
-    disk, then renamed over ``path``.
+    """``torch.save(obj)`` to ``path`` atomically: serialised in memory, written to ``path.tmp`` in
+    the same folder, flushed to disk (``fsync``), then renamed over ``path``.
 
     Args:
         obj: tensors and plain Python values (what ``torch.load(weights_only=True)`` reads back).
@@ -71,21 +72,31 @@ def atomic_save(obj, path: str | Path, what: str = "checkpoint") -> Path:
     """
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
+    buf = io.BytesIO()  # serialised in memory first: torch's zip writer turns a full disk into a RuntimeError
+    torch.save(obj, buf)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as f:
-            torch.save(obj, f)
+            f.write(buf.getbuffer())
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        _remove(tmp)
         kept = "the previous one is kept" if path.exists() else "nothing was written"
         raise OSError(exc.errno, f"cannot write the {what} ({exc.strerror or exc}); {kept}", str(path)) from exc
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        _remove(tmp)
         raise
     return path
+
+
+def _remove(path: Path) -> None:
+    """Delete ``path`` if it is there; never raises (the error being reported is the write's)."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def rng_state(dagger_rng: np.random.Generator | None = None) -> dict:

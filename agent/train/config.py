@@ -5,7 +5,8 @@ beside every run.
 Sections (TOML tables; on the command line ``--SECTION.FIELD``, e.g. ``--dagger.rounds 2``):
 
 - top level: ``env``, ``data`` (the recordings), ``out``, ``seed`` (the weights' seed), ``init``,
-  ``save_bc``, ``overwrite``, ``run_dir``, ``json``, and where it runs: ``device`` (auto: CUDA when
+  ``save_bc``, ``overwrite``, ``run_dir``, ``json``, ``resume`` (continue a run folder's
+  checkpoint, :mod:`agent.train.checkpoint`), and where it runs: ``device`` (auto: CUDA when
   there is one), ``threads``, ``workers``;
 - ``[policy]``: the architecture (:class:`PolicySection`);
 - ``[train]``: behaviour cloning (:class:`TrainSection`);
