@@ -149,3 +149,27 @@ def test_resume_is_refused_under_torchrun(tmp_path):
     ctx = DistContext(world_size=2, rank=0, backend="gloo")
     with pytest.raises(ValueError, match="under torchrun is not supported"):
         train(source, default_config("carracing", window=2), TrainConfig(epochs=1), dist=ctx, resume={"stage": "bc"})
+
+
+def test_a_checkpoint_is_read_without_running_code(tmp_path):
+    """numpy values are stored as plain numbers and tensors; a pickle that would run code is refused."""
+    import pickle
+
+    import numpy as np
+
+    from agent.train.checkpoint import CheckpointError, Checkpointer
+
+    Checkpointer(tmp_path, "seed = 1\n").save("a test", stage="bc", report={"best": np.float64(0.5)},
+                                              frames=np.zeros((2, 3), np.uint8))
+    state = load_checkpoint(tmp_path)
+    assert state["what"] == "a test" and type(state["report"]["best"]) is float
+    assert isinstance(state["frames"], torch.Tensor) and state["frames"].dtype == torch.uint8
+    assert set(state["rng"]) == {"torch", "cuda", "numpy", "python", "dagger"}
+
+    class Payload:
+        def __reduce__(self):
+            return (print, ("code ran",))
+
+    (tmp_path / CHECKPOINT_NAME).write_bytes(pickle.dumps({"kind": "agent-train-checkpoint", "x": Payload()}, protocol=2))
+    with pytest.raises(CheckpointError, match="cannot be read"):
+        load_checkpoint(tmp_path)

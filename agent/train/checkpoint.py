@@ -99,6 +99,20 @@ def _remove(path: Path) -> None:
         pass
 
 
+def plain(x):
+    """``x`` with numpy scalars made Python numbers and numpy arrays tensors, through dicts, lists
+    and tuples (what ``torch.load(weights_only=True)`` reads back); tensors are kept as they are."""
+    if isinstance(x, dict):
+        return {k: plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(plain(v) for v in x)
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(x))
+    return x
+
+
 def rng_state(dagger_rng: np.random.Generator | None = None) -> dict:
     """The global random generators' states (and DAgger's), as tensors and plain values.
 
@@ -196,7 +210,7 @@ class Checkpointer:
             OSError: as :func:`atomic_save`; the previous checkpoint stays.
         """
         payload = {"kind": CHECKPOINT_KIND, "version": CHECKPOINT_VERSION, "config": self.config, "what": what,
-                   "rng": rng_state(dagger_rng), **state}
+                   "rng": rng_state(dagger_rng), **plain(state)}
         self._pending = (payload, what)  # rewritten by flush() if a Ctrl-C cuts this write
         atomic_save(payload, self.path)
         self._pending, self.saved = None, what
@@ -247,4 +261,4 @@ def load_round(run_dir: str | Path, name: str) -> Demonstrations:
 
 
 __all__ = ["CHECKPOINT_NAME", "CheckpointError", "Checkpointer", "atomic_save", "load_checkpoint", "load_round",
-           "pack_demos", "restore_rng", "rng_state", "unpack_demos"]
+           "pack_demos", "plain", "restore_rng", "rng_state", "unpack_demos"]

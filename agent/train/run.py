@@ -61,7 +61,9 @@ def train(source, policy_config: PolicyConfig, cfg: TrainConfig, tensorboard_dir
             (:data:`agent.train.distributed.DAGGER_UNDER_TORCHRUN`), a source without training
             frames, no epochs and nothing to start from, or synthetic standstills
             (``source.standstills``) for a student that reads the whole dashboard; a
-            ``speedometer`` student on frames without recorded speeds (nothing drawn then).
+            ``speedometer`` student on frames without recorded speeds (nothing drawn then);
+            ``resume`` under torchrun.
+        OSError: a checkpoint cannot be written (:func:`agent.train.checkpoint.atomic_save`).
     """
     dist = dist if dist is not None else DistContext(device=cfg.device)
     if cfg.epochs == 0 and init is None:
