@@ -148,7 +148,7 @@ def train(source, policy_config: PolicyConfig, cfg: TrainConfig, tensorboard_dir
                                                      fit=state, policy=None, rounds=[]))
         report.seconds["bc"] = time.time() - t_start
         if bc_checkpoint is not None and dist.is_main:
-            policy.save(bc_checkpoint, metadata=report_metadata(report, stage="behaviour cloning (before DAgger)"))
+            _save_bc(policy, Path(bc_checkpoint), report_metadata(report, stage="behaviour cloning (before DAgger)"))
         if cfg.dagger_rounds:
             save("behaviour cloning", stage="dagger", round=0, round_done=True, fit=None,
                  policy=policy.state_dict(), rounds=[])
@@ -163,6 +163,20 @@ def train(source, policy_config: PolicyConfig, cfg: TrainConfig, tensorboard_dir
     if tb is not None:
         tb.close()
     return policy, report
+
+
+def _save_bc(policy: DrivingPolicy, path: Path, metadata: dict) -> None:
+    """``policy.save(path)``; after a failed write (a full disk) no ``.tmp`` file stays and the
+    OSError says which file it was (the checkpoint taken after the last epoch is kept)."""
+    try:
+        policy.save(path, metadata=metadata)
+    except OSError as exc:
+        try:
+            path.with_name(path.name + ".tmp").unlink(missing_ok=True)
+        except OSError:
+            pass  # the error to report is the write's
+        raise OSError(exc.errno, f"cannot write the behaviour-cloning policy (--save-bc; {exc.strerror or exc}); "
+                                 "the run folder's checkpoint is kept", str(path)) from exc
 
 
 __all__ = ["train"]
