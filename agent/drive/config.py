@@ -25,6 +25,9 @@ DEFAULT_SEED = EVAL_SEED_BASE
 #: CarRacing's simulation rate (``envs.carracing.FPS``); also the rate of recorded videos.
 ENV_FPS = 50
 ENVS = ("carracing", "udacity")
+#: The file names ``--dump-traces`` writes (:class:`agent.drive.traces.TraceWriter`): HDF5, streamed, or
+#: ``.npz``, streamed to HDF5 and converted at the end.
+TRACE_SUFFIXES = (".h5", ".hdf5", ".npz")
 #: Frame upscale per simulator: CarRacing's 96x96 and Udacity's 320x160 camera.
 DEFAULT_SCALE = {"carracing": 6, "udacity": 2}
 #: drive's teacher: the start rule ON, as DAgger's teacher labels (``agent train`` with
@@ -100,7 +103,8 @@ class DriveConfig:
     """write the composed view (frame + HUD) to this .mp4 (H.264, 50 FPS)"""
     dump_traces: str | None = None
     """write each step's NAC traces, actions, rewards, Grad-CAM map (cam; not with --no-saliency) and stall figures to
-    this .npz; plot them with `agent plot-traces`"""
+    this .h5 (HDF5, streamed in chunks of 256 steps: memory stays flat and the file reads back after an interrupt) or
+    .npz (streamed to FILE.npz.partial.h5, converted at the end); plot them with `agent plot-traces`"""
     overwrite: bool = False
     """replace an existing --record or --dump-traces file"""
     scale: int | None = None
@@ -133,8 +137,9 @@ class DriveConfig:
         _need(self.record is None or Path(self.record).suffix.lower() == ".mp4",
               f"--record writes an mp4 video; give a path ending in .mp4, got {self.record!r}")
         _need(0.0 <= self.cam_opacity <= 1.0, f"--cam-opacity must be in 0..1, got {self.cam_opacity}")
-        _need(self.dump_traces is None or Path(self.dump_traces).suffix.lower() == ".npz",
-              f"--dump-traces writes a .npz file; give a path ending in .npz, got {self.dump_traces!r}")
+        _need(self.dump_traces is None or Path(self.dump_traces).suffix.lower() in TRACE_SUFFIXES,
+              f"--dump-traces writes an HDF5 (.h5, .hdf5) or .npz file; give a path ending in one of them, "
+              f"got {self.dump_traces!r}")
 
     def check(self) -> "DriveConfig":
         """The rules between options, and the files the run would replace; returns self.
@@ -160,7 +165,8 @@ class DriveConfig:
                                                          "--teacher.no-start-rule or the floor")
             _need(self.env_worker != "on", "--teacher.expert reads the env's state in this process; use --env-worker "
                                            "auto or off with it")
-        for option, path in (("--record", self.record), ("--dump-traces", self.dump_traces)):
+        partial = None if self.dump_traces is None else self.dump_traces + ".partial.h5"  # a .npz dump's stream
+        for option, path in (("--record", self.record), ("--dump-traces", self.dump_traces), ("--dump-traces", partial)):
             _need(path is None or self.overwrite or not Path(path).exists(),
                   f"{option} {path} already exists; choose another path or pass --overwrite")
         return self
@@ -184,4 +190,4 @@ def parse_drive_args(argv: list[str], prog: str = "drive") -> DriveConfig:
 
 
 __all__ = ["DEFAULT_SCALE", "DEFAULT_SEED", "DESCRIPTION", "DRIVE_TEACHER", "DriveConfig", "ENVS", "ENV_FPS",
-           "UdacityOptions", "parse_drive_args"]
+           "TRACE_SUFFIXES", "UdacityOptions", "parse_drive_args"]

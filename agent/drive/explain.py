@@ -29,6 +29,9 @@ class Overlays:
         saliency, traces: whether to try each.
         dump: keep every step's traces for ``--dump-traces``, with the step's Grad-CAM map (then
             computed also when nothing is drawn, unless ``saliency`` is False).
+        recorder: where the dumped steps go when they can be recorded: an object with
+            :meth:`agent.drive.traces.TraceRecorder.add`'s method, e.g. a streaming
+            :class:`agent.drive.traces.TraceWriter`; None: an in-memory ``TraceRecorder``.
         opacity: initial heat-map opacity (0..1).
         class_names: names of the action classes.
         fuse: act through Grad-CAM's forward (the default: one differentiable forward gives the
@@ -41,7 +44,7 @@ class Overlays:
 
     def __init__(self, policy, driver: Actor, renderer: "Renderer | None", *, saliency: bool, traces: bool,
                  dump: bool = False, opacity: float = 0.5, class_names: tuple[str, ...] = DEFAULT_ACTION_NAMES,
-                 fuse: bool = True):
+                 fuse: bool = True, recorder=None):
         self.reasons: dict[str, str] = {}
         self.saliency = None
         self._fused = False
@@ -74,7 +77,7 @@ class Overlays:
             else:
                 driver.want_intermediates = True
                 if dump:
-                    self.recorder = TraceRecorder()
+                    self.recorder = recorder if recorder is not None else TraceRecorder()
                 if traces and renderer is not None and renderer.panel_rect.width:
                     size = renderer.panel_rect.size
                     self.history = TraceHistory(TracePanel.plot_width_for(size[0]))

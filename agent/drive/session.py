@@ -38,7 +38,7 @@ from agent.drive.envworker import EnvWorker, use_env_worker
 from agent.drive.explain import Overlays
 from agent.drive.hud import STEERING_CLASSES, Renderer, StepView
 from agent.drive.teacher import Teacher
-from agent.drive.traces import action_number, save_traces
+from agent.drive.traces import TraceWriter, action_number
 from agent.drive.video import VideoWriter
 from agent.drive.window import HELP_TEXT, Window, display_unavailable_reason
 from agent.experts.policy import ExpertPolicy
@@ -197,12 +197,20 @@ class DriveSession:
         draw = force_draw or not headless or cfg.record is not None
         self.env_worker, self.env_worker_reason = use_env_worker(
             cfg.env_worker, cfg.env, _is_expert(policy) or self.teacher is not None, draw, os.cpu_count())
-        self.env = self._make_env(cfg, policy, self.env_worker)
-        self.env_fps = int(self.env.metadata.get("render_fps", ENV_FPS))
-        obs_shape = self.env.observation_space.shape  # (H, W, C)
         names = tuple(getattr(getattr(policy, "config", None), "action_names", ACTION_NAMES))
         discrete = not is_continuous(policy)  # continuous: a steering gauge and throttle, no probabilities
         self.class_names = names if discrete else STEERING_CLASSES
+        #: ``--dump-traces``'s streaming writer (:class:`agent.drive.traces.TraceWriter`; it makes its file
+        #: at the first recorded step), or None. Made before the env: a refused path leaves nothing open.
+        self.trace_writer = None
+        if cfg.dump_traces is not None:
+            self.trace_writer = TraceWriter(
+                cfg.dump_traces, action_names=tuple(getattr(getattr(policy, "config", None), "action_names", ())),
+                class_names=self.class_names, policy=self.driver.label, env=cfg.env, overwrite=cfg.overwrite,
+                teacher=self.teacher.name if self.teacher is not None else "")
+        self.env = self._make_env(cfg, policy, self.env_worker)
+        self.env_fps = int(self.env.metadata.get("render_fps", ENV_FPS))
+        obs_shape = self.env.observation_space.shape  # (H, W, C)
         scale = cfg.frame_scale
         # One frame at a time: intra-op threads only add synchronisation (with 2 threads on a busy 2-core
         # machine a NAC step took 40 ms instead of 1.5 ms), so act single-threaded; restored at close().
@@ -228,7 +236,7 @@ class DriveSession:
             self.writer = VideoWriter(Path(cfg.record), self.renderer.size, fps=self.env_fps)
         self.overlays = Overlays(policy, self.driver, self.renderer, saliency=overlay and cfg.saliency,
                                  traces=overlay and cfg.traces, dump=cfg.dump_traces is not None,
-                                 opacity=cfg.cam_opacity, class_names=self.class_names)
+                                 opacity=cfg.cam_opacity, class_names=self.class_names, recorder=self.trace_writer)
         for what, why in self.overlays.reasons.items():
             print(f"drive: note: {what} overlay off: {why}", file=sys.stderr)
         self.paused = self.single_step = self.restart_requested = False
@@ -425,31 +433,34 @@ class DriveSession:
             print("no episode finished", flush=True)
         return code
 
+    def _close_traces(self) -> None:
+        """Write the rest of ``--dump-traces`` and close its file (nothing to do without it)."""
+        writer, rec = self.trace_writer, self.overlays.recorder
+        if writer is None:
+            return
+        steps = len(writer)
+        out = writer.close()  # also after Ctrl-C: the buffered steps are written and the file marked complete
+        if out is not None:
+            print(f"wrote {out} (NAC traces of {steps} steps)")
+        else:
+            why = (getattr(self.driver, "traces_reason", None) or ("no step ran" if rec is not None else "no NAC layer"))
+            print(f"drive: note: no NAC traces to dump ({why})", file=sys.stderr)
+
     def close(self) -> None:
-        """Finalise the video and the trace dump, release Grad-CAM's hooks, close the window and env."""
+        """Finalise the video and the trace dump (each also when the other fails, and after Ctrl-C),
+        release Grad-CAM's hooks, close the window and env."""
         import torch
 
         try:
-            if self.writer is not None:
-                before = os.times()
-                self.writer.close()  # finalises the mp4, also after Ctrl-C; waits for ffmpeg
-                self.encoder_cpu_seconds = _children_cpu(before)
-                print(f"wrote {self.writer.path} ({self.writer.frames} frames, "
-                      f"{self.writer.frames / self.env_fps:.1f} s at {self.env_fps} FPS)")
-            rec = self.overlays.recorder
-            if rec is not None:
-                if len(rec):
-                    names = tuple(getattr(self.driver.policy.config, "action_names", ()))
-                    out = save_traces(self.cfg.dump_traces, rec, action_names=names, class_names=self.class_names,
-                                      policy=self.driver.label, env=self.cfg.env,
-                                      teacher=self.teacher.name if self.teacher is not None else "")
-                    print(f"wrote {out} (NAC traces of {len(rec)} steps)")
-                else:
-                    why = getattr(self.driver, "traces_reason", None) or "no step ran"
-                    print(f"drive: note: no NAC traces to dump ({why})", file=sys.stderr)
-            elif self.cfg.dump_traces:
-                why = getattr(self.driver, "traces_reason", None) or "no NAC layer"
-                print(f"drive: note: no NAC traces to dump ({why})", file=sys.stderr)
+            try:
+                if self.writer is not None:
+                    before = os.times()
+                    self.writer.close()  # finalises the mp4, also after Ctrl-C; waits for ffmpeg
+                    self.encoder_cpu_seconds = _children_cpu(before)
+                    print(f"wrote {self.writer.path} ({self.writer.frames} frames, "
+                          f"{self.writer.frames / self.env_fps:.1f} s at {self.env_fps} FPS)")
+            finally:
+                self._close_traces()
         finally:
             gc.unfreeze()
             self.overlays.close()

@@ -10,20 +10,24 @@ submodules) and keeps, for the newest query of every head h and kept key k:
 - the activity of the NCP neuron groups: sensory (the q, k, v gates, 3 * d_model neurons) and,
   per head and averaged over the kept keys, inter, command and motor neurons.
 
-:class:`TraceHistory` holds the last few hundred steps for the live panel; :class:`TraceRecorder`
-keeps every step of a run and writes them with :func:`save_traces` (``--dump-traces``; a plain
-``.npz``, read back with :func:`load_traces` without pickle); :func:`plot_traces` draws the
+:class:`TraceHistory` holds the last few hundred steps for the live panel; :class:`TraceWriter`
+streams every step of a run to disk in chunks (``--dump-traces``: HDF5, or a plain ``.npz`` made
+from it at the end; memory flat over any length of drive), read back with :func:`load_traces`
+(without pickle); :class:`TraceRecorder` keeps steps in memory for :func:`save_traces`; :func:`plot_traces` draws the
 paper's Figure 4 view (omega and the logits against the action taken) with matplotlib, offline.
 """
 
 from __future__ import annotations
 
+import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from agent.actors.rollout import longest_run, standstill
+from agent.drive.config import TRACE_SUFFIXES
 
 #: The pair quantities kept per (head, kept key), in plotting order.
 PAIR_QUANTITIES = ("phi", "omega", "logits", "weights")
@@ -221,8 +225,42 @@ def action_number(action) -> float:
     return float(np.asarray(action, dtype=np.float64).reshape(-1)[0])
 
 
+#: Steps kept in memory before :class:`TraceWriter` appends them to its file: about 55 KB a step with
+#: a 96x96 Grad-CAM map, so 14 MB at most, whatever the length of the drive.
+CHUNK_STEPS = 256
+#: The HDF5 layout's version (attribute ``h5_layout``); the arrays :func:`load_traces` returns are
+#: :data:`TRACE_FORMAT_VERSION`'s whatever the container.
+H5_LAYOUT = 1
+_H5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+#: The per-step scalars as stored: name -> (dtype, value for "unknown"). ``off_road`` is -1 (unknown),
+#: 0 or 1; ``teacher_class`` -1 where the step had no teacher's label; ``speed`` NaN where unknown.
+_SCALARS = {"action": (np.float64, np.nan), "action_class": (np.int64, 0), "reward": (np.float64, np.nan),
+            "episode": (np.int64, 0), "step": (np.int64, 0), "time_s": (np.float64, np.nan),
+            "speed": (np.float32, np.nan), "off_road": (np.int8, -1), "teacher_action": (np.float64, np.nan),
+            "teacher_class": (np.int64, -1)}
+#: HDF5 chunks of the per-step arrays hold about this many bytes (HDF5's advice: 10 KB to 1 MB).
+_H5_CHUNK_BYTES = 1 << 20
+
+
+def _row(tr: StepTraces, *, action: float, action_class: int, reward: float, episode: int, step: int,
+         time_s: float, speed: float = float("nan"), off_road: bool | None = None,
+         cam: np.ndarray | None = None, teacher: tuple[float, int] | None = None) -> dict:
+    """One step as the trace writers keep it: the (H, K) and neuron arrays, the scalars of :data:`_SCALARS`
+    (unknowns encoded) and ``cam`` (an (H, W) float32 array or None)."""
+    row = {name: getattr(tr, name) for name in (*PAIR_QUANTITIES, "t_gate", "indices", "valid", "ages")}
+    row.update({"neuron_" + g: x for g, x in tr.neurons.items()})
+    row.update(action=float(action), action_class=int(action_class), reward=float(reward), episode=int(episode),
+               step=int(step), time_s=float(time_s), speed=float(speed),
+               off_road=-1 if off_road is None else int(bool(off_road)),
+               teacher_action=np.nan if teacher is None else float(teacher[0]),
+               teacher_class=-1 if teacher is None else int(teacher[1]),
+               cam=None if cam is None else np.asarray(cam, np.float32))
+    return row
+
+
 class TraceRecorder:
-    """Every step of a run, for ``--dump-traces``: written by :func:`save_traces` at the end.
+    """Every step of a run, in memory: written by :func:`save_traces`. For short runs and tests;
+    ``drive --dump-traces`` streams to disk with :class:`TraceWriter` instead (its memory stays flat).
 
     Steps with no NAC intermediates (another policy) are not recorded.
     """
@@ -242,14 +280,8 @@ class TraceRecorder:
         were off the road after it (None if unknown) and the step's Grad-CAM map, (H, W) float in
         [0, 1] over the raw frame (None if it was not computed) and the teacher's label of the state
         the step acted on, (action as one number, its class), from ``drive --teacher.expert`` (None without)."""
-        row = {name: getattr(tr, name) for name in (*PAIR_QUANTITIES, "t_gate", "indices", "valid", "ages")}
-        row.update({"neuron_" + g: x for g, x in tr.neurons.items()})
-        row.update(action=float(action), action_class=int(action_class), reward=float(reward), episode=int(episode),
-                   step=int(step), time_s=float(time_s), speed=float(speed),
-                   off_road=None if off_road is None else bool(off_road),
-                   cam=None if cam is None else np.asarray(cam, np.float32),
-                   teacher=None if teacher is None else (float(teacher[0]), int(teacher[1])))
-        self.rows.append(row)
+        self.rows.append(_row(tr, action=action, action_class=action_class, reward=reward, episode=episode, step=step,
+                              time_s=time_s, speed=speed, off_road=off_road, cam=cam, teacher=teacher))
 
 
 def _episode_blocks(step: np.ndarray) -> list[slice]:
@@ -259,16 +291,285 @@ def _episode_blocks(step: np.ndarray) -> list[slice]:
     return [slice(a, b) for a, b in zip(starts, starts[1:] + [len(step)])]
 
 
-def save_traces(path: str | Path, recorder: TraceRecorder, *, action_names: tuple[str, ...], class_names: tuple[str, ...],
-                policy: str = "", env: str = "", teacher: str = "") -> Path:
-    """Write the recorded steps to ``path`` (.npz, written to a temporary name and renamed).
+def _public_small(raw: dict[str, np.ndarray], meta: dict) -> dict[str, np.ndarray]:
+    """The per-step scalars and strings of a trace file as :func:`load_traces` returns them, from the
+    stored scalars (:data:`_SCALARS`, unknowns encoded) and the metadata (names, policy, env, teacher):
+    ``speed``/``standstill``/``longest_standstill_steps`` only when every speed is known, ``off_road``/
+    ``off_road_steps`` only when every step's is, the teacher's arrays only when every step has a label."""
+    out = {k: np.asarray(raw[k], dtype) for k, (dtype, _) in _SCALARS.items()
+           if k in ("action", "reward", "time_s", "action_class", "episode", "step")}
+    blocks = _episode_blocks(out["step"])
+    speed = np.asarray(raw["speed"], np.float32)
+    if np.isfinite(speed).all():
+        out["speed"], out["standstill"] = speed, standstill(speed)
+        out["longest_standstill_steps"] = np.array([longest_run(out["standstill"][b]) for b in blocks], np.int64)
+    off = np.asarray(raw["off_road"])
+    if (off >= 0).all():
+        out["off_road"] = off.astype(bool)
+        out["off_road_steps"] = np.array([int(out["off_road"][b].sum()) for b in blocks], np.int64)
+    if "speed" in out or "off_road" in out:
+        out["episodes"] = np.array([out["episode"][b.start] for b in blocks], np.int64)
+    if (np.asarray(raw["teacher_class"]) >= 0).all():
+        out["teacher_action"] = np.asarray(raw["teacher_action"], np.float64)
+        out["teacher_class"] = np.asarray(raw["teacher_class"], np.int64)
+        out["teacher"] = np.array(meta.get("teacher", ""))
+    out.update(action_names=np.array(list(meta.get("action_names", ())), dtype=str),
+               class_names=np.array(list(meta.get("class_names", ())), dtype=str),
+               policy=np.array(meta.get("policy", "")), env=np.array(meta.get("env", "")),
+               format=np.array(TRACE_FORMAT), format_version=np.array(TRACE_FORMAT_VERSION))
+    return out
 
-    Arrays (S steps, H heads, K kept keys): ``phi``, ``omega``, ``logits``, ``weights``, ``t_gate``
-    (S, H, K) float32; ``indices``, ``ages`` (S, H, K) int64; ``valid`` (S, H, K) bool;
-    ``neuron_sensory`` (S, 3 d_model), ``neuron_inter``/``command``/``motor`` (S, H, N);
-    ``action`` (S,) float (an action index or normalised steering), ``action_class`` (S,) int,
-    ``reward`` (S,), ``episode`` and ``step`` (S,) int (1-based), ``time_s`` (S,) seconds; and the
-    strings ``action_names``, ``class_names``, ``policy``, ``env``, ``format``.
+
+def _check_suffix(path: Path) -> None:
+    if path.suffix.lower() not in TRACE_SUFFIXES:
+        raise ValueError(f"a trace file is HDF5 (.h5, .hdf5: streamed, readable after an interrupt) or .npz "
+                         f"(converted at the end); give a path ending in one of them, got {str(path)!r}")
+
+
+class TraceWriter:
+    """Every step of a run streamed to disk (``drive --dump-traces``): memory stays flat however long the drive.
+
+    Steps are kept in memory :data:`CHUNK_STEPS` at a time, then appended to an HDF5 file (h5py,
+    which the project has through Minari) and the file is flushed; its attribute ``steps`` counts
+    the steps written whole, so a file whose process was killed still reads back (with
+    :func:`load_traces`, to the last flushed chunk). The file is created at the first step (a run
+    that records nothing leaves no file). :meth:`close` writes the rest and marks the file complete.
+
+    For a ``.h5``/``.hdf5`` path the steps go straight there. For a ``.npz`` path they go to
+    ``PATH.partial.h5`` beside it, which :meth:`close` converts into the ``.npz`` (array by array,
+    chunk by chunk: memory stays flat) and removes; after a kill the ``.partial.h5`` is what is left.
+
+    HDF5 layout (:data:`H5_LAYOUT`): one dataset per step array, first axis the step (resizable,
+    chunked): the :class:`StepTraces` arrays, ``neuron_<group>``, ``cam`` (NaN rows where Grad-CAM
+    was off; created at the first map) and the scalars of :data:`_SCALARS` with their unknowns
+    encoded; attributes ``format``, ``h5_layout``, ``steps``, ``complete``, ``policy``, ``env``,
+    ``teacher`` and ``action_names``/``class_names`` (JSON lists). :func:`load_traces` turns it into
+    the arrays documented in :func:`save_traces`.
+
+    Args:
+        path: the file to write (.h5, .hdf5 or .npz; its folder is created).
+        action_names, class_names, policy, env, teacher: stored as in :func:`save_traces`.
+        chunk_steps: steps buffered before each append (>= 1).
+        overwrite: replace an existing ``path`` (and ``PATH.partial.h5``).
+
+    Raises:
+        ValueError: another suffix, or ``chunk_steps`` < 1.
+        FileExistsError: ``path`` or the ``.partial.h5`` beside a ``.npz`` exists and not ``overwrite``.
+    """
+
+    def __init__(self, path: str | Path, *, action_names: tuple[str, ...] = (), class_names: tuple[str, ...] = (),
+                 policy: str = "", env: str = "", teacher: str = "", chunk_steps: int = CHUNK_STEPS,
+                 overwrite: bool = False):
+        path = Path(path)
+        _check_suffix(path)
+        if int(chunk_steps) < 1:
+            raise ValueError(f"chunk_steps must be >= 1, got {chunk_steps}")
+        self.path = path
+        self.npz = path.suffix.lower() == ".npz"
+        #: the HDF5 file the steps stream to: ``path`` itself, or ``PATH.partial.h5`` for a .npz
+        self.h5_path = path.with_name(path.name + ".partial.h5") if self.npz else path
+        for p in dict.fromkeys((path, self.h5_path)):
+            if p.exists() and not overwrite:
+                what = " (left by an interrupted drive: read it with load_traces, or delete it)" if p != path else ""
+                raise FileExistsError(f"{p} already exists{what}; choose another path or pass --overwrite")
+        self.chunk_steps = int(chunk_steps)
+        self.meta = dict(action_names=[str(n) for n in action_names], class_names=[str(n) for n in class_names],
+                         policy=str(policy), env=str(env), teacher=str(teacher))
+        self._rows: list[dict] = []
+        self._file = None
+        self._committed = 0
+        self._closed = False
+        self._result: Path | None = None
+
+    def __len__(self) -> int:
+        """Steps added so far (written or buffered)."""
+        return self._committed + len(self._rows)
+
+    @property
+    def buffered(self) -> int:
+        """Steps held in memory, not yet in the file (at most ``chunk_steps``)."""
+        return len(self._rows)
+
+    @property
+    def written(self) -> int:
+        """Steps in the file, flushed (what a reader gets if the process dies now)."""
+        return self._committed
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def add(self, tr: StepTraces, *, action: float, action_class: int, reward: float, episode: int, step: int,
+            time_s: float, speed: float = float("nan"), off_road: bool | None = None,
+            cam: np.ndarray | None = None, teacher: tuple[float, int] | None = None) -> None:
+        """Record one step (the arguments of :meth:`TraceRecorder.add`); every ``chunk_steps`` steps
+        the buffer is appended to the file and flushed.
+
+        Raises:
+            RuntimeError: the writer is closed.
+            ValueError: a step whose arrays have other shapes than the first step's.
+            OSError: the file cannot be written (a full disk: the steps flushed before stay readable).
+        """
+        self._add_row(_row(tr, action=action, action_class=action_class, reward=reward, episode=episode, step=step,
+                           time_s=time_s, speed=speed, off_road=off_road, cam=cam, teacher=teacher))
+
+    def _add_row(self, row: dict) -> None:
+        if self._closed:
+            raise RuntimeError(f"the trace writer of {self.path} is closed")
+        self._rows.append(row)
+        if len(self._rows) >= self.chunk_steps:
+            self.flush()
+
+    def flush(self) -> None:
+        """Append the buffered steps to the file and flush it (nothing to do when none is buffered)."""
+        if self._rows:
+            self._append(self._rows)
+            self._rows = []
+
+    def _open(self, first: dict):
+        import h5py
+
+        self.h5_path.parent.mkdir(parents=True, exist_ok=True)
+        f = h5py.File(self.h5_path, "w")
+        f.attrs.update(format=TRACE_FORMAT, h5_layout=H5_LAYOUT, steps=0, complete=False, policy=self.meta["policy"],
+                       env=self.meta["env"], teacher=self.meta["teacher"],
+                       action_names=json.dumps(self.meta["action_names"]),
+                       class_names=json.dumps(self.meta["class_names"]))
+        for name, x in first.items():
+            if isinstance(x, np.ndarray) and name != "cam":
+                self._create(f, name, x.shape, x.dtype)
+        for name, (dtype, fill) in _SCALARS.items():
+            self._create(f, name, (), np.dtype(dtype), fill)
+        return f
+
+    def _create(self, f, name: str, shape: tuple, dtype, fill=None):
+        row_bytes = max(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize, 1)
+        rows = max(1, min(self.chunk_steps * 16, _H5_CHUNK_BYTES // row_bytes))
+        return f.create_dataset(name, shape=(0, *shape), maxshape=(None, *shape), dtype=dtype,
+                                chunks=(rows, *shape), fillvalue=fill)
+
+    def _append(self, rows: list[dict]) -> None:
+        """Write ``rows`` after the committed steps, then commit them (``steps``) and flush the file.
+
+        Idempotent until it returns: an interrupt in the middle (Ctrl-C) leaves the committed steps
+        as they were, and the next flush or :meth:`close` writes the same rows again.
+        """
+        if self._file is None:
+            self._file = self._open(rows[0])
+        f, start = self._file, self._committed
+        end = start + len(rows)
+        for name, x in rows[0].items():
+            if not isinstance(x, np.ndarray) or name == "cam":
+                continue
+            ds = f[name]
+            block = np.stack([r[name] for r in rows])
+            if block.shape[1:] != ds.shape[1:] or block.dtype != ds.dtype:
+                raise ValueError(f"trace {name!r} of this step is {block.shape[1:]} {block.dtype}, the file's is "
+                                 f"{ds.shape[1:]} {ds.dtype} (the policy changed within one dump?)")
+            ds.resize(end, axis=0)
+            ds[start:end] = block
+        for name, (dtype, _) in _SCALARS.items():
+            ds = f[name]
+            ds.resize(end, axis=0)
+            ds[start:end] = np.array([r[name] for r in rows], dtype)
+        cams = [r["cam"] for r in rows]
+        shape = next((c.shape for c in cams if c is not None), None)
+        if shape is not None and "cam" not in f:
+            self._create(f, "cam", shape, np.float32, np.nan)  # the steps before read as NaN (HDF5's fill value)
+        if "cam" in f:
+            ds = f["cam"]
+            if shape is not None and shape != ds.shape[1:]:
+                raise ValueError(f"a Grad-CAM map of shape {shape}, the file's are {ds.shape[1:]}")
+            nan = np.full(ds.shape[1:], np.nan, np.float32)
+            ds.resize(end, axis=0)
+            ds[start:end] = np.stack([nan if c is None else c for c in cams])
+        f.attrs["steps"] = end
+        f.flush()
+        self._committed = end
+
+    def close(self) -> Path | None:
+        """Write the buffered steps, mark the file complete and close it; for a ``.npz`` path, convert
+        the ``.partial.h5`` into it and remove the ``.partial.h5``. Idempotent.
+
+        Returns:
+            The file written, or None when no step was recorded (no file is left).
+
+        Raises:
+            OSError: the file cannot be written (the steps flushed before stay readable in
+                :attr:`h5_path`).
+        """
+        if self._closed:
+            return self._result
+        self._closed = True
+        try:
+            if self._rows:
+                self._append(self._rows)
+                self._rows = []
+            if self._file is not None:
+                self._file.attrs["complete"] = True
+        finally:
+            f, self._file = self._file, None
+            if f is not None:
+                f.close()
+        if f is None:
+            return None
+        if self.npz:
+            _h5_to_npz(self.h5_path, self.path)
+            self.h5_path.unlink()
+        self._result = self.path
+        return self.path
+
+
+def _h5_meta(attrs) -> dict:
+    return dict(action_names=json.loads(attrs.get("action_names", "[]")),
+                class_names=json.loads(attrs.get("class_names", "[]")), policy=str(attrs.get("policy", "")),
+                env=str(attrs.get("env", "")), teacher=str(attrs.get("teacher", "")))
+
+
+def _per_step_arrays(f) -> list[str]:
+    """The names of an HDF5 trace file's big per-step datasets (the traces, neurons and cam)."""
+    return [name for name in f if name not in _SCALARS]
+
+
+def _h5_to_npz(src: Path, dst: Path, rows: int = CHUNK_STEPS) -> None:
+    """Convert the HDF5 trace file ``src`` into the .npz ``dst`` (written to a temporary name and
+    renamed), copying each array ``rows`` steps at a time into its ``.npy`` member (deflated), so
+    memory stays flat for any length of file."""
+    import zipfile
+
+    import h5py
+
+    tmp = dst.with_name(dst.name + ".tmp.npz")
+    with h5py.File(src, "r") as f, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED, allowZip64=True) as z:
+        steps = int(f.attrs["steps"])
+        for name in _per_step_arrays(f):
+            ds = f[name]
+            header = {"descr": np.lib.format.dtype_to_descr(ds.dtype), "fortran_order": False,
+                      "shape": (steps, *ds.shape[1:])}
+            with z.open(name + ".npy", "w", force_zip64=True) as fp:
+                np.lib.format.write_array_header_1_0(fp, header)
+                for i in range(0, steps, rows):
+                    fp.write(np.ascontiguousarray(ds[i:min(i + rows, steps)]).tobytes())
+        small = _public_small({k: f[k][:steps] for k in _SCALARS}, _h5_meta(f.attrs))
+        for name, a in small.items():
+            with z.open(name + ".npy", "w", force_zip64=True) as fp:
+                np.lib.format.write_array(fp, np.asanyarray(a), allow_pickle=False)
+    tmp.replace(dst)
+
+
+def save_traces(path: str | Path, recorder: TraceRecorder, *, action_names: tuple[str, ...], class_names: tuple[str, ...],
+                policy: str = "", env: str = "", teacher: str = "", overwrite: bool = False) -> Path:
+    """Write the steps of an in-memory :class:`TraceRecorder` to ``path`` (.npz, or .h5/.hdf5),
+    through :class:`TraceWriter` (a path with another suffix gets ``.npz`` appended).
+
+    Arrays, as :func:`load_traces` returns them (S steps, H heads, K kept keys): ``phi``, ``omega``,
+    ``logits``, ``weights``, ``t_gate`` (S, H, K) float32; ``indices``, ``ages`` (S, H, K) int64;
+    ``valid`` (S, H, K) bool; ``neuron_sensory`` (S, 3 d_model), ``neuron_inter``/``command``/``motor``
+    (S, H, N); ``action`` (S,) float (an action index or normalised steering), ``action_class`` (S,)
+    int, ``reward`` (S,), ``episode`` and ``step`` (S,) int (1-based), ``time_s`` (S,) seconds; and
+    the strings ``action_names``, ``class_names``, ``policy``, ``env``, ``format``.
 
     Grad-CAM: ``cam`` (S, H_frame, W_frame) float32 in [0, 1], each step's map at the raw frame's
     resolution (96 x 96 for CarRacing), 0 outside the region the CNN sees and NaN on steps where
@@ -289,51 +590,51 @@ def save_traces(path: str | Path, recorder: TraceRecorder, *, action_names: tupl
 
     Raises:
         ValueError: nothing was recorded.
+        FileExistsError: ``path`` exists and not ``overwrite``.
     """
     if not len(recorder):
         raise ValueError("no NAC traces were recorded (the policy exposes no NAC intermediates, or no step ran)")
     path = Path(path)
-    if path.suffix != ".npz":
+    if path.suffix.lower() not in TRACE_SUFFIXES:
         path = path.with_name(path.name + ".npz")
-    rows = recorder.rows
-    arrays = {k: np.stack([r[k] for r in rows]) for k in rows[0] if isinstance(rows[0][k], np.ndarray) and k != "cam"}
-    labels = [r.get("teacher") for r in rows]
-    if all(t is not None for t in labels):
-        arrays["teacher_action"] = np.array([t[0] for t in labels], np.float64)
-        arrays["teacher_class"] = np.array([t[1] for t in labels], np.int64)
-        arrays["teacher"] = np.array(teacher)
-    for k in ("action", "reward", "time_s"):
-        arrays[k] = np.array([r[k] for r in rows], np.float64)
-    for k in ("action_class", "episode", "step"):
-        arrays[k] = np.array([r[k] for r in rows], np.int64)
-    cams = [r.get("cam") for r in rows]
-    shape = next((c.shape for c in cams if c is not None), None)
-    if shape is not None:
-        nan = np.full(shape, np.nan, np.float32)
-        arrays["cam"] = np.stack([nan if c is None else c for c in cams]).astype(np.float32)
-    blocks = _episode_blocks(arrays["step"])
-    speed = np.array([r.get("speed", np.nan) for r in rows], np.float32)
-    if np.isfinite(speed).all():
-        arrays["speed"], arrays["standstill"] = speed, standstill(speed)
-        arrays["longest_standstill_steps"] = np.array([longest_run(arrays["standstill"][b]) for b in blocks], np.int64)
-    off = [r.get("off_road") for r in rows]
-    if all(o is not None for o in off):
-        arrays["off_road"] = np.array(off, bool)
-        arrays["off_road_steps"] = np.array([int(arrays["off_road"][b].sum()) for b in blocks], np.int64)
-    if "speed" in arrays or "off_road" in arrays:
-        arrays["episodes"] = np.array([arrays["episode"][b.start] for b in blocks], np.int64)
-    arrays.update(action_names=np.array(action_names, dtype=str), class_names=np.array(class_names, dtype=str),
-                  policy=np.array(policy), env=np.array(env), format=np.array(TRACE_FORMAT),
-                  format_version=np.array(TRACE_FORMAT_VERSION))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez_compressed(tmp, **arrays)
-    tmp.replace(path)
+    with TraceWriter(path, action_names=action_names, class_names=class_names, policy=policy, env=env,
+                     teacher=teacher, overwrite=overwrite) as writer:
+        for row in recorder.rows:
+            writer._add_row(row)
     return path
 
 
+def _load_h5(path: Path) -> dict[str, np.ndarray]:
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            if str(f.attrs.get("format", "")) != TRACE_FORMAT:
+                raise ValueError(f"{path} is not a NAC trace file of this project (written by drive --dump-traces)")
+            steps = int(f.attrs.get("steps", 0))
+            complete = bool(f.attrs.get("complete", False))
+            missing = [k for k in _SCALARS if k not in f]
+            if missing:
+                raise ValueError(f"{path} lacks the arrays {', '.join(missing)}")
+            data = {name: f[name][:steps] for name in _per_step_arrays(f)}
+            data.update(_public_small({k: f[k][:steps] for k in _SCALARS}, _h5_meta(f.attrs)))
+    except (OSError, KeyError, TypeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path} is not a readable HDF5 trace file: {type(exc).__name__}: {exc}") from exc
+    if not steps:
+        raise ValueError(f"{path} holds no complete chunk of steps (the drive was killed before its first flush)")
+    if not complete:
+        warnings.warn(f"{path} was not closed (the drive was killed?): read its first {steps} steps, the last "
+                      f"chunk flushed", stacklevel=3)
+    return data
+
+
 def load_traces(path: str | Path) -> dict[str, np.ndarray]:
-    """Read a file written by :func:`save_traces` (no pickle).
+    """Read a trace file written by ``drive --dump-traces`` (:class:`TraceWriter`, :func:`save_traces`):
+    HDF5 (also a ``.partial.h5`` or a file whose drive was killed: its flushed steps, with a warning)
+    or .npz (no pickle). The container is told by its first bytes, not by the suffix.
+
+    Returns:
+        The arrays documented in :func:`save_traces`, in memory.
 
     Raises:
         FileNotFoundError: no such file.
@@ -342,13 +643,18 @@ def load_traces(path: str | Path) -> dict[str, np.ndarray]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"trace file {path} does not exist (write one with drive --dump-traces)")
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            data = {k: z[k] for k in z.files}
-    except Exception as exc:
-        raise ValueError(f"{path} is not a readable .npz trace file: {type(exc).__name__}: {exc}") from exc
-    if str(data.get("format", "")) != TRACE_FORMAT:
-        raise ValueError(f"{path} is not a NAC trace file of this project (written by drive --dump-traces)")
+    with open(path, "rb") as fh:
+        magic = fh.read(len(_H5_SIGNATURE))
+    if magic == _H5_SIGNATURE:
+        data = _load_h5(path)
+    else:
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                data = {k: z[k] for k in z.files}
+        except Exception as exc:
+            raise ValueError(f"{path} is not a readable .npz trace file: {type(exc).__name__}: {exc}") from exc
+        if str(data.get("format", "")) != TRACE_FORMAT:
+            raise ValueError(f"{path} is not a NAC trace file of this project (written by drive --dump-traces)")
     need = (*PAIR_QUANTITIES, "valid", "action", "action_class", "reward", "step", "episode")
     missing = [k for k in need if k not in data]
     if missing:
@@ -439,5 +745,5 @@ def plot_traces(path: str | Path, out: str | Path, head: int | None = None, size
     return out
 
 
-__all__ = ["CLASS_COLORS", "NEURON_GROUPS", "PAIR_QUANTITIES", "StepTraces", "TraceHistory", "TraceRecorder",
-           "action_number", "load_traces", "masked_mean", "plot_traces", "save_traces", "step_traces"]
+__all__ = ["CHUNK_STEPS", "CLASS_COLORS", "H5_LAYOUT", "NEURON_GROUPS", "PAIR_QUANTITIES", "StepTraces", "TRACE_SUFFIXES",
+           "TraceHistory", "TraceRecorder", "TraceWriter", "action_number", "load_traces", "masked_mean", "plot_traces", "save_traces", "step_traces"]
