@@ -228,3 +228,16 @@ def test_policy_config_validates():
         PolicyConfig(action_names=("a", "b"))
     with pytest.raises(ValueError, match="unknown policy option"):
         default_config("carracing", windoww=3)
+
+
+def test_a_failed_save_leaves_no_temporary_file_and_keeps_the_old_one(policy, tmp_path):
+    """save() writes NAME.tmp and renames it: when the rename fails (here the target is a folder),
+    the OSError reaches the caller and no NAME.tmp is left behind."""
+    target = tmp_path / "policy.pt"
+    target.mkdir()
+    (target / "keep").write_text("x")
+    with pytest.raises(OSError):
+        policy.save(target)
+    assert not (tmp_path / "policy.pt.tmp").exists() and (target / "keep").read_text() == "x"
+    good = policy.save(tmp_path / "ok.pt")
+    assert good.exists() and not (tmp_path / "ok.pt.tmp").exists()

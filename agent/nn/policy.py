@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -706,7 +707,12 @@ class DrivingPolicy(nn.Module):
     def save(self, path: str | Path, metadata: dict | None = None) -> Path:
         """Write one file: kind, format version, the config, the state dict and metadata.
 
-        Written to a temporary name and renamed, so a crash never leaves half a file.
+        Written to a temporary name and renamed, so a crash never leaves half a file; a failed
+        write (a full disk) removes the temporary file and raises the OSError, the old ``path``
+        (if any) untouched.
+
+        Raises:
+            OSError: the file could not be written.
         """
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -716,8 +722,15 @@ class DrivingPolicy(nn.Module):
         buf = io.BytesIO()
         torch.save(payload, buf)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(buf.getvalue())
-        tmp.replace(path)
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(buf.getvalue())
+                fh.flush()
+                os.fsync(fh.fileno())
+            tmp.replace(path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         return path
 
     @classmethod
