@@ -173,3 +173,26 @@ def test_a_checkpoint_is_read_without_running_code(tmp_path):
     (tmp_path / CHECKPOINT_NAME).write_bytes(pickle.dumps({"kind": "agent-train-checkpoint", "x": Payload()}, protocol=2))
     with pytest.raises(CheckpointError, match="cannot be read"):
         load_checkpoint(tmp_path)
+
+
+def test_rerunning_the_same_command_continues_its_checkpoint(tmp_path, capsys):
+    """A recipe's rerun (the same resolved config, same run folder) continues a cut-short stage from
+    its checkpoint instead of training it again, and ends with the uninterrupted run's weights; a
+    different config in that folder is not continued."""
+    assert main(_args(tmp_path, "whole", epochs=3)) == 0
+    _interrupt(_args(tmp_path, "cut", epochs=3), tmp_path / "cut", signal.SIGKILL)
+    done = load_checkpoint(tmp_path / "cut")["fit"]["epochs_done"]
+    assert done < 3
+    rc, err = run_cli(_args(tmp_path, "cut", epochs=3), capsys)
+    assert rc == 0, err
+    assert "holds a checkpoint of this run" in err and f"bc epoch {done}/3" not in err and "bc epoch 3/3" in err
+    _same_weights(tmp_path / "whole.pt", tmp_path / "cut.pt")
+
+    from agent.cli.train import unfinished_checkpoint
+    from agent.train.config import TrainRun
+    import tyro
+
+    finished = tyro.cli(TrainRun, args=_args(tmp_path, "cut", epochs=3)[1:])
+    assert unfinished_checkpoint(finished) is None  # that run finished
+    other = tyro.cli(TrainRun, args=_args(tmp_path, "cut", epochs=5)[1:])
+    assert unfinished_checkpoint(other) is None  # another config

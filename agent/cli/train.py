@@ -29,7 +29,7 @@ from agent.nn.cores import make_core
 from agent.nn.policy import DrivingPolicy, default_config
 from agent.train import distributed as ddp
 from agent.train.bc import TrainConfig, report_metadata
-from agent.train.checkpoint import CHECKPOINT_NAME, Checkpointer, load_checkpoint
+from agent.train.checkpoint import CHECKPOINT_NAME, CheckpointError, Checkpointer, load_checkpoint
 from agent.train.config import TrainRun, config_from_text, to_dict, torch_device
 from agent.train.lodo import run_lodo, subsample_blocks
 from agent.train.run import train
@@ -66,7 +66,37 @@ def main(argv: list[str]) -> int:
         run, state = parse_resume(argv)
         return run_one(run, resume=state)
     stages = parse_stages(TrainRun, argv, prog="agent train", description=DESCRIPTION)
-    return run_stages(stages, run_one, lambda run: run.run_path / "config.toml")
+    return run_stages(stages, run_or_continue, lambda run: run.run_path / "config.toml")
+
+
+def unfinished_checkpoint(run: TrainRun) -> dict | None:
+    """The checkpoint in ``run``'s run folder when an earlier run of exactly this resolved config
+    stopped before its end (a kill, a Ctrl-C, a full disk), else None.
+
+    A recipe's rerun uses it to continue a cut-short stage from its last epoch or DAgger round
+    instead of training the stage again; the result is the same as the uninterrupted run's (the
+    checkpoint holds the RNG states). A checkpoint of another config, a finished run or an
+    unreadable file is not continued (the run starts anew, as before).
+    """
+    if run.lodo.out is not None or not (run.run_path / CHECKPOINT_NAME).is_file():
+        return None
+    try:
+        state = load_checkpoint(run.run_path)
+    except CheckpointError as exc:
+        log.warning("%s; starting the run anew", exc)
+        return None
+    if state.get("stage") == "done" or state.get("config") != resolved_text(run):
+        return None
+    return state
+
+
+def run_or_continue(run: TrainRun) -> int:
+    """:func:`run_one`, continuing the run folder's own checkpoint of this very config if there is
+    one (:func:`unfinished_checkpoint`); the exit code."""
+    state = unfinished_checkpoint(run)
+    if state is not None:
+        log.info("%s holds a checkpoint of this run (%s): continuing from it", run.run_path, state.get("what"))
+    return run_one(run, resume=state)
 
 
 def parse_resume(argv: list[str]) -> tuple[TrainRun, dict]:
