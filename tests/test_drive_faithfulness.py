@@ -153,6 +153,9 @@ def test_cascading_randomisation_changes_gradcam_and_flags_sobel():
     sob = res["SobelCAM"]
     assert all(s["spearman"]["mean"] == pytest.approx(1.0) for s in sob["stages"])
     assert sob["passes"] is False
+    table = F.sanity_markdown({"sanity": {"conv3": res}, "sanity_steps": 4})
+    assert [ln for ln in table.splitlines() if ln.startswith("| SobelCAM")][0].endswith("| fails |")
+    assert [ln for ln in table.splitlines() if ln.startswith("| GradCAM")][0].endswith("| passes |")
 
 
 def test_cascade_copies_randomise_cumulatively():

@@ -704,6 +704,27 @@ def markdown_table(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def sanity_markdown(report: dict) -> str:
+    """The report's sanity checks (markdown), one table per layer: each method's mean Spearman rank
+    correlation (and SSIM) with the trained model's map after each cascading-randomisation stage."""
+    out = []
+    for lname, res in report.get("sanity", {}).items():
+        stages = next((([s["randomised"] for s in v["stages"]]) for v in res.values() if v["stages"]), [])
+        out.append(f"Target layer {lname}, {report.get('sanity_steps', '?')} steps; cell: Spearman ρ / SSIM "
+                   f"against the trained model's map, after randomising down to the named group.\n")
+        out.append("| method | " + " | ".join(stages) + " | outcome |")
+        out.append("|---|" + "---|" * (len(stages) + 1))
+        for m, v in res.items():
+            if v.get("error") and not v["stages"]:
+                out.append(f"| {m} | " + " | ".join("-" for _ in stages) + f" | skipped: {v['error'][:80]} |")
+                continue
+            cells = [f"{s['spearman']['mean']:.2f} / {s['ssim']['mean']:.2f}" for s in v["stages"]]
+            verdict = "fails" if v["passes"] is False else "passes" if v["passes"] else "n/a"
+            out.append(f"| {m} | " + " | ".join(cells) + f" | {verdict} |")
+        out.append("")
+    return "\n".join(out)
+
+
 def faithfulness_report(policy_path, tracks: Sequence[int], steps: int, methods: Sequence[str] | None = None,
                         layers: Sequence[str] | None = None, out_dir: str | Path | None = None,
                         percentiles: Sequence[int] = DEFAULT_PERCENTILES, step_limits: dict | None = None,
@@ -829,7 +850,7 @@ def faithfulness_report(policy_path, tracks: Sequence[int], steps: int, methods:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         (out / "faithfulness.json").write_text(json.dumps(report, indent=1, default=_json_default) + "\n")
-        (out / "faithfulness.md").write_text(markdown_table(report))
+        (out / "faithfulness.md").write_text(markdown_table(report) + "\n" + sanity_markdown(report))
         (out / "faithfulness.partial.json").unlink(missing_ok=True)
     return report
 
@@ -866,13 +887,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  args.percentiles, limits, args.sanity_steps, args.sanity_layers, args.seed,
                                  progress=lambda s: print(s, flush=True))
     print(markdown_table(report))
+    print(sanity_markdown(report))
     return 0
 
 
 __all__ = ["BASELINES", "DEFAULT_PERCENTILES", "LIBRARY_METHODS", "LogitMarginTarget", "MapRun", "ReadableInputModel", "SANITY_THRESHOLD",
            "Sample", "cascade_copies", "collect_samples", "conv_layers", "faithfulness_report", "faithfulness_scores",
            "gradient_at", "input_keep_mask", "make_cam", "markdown_table", "mean_interval", "method_maps",
-           "randomisation_groups", "rank_correlation", "road_mask", "sanity_check", "seeded", "sobel_map", "ssim",
+           "randomisation_groups", "rank_correlation", "road_mask", "sanity_check", "sanity_markdown", "seeded", "sobel_map", "ssim",
            "stream_state", "tie_broken"]
 
 if __name__ == "__main__":
