@@ -668,3 +668,28 @@ def test_plot_labels_never_overlap():
     mid = plot_label_layout(r, 0.5, 0.0, 1.0, 14, 11, 11)
     assert low["lo"] is None and low["hi"] is not None  # the value at the bottom hides the lower bound
     assert mid["lo"] is not None and mid["hi"] is not None  # in the middle all three show
+
+
+def test_text_caches_keep_the_strings_that_repeat_and_stay_bounded():
+    """Issue 38: the HUD's and the panel's text caches filled to 4,096 and 2,048 surfaces (about 30 MB
+    of pixels: drive --record grew over its first episodes); they are LRUs of TEXT_CACHE_ENTRIES now."""
+    import pygame
+
+    from agent.drive.hud import TEXT_CACHE_ENTRIES, TextCache
+
+    pygame.font.init()
+    font = pygame.font.Font(None, 18)
+    cache = TextCache(8)
+    hot = cache.render(font, "speed", (255, 255, 255))
+    for i in range(100):
+        cache.render(font, f"return {i:7.1f}", (255, 255, 255))
+        assert cache.render(font, "speed", (255, 255, 255)) is hot  # used every frame: never dropped
+        assert len(cache) <= 8
+    assert cache.pixel_bytes() > 0
+    with pytest.raises(ValueError, match="capacity"):
+        TextCache(0)
+    r = Renderer(scale=2)
+    frame = np.zeros((96, 96, 3), np.uint8)
+    for i in range(3 * TEXT_CACHE_ENTRIES):  # every number new, as over a long drive
+        r.compose(StepView(frame=frame, step=i + 1, episode_return=i / 10, fps=40 + i / 100, latency_ms=i / 7))
+    assert len(r.text_cache) == TEXT_CACHE_ENTRIES

@@ -1,4 +1,4 @@
-"""The options of ``agent bench nac|drive|bridge|rollouts``: one frozen dataclass per benchmark,
+"""The options of ``agent bench nac|drive|bridge|rollouts|soak``: one frozen dataclass per benchmark,
 parsed by tyro as subcommands (:data:`BENCHES`).
 
 Every value is checked once: each field in ``__post_init__`` (tyro reports a bad one and exits with
@@ -112,7 +112,8 @@ class BenchDrive:
     """replace an existing --json file"""
 
     def __post_init__(self):
-        _need(self.steps >= 10, f"--steps must be >= 10, got {self.steps}")
+        _need(10 <= self.steps <= 19_975, f"--steps must be in 10..19975 (a drive session keeps the timings of "
+                                          f"20,000 steps, 25 of them warm-up; use more --rounds), got {self.steps}")
         _need(self.rounds >= 1, f"--rounds must be >= 1, got {self.rounds}")
         _need(self.fps_limit >= 0, f"--fps-limit must be >= 0, got {self.fps_limit}")
 
@@ -190,7 +191,49 @@ class BenchRollouts:
         return self
 
 
-#: the benchmarks, by subcommand name
-BENCHES = {"nac": BenchNac, "drive": BenchDrive, "bridge": BenchBridge, "rollouts": BenchRollouts}
+@dataclass(frozen=True)
+class BenchSoak:
+    """Memory of a long drive: RSS over drive --record --dump-traces with every overlay on.
 
-__all__ = ["BENCHES", "BenchBridge", "BenchDrive", "BenchNac", "BenchRollouts"]
+    Drives CarRacing headless with the policy, Grad-CAM, the NAC trace panel, the mp4 (--record) and
+    the streamed trace file (--dump-traces) for --steps steps in one session (episodes of up to
+    1,000 steps on successive tracks, the last one finished), and prints this process's RSS at the
+    start, after every episode and at the end, with the machine, device and versions. The files go to
+    a temporary folder, removed afterwards, or to --out (soak.mp4, soak.h5).
+    """
+
+    policy: str = "nac.pt"
+    """CarRacing NAC policy (a bare name is looked up in policies/)"""
+    steps: int = 20_000
+    """steps to drive at least (whole episodes)"""
+    track_seed: int = EVAL_SEED_BASE
+    """the first track (CarRacing seed)"""
+    out: str | None = None
+    """keep soak.mp4 and soak.h5 in this folder (default: a temporary folder, removed)"""
+    device: str = "auto"
+    """torch device of the policy: auto (cuda when there is one), cpu, cuda, cuda:N"""
+    env_worker: Literal["auto", "on", "off"] = "auto"
+    """step CarRacing in a worker process, as drive --env-worker"""
+    json: str | None = None
+    """also write the report as JSON here"""
+    overwrite: bool = False
+    """replace an existing --json file, or soak.mp4 and soak.h5 in --out"""
+
+    def __post_init__(self):
+        _need(self.steps >= 1, f"--steps must be >= 1, got {self.steps}")
+
+    def check(self) -> "BenchSoak":
+        """An existing ``--json``, or soak.mp4/soak.h5 in ``--out``; returns self."""
+        _check_json(self.json, self.overwrite)
+        if self.out is not None:
+            for name in ("soak.mp4", "soak.h5"):
+                path = Path(self.out) / name
+                _need(self.overwrite or not path.exists(),
+                      f"--out: {path} already exists; choose another folder or pass --overwrite")
+        return self
+
+
+#: the benchmarks, by subcommand name
+BENCHES = {"nac": BenchNac, "drive": BenchDrive, "bridge": BenchBridge, "rollouts": BenchRollouts, "soak": BenchSoak}
+
+__all__ = ["BENCHES", "BenchBridge", "BenchDrive", "BenchNac", "BenchRollouts", "BenchSoak"]

@@ -40,7 +40,7 @@ import numpy as np
 
 from agent.actors.loading import load_policy, resolve_policy_path
 from agent.drive.config import DEFAULT_SEED, DriveConfig
-from agent.drive.session import DriveSession, quiet_gc
+from agent.drive.session import TIMING_STEPS, DriveSession, quiet_gc
 
 #: each configuration: its name and the :class:`agent.drive.config.DriveConfig` fields it changes
 CONFIGS = (
@@ -144,7 +144,11 @@ def bench_drive(policy: str = "nac.pt", steps: int = 600, warmup: int = 25, seed
 
     Raises:
         DisplayUnavailable: ``window`` but no window can be opened.
+        ValueError: ``steps + warmup`` over :data:`agent.drive.session.TIMING_STEPS`.
     """
+    if steps + warmup > TIMING_STEPS:
+        raise ValueError(f"steps + warmup must be at most {TIMING_STEPS} (the timings a drive session keeps), "
+                         f"got {steps} + {warmup}; use more --rounds instead")
     if not window:
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
         return _bench(policy, steps, warmup, seed, rounds, configs, record, fps_limit, None)
@@ -176,9 +180,9 @@ def _bench(policy, steps, warmup, seed, rounds, configs, record, fps_limit, disp
                 finally:
                     session.close()
                 p = pooled[name]
-                p["step"].extend(session.step_seconds[warmup:])
-                p["lat"].extend(session.latency_seconds[warmup:])
-                p["cpu"].extend(session.step_cpu_seconds[warmup:])
+                p["step"].extend(list(session.step_seconds)[warmup:])
+                p["lat"].extend(list(session.latency_seconds)[warmup:])
+                p["cpu"].extend(list(session.step_cpu_seconds)[warmup:])
                 if session.writer is not None:  # ffmpeg has exited (close waits for it): its CPU is counted now
                     p["enc"].append(session.encoder_cpu_seconds)
                     p["frames"] += session.writer.frames

@@ -1,4 +1,4 @@
-"""`agent bench nac|drive|bridge|rollouts`: benchmarks that print figures.
+"""`agent bench nac|drive|bridge|rollouts|soak`: benchmarks that print figures.
 
 Each benchmark's options are a dataclass of :mod:`agent.bench.config`, a tyro subcommand.
 """
@@ -9,13 +9,15 @@ import tyro
 
 from agent.bench import nac as bench
 from agent.bench.bridge import bench_bridge, bench_bridge_policy, print_bridge_table
-from agent.bench.config import BENCHES, BenchBridge, BenchDrive, BenchNac, BenchRollouts
+from agent.bench.config import BENCHES, BenchBridge, BenchDrive, BenchNac, BenchRollouts, BenchSoak
 from agent.bench.drive import DisplayUnavailable, bench_drive, print_drive_table
 from agent.bench.rollouts import bench_rollouts, print_rollouts_table
+from agent.bench.soak import bench_soak, print_soak_report
 from agent.cli.common import CLIError, write_json
 from agent.train.config import ConfigError
 
-DESCRIPTION = "Benchmarks that print figures: the NAC layer, the live runner, the Udacity bridge and rollouts."
+DESCRIPTION = ("Benchmarks that print figures: the NAC layer, the live runner, the Udacity bridge, rollouts and the "
+               "memory of a long drive (soak).")
 
 
 def main(argv: list[str]) -> int:
@@ -62,5 +64,14 @@ def _nac(cfg: BenchNac) -> list[dict]:
     return rows
 
 
-#: each benchmark's run: prints its table and returns its rows
-RUN = {BenchNac: _nac, BenchDrive: _drive, BenchBridge: _bridge, BenchRollouts: _rollouts}
+def _soak(cfg: BenchSoak) -> dict:
+    try:
+        report = bench_soak(cfg.policy, cfg.steps, cfg.track_seed, cfg.out, cfg.overwrite, cfg.device, cfg.env_worker)
+    except (FileNotFoundError, FileExistsError, ValueError) as exc:
+        raise CLIError(str(exc)) from exc
+    print_soak_report(report)
+    return report
+
+
+#: each benchmark's run: prints its table and returns its rows (soak: its report)
+RUN = {BenchNac: _nac, BenchDrive: _drive, BenchBridge: _bridge, BenchRollouts: _rollouts, BenchSoak: _soak}

@@ -6,6 +6,7 @@ pygame is imported when a :class:`Renderer` is made, not with this module.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -83,6 +84,49 @@ _ACCENT = (255, 196, 64)
 _BAR = (80, 150, 235)
 _BAR_TAKEN = (255, 196, 64)
 _BAR_BG = (48, 51, 60)
+
+
+#: Rendered strings kept by each :class:`TextCache` (about 5-30 KB of pixels each).
+TEXT_CACHE_ENTRIES = 256
+
+
+class TextCache:
+    """Rendered text surfaces, least recently used dropped beyond ``capacity`` entries.
+
+    The HUD and the trace panel redraw a few dozen strings a frame; the labels repeat, the numbers
+    (return, latency, FPS, the Grad-CAM time) mostly do not. The caches used to be cleared only at
+    4,096 and 2,048 entries: as they filled, ``drive --record`` grew by about 30 MB of text surfaces
+    over its first episodes (issue 38: 599 to 635 MB over 3 episodes). An LRU of a few hundred keeps
+    the strings that repeat and at most a few MB of pixels.
+
+    Args:
+        capacity: entries kept (>= 1).
+    """
+
+    def __init__(self, capacity: int = TEXT_CACHE_ENTRIES):
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.capacity = int(capacity)
+        self._items: OrderedDict = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def render(self, font, s: str, color) -> Any:
+        """``font.render(s, True, color)``, from the cache when this font, string and colour were drawn lately."""
+        key = (id(font), s, color)
+        surf = self._items.get(key)
+        if surf is None:
+            surf = self._items[key] = font.render(s, True, color)
+            if len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+        else:
+            self._items.move_to_end(key)
+        return surf
+
+    def pixel_bytes(self) -> int:
+        """Bytes of pixels held by the cached surfaces."""
+        return sum(x.get_pitch() * x.get_height() for x in self._items.values())
 
 
 class Renderer:
@@ -163,7 +207,8 @@ class Renderer:
         self._frame_src = pygame.Surface(self.frame_size, 0, self.canvas)  # same format: scale() into the canvas
         self._frame_view = self.canvas.subsurface(self.frame_rect)
         self._panel_view = self.canvas.subsurface(self.panel_rect) if self.panel_rect.width else None
-        self._text_cache: dict[tuple[int, str, tuple], Any] = {}
+        #: the HUD's rendered strings (:class:`TextCache`)
+        self.text_cache = TextCache()
         self._layout_hud()
         self.background = self._make_background()
 
@@ -219,14 +264,8 @@ class Renderer:
         return bg
 
     def _text(self, font, s: str, color=_TEXT):
-        """Rendered text, cached (the HUD repeats a small set of strings)."""
-        key = (id(font), s, color)
-        surf = self._text_cache.get(key)
-        if surf is None:
-            if len(self._text_cache) > 4096:
-                self._text_cache.clear()
-            surf = self._text_cache[key] = font.render(s, True, color)
-        return surf
+        """Rendered text, from the HUD's LRU cache (:class:`TextCache`)."""
+        return self.text_cache.render(font, s, color)
 
     # ------------------------------------------------------------------ per step
     def compose(self, view: StepView):
@@ -335,4 +374,5 @@ class Renderer:
 
 
 __all__ = ["DEFAULT_ACTION_NAMES", "FrameFilter", "PanelDrawer", "Renderer", "STEERING_CLASSES", "STEERING_DEADBAND",
+           "TEXT_CACHE_ENTRIES", "TextCache",
            "StepView", "steering_class"]

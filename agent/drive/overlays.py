@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from agent.drive.hud import TextCache
 from agent.drive.saliency import blend_heatmap
 from agent.drive.traces import CLASS_COLORS, TraceHistory, masked_mean
 
@@ -203,7 +204,8 @@ class TracePanel:
         self._class_colors = [tuple(int(c) for c in rgb) for rgb in self._class_rgb]
         self._age_colors = [tuple(int(c) for c in np.array((90, 220, 255)) * (1 - 0.75 * a / max(self.window - 1, 1)))
                             for a in range(self.window)]
-        self._text_cache: dict = {}
+        #: the panel's rendered strings (:class:`agent.drive.hud.TextCache`)
+        self.text_cache = TextCache()
         self._strips: dict[str, dict] = {}
         self._plot_state: dict[str, dict] = {}
         self.ranges: dict[str, tuple[float, float]] = {}
@@ -283,13 +285,7 @@ class TracePanel:
         return bg
 
     def _text(self, s: str, color=_TEXT, small: bool = False):
-        key = (s, color, small)
-        surf = self._text_cache.get(key)
-        if surf is None:
-            if len(self._text_cache) > 2048:
-                self._text_cache.clear()
-            surf = self._text_cache[key] = (self.font_small if small else self.font).render(s, True, color)
-        return surf
+        return self.text_cache.render(self.font_small if small else self.font, s, color)
 
     def next_head(self) -> None:
         """Show the next head (wraps around)."""

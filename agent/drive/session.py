@@ -47,6 +47,9 @@ from agent.train.config import torch_device
 from envs.udacity.env import UdacityEnv
 
 EXIT_OK, EXIT_ERROR, EXIT_INTERRUPTED = 0, 2, 130
+#: Loop steps whose timings a session keeps (:attr:`DriveSession.step_seconds`, ...): the last 20,000
+#: (400 s at 50 FPS), so a drive with no natural end (the Udacity simulator) keeps its memory flat.
+TIMING_STEPS = 20_000
 
 
 def _err(msg: str) -> None:
@@ -160,7 +163,8 @@ class DriveSession:
         force_draw: compose every frame even without a window or video (the FPS benchmark).
 
     Attributes:
-        step_seconds: wall time of each loop step (act + overlays + drawing + env step), seconds.
+        step_seconds: wall time of each loop step (act + overlays + drawing + env step), seconds; like
+            ``step_cpu_seconds`` and ``latency_seconds``, a deque of the last :data:`TIMING_STEPS` steps.
         step_cpu_seconds: CPU time of this process (all its threads) in each loop step, seconds
             (``time.process_time``; steadier than wall time on a shared CPU; an X server's,
             ffmpeg's or the env worker's work is not in it).
@@ -251,9 +255,9 @@ class DriveSession:
                 pg.K_r: self.request_restart})
         self.episode_fps = 0.0
         self.encoder_cpu_seconds = self.env_worker_cpu_seconds = float("nan")
-        self.step_seconds: list[float] = []
-        self.step_cpu_seconds: list[float] = []
-        self.latency_seconds: list[float] = []
+        self.step_seconds: deque[float] = deque(maxlen=TIMING_STEPS)
+        self.step_cpu_seconds: deque[float] = deque(maxlen=TIMING_STEPS)
+        self.latency_seconds: deque[float] = deque(maxlen=TIMING_STEPS)
         self.stalls = StallMeter()
 
     @staticmethod
@@ -473,4 +477,4 @@ class DriveSession:
             torch.set_num_threads(self._threads)
 
 
-__all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "DriveSession", "quiet_gc", "run_drive", "stall_text"]
+__all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "TIMING_STEPS", "DriveSession", "quiet_gc", "run_drive", "stall_text"]
