@@ -729,7 +729,7 @@ def faithfulness_report(policy_path, tracks: Sequence[int], steps: int, methods:
                         layers: Sequence[str] | None = None, out_dir: str | Path | None = None,
                         percentiles: Sequence[int] = DEFAULT_PERCENTILES, step_limits: dict | None = None,
                         sanity_steps: int = 20, sanity_layers: Sequence[str] | None = None, seed: int = 0,
-                        progress: Callable[[str], None] | None = None) -> dict:
+                        progress: Callable[[str], None] | None = None, samples: Sequence[Sample] | None = None) -> dict:
     """Measure the faithfulness of every method at every layer on closed-loop drives; write JSON and markdown.
 
     Args:
@@ -747,6 +747,8 @@ def faithfulness_report(policy_path, tracks: Sequence[int], steps: int, methods:
         sanity_layers: layers checked (default: the last convolution, the live overlay's).
         seed: seeds the tie-breaks, ROAD's imputation noise, RandomCAM and the randomisation.
         progress: called with a line of text after each method and layer (e.g. ``print``).
+        samples: steps already collected (:func:`collect_samples` with this policy, ``tracks`` and
+            ``steps``), to reuse them; None: drive the tracks here.
 
     Returns:
         the report dict (what ``faithfulness.json`` holds): policy, its weights' sha256, tracks,
@@ -773,7 +775,9 @@ def faithfulness_report(policy_path, tracks: Sequence[int], steps: int, methods:
     step_limits = dict(step_limits or {})
     per_track = int(math.ceil(steps / max(1, len(tracks))))
     t_start = time.perf_counter()
-    samples = collect_samples(policy, tracks, per_track)
+    if samples is None:
+        samples = collect_samples(policy, tracks, per_track)
+    samples = list(samples)
     say(f"{len(samples)} steps from {len(tracks)} tracks in {time.perf_counter() - t_start:.0f} s")
     rows, road_by_step = [], {}
     for m in methods:
