@@ -65,7 +65,7 @@ class PlotTraces:
     """``agent plot-traces TRACES --out PNG``: Figure-4-style plots of drive's traces."""
 
     traces: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="TRACES")]
-    """the .npz written by drive --dump-traces"""
+    """the .h5 or .npz written by drive --dump-traces"""
     out: str
     """the PNG to write"""
     head: int | None = None
