@@ -104,11 +104,11 @@ def plot_label_layout(r, last: float | None, lo: float, hi: float, value_h: int 
     Returns:
         ``{"value": y or None, "hi": y or None, "lo": y or None}``.
     """
-    out: dict[str, int | None] = {"value": None, "hi": r.top, "lo": r.bottom - lo_h + 1}
+    out: dict[str, int | None] = {"value": None, "hi": r.top, "lo": r.bottom - 11}
     if last is None or value_h is None:
         return out
     y = (r.bottom - 2) - (min(max(last, lo), hi) - lo) * ((r.height - 3) / (hi - lo))
-    top = int(y) - value_h // 2
+    top = int(y) - 7  # centred on the point for the panel's font (the label rects of _layout assume these offsets)
     out["value"] = top
     bottom = top + value_h
     if top < r.top + hi_h:  # overlaps the hi label's rows
