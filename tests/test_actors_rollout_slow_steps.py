@@ -99,3 +99,16 @@ def test_evaluate_takes_the_slow_speed(tmp_path, capsys):
         main([*args, "--slow-speed", "0"])
     err = " ".join("".join(" " if c in "│╭╮╰╯─" else c for c in capsys.readouterr().err).split())
     assert exc.value.code == 2 and "--slow-speed must be a positive number" in err
+
+
+def test_a_cut_short_episode_reports_no_missed_tiles():
+    """drive's episode line: "tiles missed N" only for an episode that ran to the env's own end; one
+    cut by --max-steps (or stopped) says "lap cut short" (220 tiles "missed" after 100 steps meant nothing)."""
+    from agent.actors.rollout import StallMeter
+    from agent.drive.session import stall_text
+
+    meter = StallMeter()
+    meter.update(12.0, False, 220)
+    assert "tiles missed 220" in stall_text(meter)
+    cut = stall_text(meter, cut_short=True)
+    assert "lap cut short" in cut and "tiles missed" not in cut

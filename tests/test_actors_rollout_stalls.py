@@ -250,8 +250,8 @@ def test_drive_dump_has_cam_and_stall_figures(same_policy, tmp_path, capsys):
     np.testing.assert_array_equal(d["episodes"], [1, 2])
     # the dump's per-episode figures are the ones drive printed at the end of each episode
     assert _printed_stalls(printed) == list(zip(d["longest_standstill_steps"].tolist(), d["off_road_steps"].tolist()))
-    missed = [int(m) for m in re.findall(r"tiles missed\s+(\d+)", printed)]
-    assert len(missed) == 2 and all(m > 100 for m in missed)  # 8 steps from the start: most of the lap to go
+    # 8 steps from the start (--max-steps): the tiles not reached yet are not "missed"
+    assert printed.count("lap cut short") == 2 and "tiles missed" not in printed
     for e in (1, 2):
         sel = d["episode"] == e
         assert d["longest_standstill_steps"][e - 1] == longest_run(d["speed"][sel] < STANDSTILL_SPEED)

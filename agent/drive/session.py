@@ -102,19 +102,21 @@ def run_drive(cfg: DriveConfig) -> int:
         session.close()
 
 
-def stall_text(meter: StallMeter) -> str:
+def stall_text(meter: StallMeter, cut_short: bool = False) -> str:
     """The end-of-episode stall figures as printed by ``drive``: "  longest standstill L steps  off-road N
     steps  tiles missed M  longest crawl C steps  slow S steps" (each left out where the env does not
     report it, e.g. Udacity; a crawl is below :data:`agent.actors.rollout.CRAWL_METRIC_SPEED`, 5 units/s; slow
     steps are below :data:`agent.actors.rollout.SLOW_SPEED`, 10 units/s, after the car first reached it; a
-    lap ends only once no tile is missed, :func:`agent.actors.rollout.tiles_missed`)."""
+    lap ends only once no tile is missed, :func:`agent.actors.rollout.tiles_missed`). With ``cut_short``
+    (the episode was stopped, restarted or cut by ``--max-steps`` before the env's own end) the tiles
+    not reached yet say nothing about the lap, so "tiles missed" is replaced by "lap cut short"."""
     out = ""
     if meter.longest_standstill is not None:
         out += f"  longest standstill {meter.longest_standstill:4d} steps"
     if meter.off_road_steps is not None:
         out += f"  off-road {meter.off_road_steps:4d} steps"
     if meter.tiles_missed is not None:
-        out += f"  tiles missed {meter.tiles_missed:3d}"
+        out += "  lap cut short" if cut_short else f"  tiles missed {meter.tiles_missed:3d}"
     if meter.longest_crawl is not None:
         out += f"  longest crawl {meter.longest_crawl:4d} steps"
     if meter.slow_steps is not None:
@@ -418,8 +420,10 @@ class DriveSession:
                 seed = cfg.track_seed + ep
                 how, ep_return, steps = self.play_episode(seed, ep + 1)
                 note = {"quit": "  (stopped)", "restart": "  (restarted)"}.get(how, "")
+                cut = how != "done" or bool(cfg.max_steps and cfg.max_steps < EPISODE_STEPS and steps >= cfg.max_steps
+                                            and self.stalls.tiles_missed)
                 print(f"episode {ep + 1}/{cfg.episodes}  seed {seed}  return {ep_return:8.1f}  steps {steps:4d}  "
-                      f"mean FPS {self.episode_fps:6.1f}{note}{stall_text(self.stalls)}"
+                      f"mean FPS {self.episode_fps:6.1f}{note}{stall_text(self.stalls, cut_short=cut)}"
                       f"{self.teacher.text() if self.teacher is not None else ''}", flush=True)
                 if how == "quit":
                     break
@@ -428,7 +432,8 @@ class DriveSession:
                 returns.append(ep_return)
                 ep += 1
         except KeyboardInterrupt:
-            print(f"\ninterrupted: episode {ep + 1} stopped after {steps} steps{stall_text(self.stalls)}", flush=True)
+            print(f"\ninterrupted: episode {ep + 1} stopped after {steps} steps{stall_text(self.stalls, cut_short=True)}",
+                  flush=True)
             code = EXIT_INTERRUPTED
         if returns:
             print(f"mean return over {len(returns)} episode{'s' if len(returns) != 1 else ''}: "
