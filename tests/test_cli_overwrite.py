@@ -26,6 +26,8 @@ CASES = [
     ("evaluate --json", ["evaluate", "--policy", "nac.pt", "--json", "{f}"]),
     ("collect --out", ["collect", "--teacher.expert", "carracing-expert-discrete-margin.zip", "--out", "{f}"]),
     ("drive --record", ["drive", "--policy", "nac.pt", "--headless", "--record", "{f}"]),
+    ("drive --dump-traces", ["drive", "--policy", "nac.pt", "--headless", "--dump-traces", "{f}"]),
+    ("bench soak --out", ["bench", "soak", "--steps", "10", "--out", "{f}"]),
     ("compare --json", ["compare", "--report-only", "--out", "{d}/cmp", "--json", "{f}"]),
     ("bench nac --json", ["bench", "nac", "--json", "{f}"]),
     ("plot-traces --out", ["plot-traces", "{d}/traces.npz", "--out", "{f}"]),
@@ -39,18 +41,20 @@ CASES = [
 @pytest.mark.parametrize("name,argv", CASES, ids=[c[0] for c in CASES])
 def test_an_existing_file_is_refused_and_kept(name, argv, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(Path(__file__).resolve().parent.parent)  # the sample recording and policies/
-    suffix = ".mp4" if "record" in name else ".pt" if "info" in name else ".zip" if "expert train" in name else ""
+    suffix = (".mp4" if "record" in name else ".h5" if "dump" in name else ".pt" if "info" in name
+              else ".zip" if "expert train" in name else "")
     target = tmp_path / f"existing{suffix}"
-    if "collect" in name:
-        target.mkdir()
-        (target / "keep.txt").write_bytes(MARK)
-    else:
-        target.write_bytes(MARK)
+    inside = {"collect": "keep.txt", "bench soak": "soak.mp4"}  # these write into a folder
+    kept = target
+    for command, member in inside.items():
+        if name.startswith(command):
+            target.mkdir()
+            kept = target / member
+    kept.write_bytes(MARK)
     args = [a.format(f=target, d=tmp_path) for a in argv]
     rc, err = run_cli(args, capsys)
     assert rc == 2, f"{name}: exit {rc}, {err}"
-    assert "--overwrite" in err or "overwrite" in err, f"{name}: {err}"
-    kept = target / "keep.txt" if target.is_dir() else target
+    assert "--overwrite" in err, f"{name}: {err}"
     assert kept.read_bytes() == MARK, f"{name} changed the existing file"
 
 
