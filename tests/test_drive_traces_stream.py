@@ -180,3 +180,17 @@ def test_drive_interrupted_by_ctrl_c_writes_a_complete_dump(tmp_path):
         d = load_traces(out)
     assert steps >= 1 and d["phi"].shape[0] == steps and d["cam"].shape == (steps, 96, 96)
     np.testing.assert_array_equal(d["step"], np.arange(1, steps + 1))
+
+
+def test_a_npz_trace_file_declaring_too_much_is_refused_unread(tmp_path, monkeypatch):
+    """load_traces checks a .npz's declared inflated sizes before numpy reads it (a zip bomb)."""
+    import numpy as np
+
+    from agent.bounded import ZipMemberTooLarge
+    from agent.drive import traces
+
+    path = tmp_path / "bomb.npz"
+    np.savez_compressed(path, phi=np.zeros(1 << 16, np.float32))  # 256 KiB of zeros, a few hundred bytes on disk
+    monkeypatch.setattr(traces, "MAX_NPZ_BYTES", 1 << 12)
+    with pytest.raises(ZipMemberTooLarge, match="bomb.npz"):
+        traces.load_traces(path)

@@ -27,7 +27,14 @@ from pathlib import Path
 import numpy as np
 
 from agent.actors.rollout import longest_run, standstill
+from agent.bounded import check_zip_sizes
 from agent.drive.config import TRACE_SUFFIXES
+
+#: the most bytes a .npz trace file's members may declare inflated (about 11 hours of drive with the
+#: Grad-CAM map, 37 KB a step uncompressed): a small file that declares more is refused unread
+MAX_NPZ_BYTES = 8 << 30
+#: the most members of a .npz trace file (it holds about 40 arrays)
+MAX_NPZ_MEMBERS = 256
 
 #: The pair quantities kept per (head, kept key), in plotting order.
 PAIR_QUANTITIES = ("phi", "omega", "logits", "weights")
@@ -646,7 +653,9 @@ def load_traces(path: str | Path) -> dict[str, np.ndarray]:
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: not a trace file of this project, or arrays missing or of mismatched lengths.
+        ValueError: not a trace file of this project, or arrays missing or of mismatched lengths;
+            :class:`agent.bounded.ZipMemberTooLarge` (a ValueError): a .npz whose members declare
+            more than :data:`MAX_NPZ_BYTES` inflated, or more than :data:`MAX_NPZ_MEMBERS` members.
     """
     path = Path(path)
     if not path.is_file():
@@ -656,6 +665,7 @@ def load_traces(path: str | Path) -> dict[str, np.ndarray]:
     if magic == _H5_SIGNATURE:
         data = _load_h5(path)
     else:
+        check_zip_sizes(path, path, MAX_NPZ_BYTES, MAX_NPZ_MEMBERS)  # before numpy inflates anything
         try:
             with np.load(path, allow_pickle=False) as z:
                 data = {k: z[k] for k in z.files}
