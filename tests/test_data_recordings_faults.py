@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from agent.cli import main
 from agent.data.recordings import (METADATA_BACKUP, RecordingError, RecordingWriter, deferred_interrupts,
                                    load_demonstrations, recover_metadata)
 from envs.carracing import make_carracing
+from tmpfs import unshare_works
 
 REPO = Path(__file__).resolve().parent.parent
 EXPERT = "carracing-expert-discrete-margin.zip"
@@ -317,15 +317,7 @@ def test_collect_on_a_full_disk_prints_one_line_and_fails(tmp_path, monkeypatch,
     assert [len(a) for a in load_demonstrations(out).actions] == [3, 3]
 
 
-def _unshare_works() -> bool:
-    if not shutil.which("unshare") or not sys.platform.startswith("linux"):
-        return False
-    probe = subprocess.run(["unshare", "-Urm", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /tmp"],
-                           capture_output=True)
-    return probe.returncode == 0
-
-
-@pytest.mark.skipif(not _unshare_works(), reason="needs `unshare -Urm` to mount a small tmpfs")
+@pytest.mark.skipif(not unshare_works(), reason="needs `unshare -Urm` to mount a small tmpfs")
 def test_collect_fills_a_real_disk_without_a_crash(tmp_path):
     """A 1.5 MB tmpfs fills after a few 10-step episodes: one error line, exit 1, no segfault, episodes kept."""
     disk, kept = tmp_path / "disk", tmp_path / "kept"

@@ -10,7 +10,6 @@ which keeps the files.
 from __future__ import annotations
 
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ import torch
 from agent.actors.loading import load_policy
 from agent.cli import main
 from agent.train.checkpoint import atomic_save, load_checkpoint
+from tmpfs import unshare_works
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = str(ROOT / "recordings" / "nac-drive" / "sample-v0")
@@ -32,15 +32,7 @@ def _train_args(out: Path, run_dir: Path, epochs: int = 3) -> list[str]:
             "--train.tensorboard", "", "--threads", "1", "--device", "cpu", "--seed", "5"]
 
 
-def _unshare_works() -> bool:
-    if not shutil.which("unshare") or not sys.platform.startswith("linux"):
-        return False
-    probe = subprocess.run(["unshare", "-Urm", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /tmp"],
-                           capture_output=True)
-    return probe.returncode == 0
-
-
-needs_unshare = pytest.mark.skipif(not _unshare_works(), reason="needs `unshare -Urm` to mount a small tmpfs")
+needs_unshare = pytest.mark.skipif(not unshare_works(), reason="needs `unshare -Urm` to mount a small tmpfs")
 
 
 def _in_namespace(script: str) -> subprocess.CompletedProcess:

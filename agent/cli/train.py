@@ -230,8 +230,8 @@ def run_one(run: TrainRun, resume: dict | None = None) -> int:
 
 
 def _save_policy(policy, out: Path, metadata: dict, run_dir: Path) -> None:
-    """``policy.save(out)`` (a temporary file renamed over ``out``); after a failed write no
-    ``.tmp`` file stays, and the error is one line (the checkpoint in the run folder is kept).
+    """``policy.save(out)`` (a temporary file renamed over ``out``, removed after a failed write);
+    the error is one line that says the checkpoint in the run folder is kept.
 
     Raises:
         OSError: the write failed (a full disk, a permission).
@@ -239,10 +239,6 @@ def _save_policy(policy, out: Path, metadata: dict, run_dir: Path) -> None:
     try:
         policy.save(out, metadata=metadata)
     except OSError as exc:
-        try:
-            out.with_name(out.name + ".tmp").unlink(missing_ok=True)
-        except OSError:
-            pass  # the error to report is the write's
         raise OSError(exc.errno, f"cannot write the policy ({exc.strerror or exc}); the run folder's checkpoint is "
                                  f"kept: free space, then `agent train --resume {run_dir}`", str(out)) from exc
 

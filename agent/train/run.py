@@ -166,15 +166,11 @@ def train(source, policy_config: PolicyConfig, cfg: TrainConfig, tensorboard_dir
 
 
 def _save_bc(policy: DrivingPolicy, path: Path, metadata: dict) -> None:
-    """``policy.save(path)``; after a failed write (a full disk) no ``.tmp`` file stays and the
-    OSError says which file it was (the checkpoint taken after the last epoch is kept)."""
+    """``policy.save(path)`` (its ``.tmp`` file removed after a failed write); the OSError says
+    which file it was (the checkpoint taken after the last epoch is kept)."""
     try:
         policy.save(path, metadata=metadata)
     except OSError as exc:
-        try:
-            path.with_name(path.name + ".tmp").unlink(missing_ok=True)
-        except OSError:
-            pass  # the error to report is the write's
         raise OSError(exc.errno, f"cannot write the behaviour-cloning policy (--save-bc; {exc.strerror or exc}); "
                                  "the run folder's checkpoint is kept", str(path)) from exc
 
