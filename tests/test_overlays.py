@@ -197,7 +197,8 @@ def test_runner_acts_through_grad_cam_while_it_is_on(policy):
             if i < 3:  # the driver left Grad-CAM's backward to explain(), which ran it
                 want_map = ov.saliency.compute(f, d.state_before, d.output, d.t)
                 np.testing.assert_allclose(extras["saliency"].cam, want_map.cam, atol=1e-5)
-            assert ("Grad-CAM off" in status) == (i >= 3) and "traces" in extras
+            assert (f"{ov.saliency.label} off" in status) == (i >= 3) and "traces" in extras
+            assert (status.startswith("HiResCAM @ conv2:")) == (i < 3)  # the HUD names the method and layer
         ov.toggle_saliency()
         assert driver.saliency is ov.saliency
     finally:
@@ -246,34 +247,90 @@ def test_overlay_frame_differs_where_the_cam_is_high(policy):
     assert diff[cam_big > 0.8].mean() > 5 * diff[cam_big < 0.2].mean()
 
 
-def test_cam_equals_the_input_gradient_cam(policy):
+@pytest.mark.parametrize("method,layer", [("gradcam", "last"), ("hirescam", "auto"), ("layercam", "conv2"),
+                                          ("gradcam++", "conv1")])
+def test_cam_equals_the_input_gradient_cam(policy, method, layer):
     """The map with the gradient stopped at the target layer (only its bias trainable) is the library's
-    map with the gradient taken from the input, all weights frozen (the earlier, costlier path)."""
-    from pytorch_grad_cam import GradCAM
+    map of the same class with the gradient taken from the input, all weights frozen (the earlier,
+    costlier path), for each live method and at any layer."""
+    import pytorch_grad_cam
     from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
 
-    from agent.drive.saliency import NewestFrameModel, SaliencyOverlay
+    from agent.drive.saliency import SALIENCY_METHODS, NewestFrameModel, SaliencyOverlay, resolve_saliency_layer
 
     steps = _play(policy, _frames(6))
-    with SaliencyOverlay(policy, policy.config.action_names) as ov:
-        fast = [ov.compute(f, before, y).cam for f, before, y, _ in steps]
+    with SaliencyOverlay(policy, policy.config.action_names, method=method, layer=layer) as ov:
+        fast = [ov.compute(f, before, y) for f, before, y, _ in steps]
+    assert all(m.method == ov.label for m in fast)
+    name, module = resolve_saliency_layer(policy, layer)
+    assert ov.label == f"{SALIENCY_METHODS[method]} @ {name}"
     ref_model = NewestFrameModel(policy)
     policy.requires_grad_(False)
-    ref = GradCAM(model=ref_model, target_layers=[policy.saliency_layer()])
+    ref = getattr(pytorch_grad_cam, SALIENCY_METHODS[method])(model=ref_model, target_layers=[module])
     ref.compute_input_gradient = True
     try:
         top, bottom, left, right = policy.saliency_region((96, 96))
-        for (f, before, y, _), cam in zip(steps, fast):
+        for (f, before, y, _), m in zip(steps, fast):
             ref_model.state_before = before
             want = ref(input_tensor=policy.saliency_input(f, before),
                        targets=[ClassifierOutputTarget(int(y.argmax()))])[0]
-            got = cam[top:bottom, left:right]
+            got = m.cam[top:bottom, left:right]
             readable = got > 0
             np.testing.assert_allclose(got[readable], np.clip(want, 0, 1)[readable], atol=1e-5)
             assert want.max() > 0 and (got > 0).any()
     finally:
         ref.activations_and_grads.release()
         policy.requires_grad_(True)
+
+
+def test_default_layer_is_the_second_to_last_convolution(policy):
+    from agent.drive.saliency import conv_layers, resolve_saliency_layer
+
+    convs = conv_layers(policy)
+    assert list(convs) == ["conv1", "conv2", "conv3"]
+    assert resolve_saliency_layer(policy) == ("conv2", convs["conv2"])
+    assert resolve_saliency_layer(policy, "last") == ("conv3", convs["conv3"])
+    assert convs["conv3"] is policy.saliency_layer()
+    with pytest.raises(ValueError, match="conv7.*conv1, conv2, conv3"):
+        resolve_saliency_layer(policy, "conv7")
+
+
+def test_unknown_method_is_refused_with_the_choices(policy):
+    from agent.drive.saliency import SaliencyOverlay
+
+    with pytest.raises(ValueError, match="scorecam.*hirescam"):
+        SaliencyOverlay(policy, policy.config.action_names, method="scorecam")
+    assert all(p.requires_grad for p in policy.parameters())  # nothing was frozen by the refusal
+
+
+def test_drive_options_offer_exactly_the_live_methods():
+    import typing
+
+    from agent.drive.config import DriveConfig, SaliencyMethod
+    from agent.drive.saliency import DEFAULT_METHOD, SALIENCY_METHODS
+
+    assert set(typing.get_args(SaliencyMethod)) == set(SALIENCY_METHODS)
+    assert DriveConfig.saliency_method == DEFAULT_METHOD
+
+
+@pytest.mark.parametrize("layer", ["conv0", "fc1", "conv", "3"])
+def test_drive_refuses_a_malformed_layer(layer, capsys):
+    from agent.train.config import ConfigError
+
+    with pytest.raises(ConfigError, match="--saliency-layer takes conv1, conv2"):
+        DriveConfig(headless=True, saliency_layer=layer)
+    with pytest.raises(SystemExit) as e:  # on the command line tyro reports it
+        _parse("--headless", "--saliency-layer", layer)
+    assert e.value.code == 2 and "--saliency-layer" in capsys.readouterr().err
+
+
+def test_an_empty_map_is_explained_not_drawn_cold():
+    from agent.drive.saliency import SaliencyMap
+
+    empty = SaliencyMap(np.zeros((96, 96), np.float32), "logit of 'gas'", 0.004, "HiResCAM @ conv2")
+    assert empty.empty and empty.status() == "HiResCAM @ conv2: no positive evidence for 'gas' (empty map)"
+    full = SaliencyMap(np.eye(96, dtype=np.float32), "steering to the left", 0.004, "LayerCAM @ conv4")
+    assert not full.empty and full.status() == "LayerCAM @ conv4: steering to the left"
 
 
 def test_steering_policy_gets_both_signs(policy):
@@ -301,9 +358,9 @@ def test_steering_policy_gets_both_signs(policy):
 
 
 def test_hooks_are_released_and_weights_unfrozen(policy):
-    from agent.drive.saliency import SaliencyOverlay
+    from agent.drive.saliency import SaliencyOverlay, resolve_saliency_layer
 
-    layer = policy.saliency_layer()
+    layer = resolve_saliency_layer(policy)[1]
     before = len(layer._forward_hooks)
     ov = SaliencyOverlay(policy, policy.config.action_names)
     assert len(layer._forward_hooks) == before + 2 and len(ov.hooks) == 2
@@ -316,9 +373,10 @@ def test_hooks_are_released_and_weights_unfrozen(policy):
 
 
 def test_drive_releases_hooks(same_policy, capsys):
+    from agent.drive.saliency import resolve_saliency_layer
     from agent.drive.session import DriveSession
 
-    layer = same_policy.saliency_layer()
+    layer = resolve_saliency_layer(same_policy)[1]
 
     s = DriveSession(_parse("--headless", "--max-steps", "5"), same_policy, "tiny.pt", headless=True, force_draw=True)
     try:

@@ -154,6 +154,12 @@ def test_missing_policy_names_the_policies_folder(capsys):
     assert "no-such-policy.pt" in err and "policies" in err
 
 
+def test_a_layer_the_policy_lacks_is_an_error_even_headless(policy_file, capsys):
+    code = run_drive(_parse("--policy", str(policy_file), "--headless", "--max-steps", "5", "--saliency-layer", "conv9"))
+    err = capsys.readouterr().err
+    assert code == 2 and "saliency layer 'conv9'" in err and "conv1, conv2, conv3" in err
+
+
 def test_bad_record_suffix_is_an_error(policy_file, tmp_path):
     with pytest.raises(ConfigError, match=r"give a path ending in \.mp4"):
         DriveConfig(policy=str(policy_file), headless=True, record=str(tmp_path / "x.gif"))

@@ -36,10 +36,15 @@ DEFAULT_SCALE = {"carracing": 6, "udacity": 2}
 #: taught. ``--teacher.no-start-rule`` shows the expert's network alone.
 DRIVE_TEACHER = TeacherSection(start_rule=True)
 
+#: ``--saliency-method`` choices: the keys of :data:`agent.drive.saliency.SALIENCY_METHODS` (kept here
+#: as a Literal so that ``--help`` does not import torch; a test holds the two equal).
+SaliencyMethod = Literal["hirescam", "layercam", "gradcam", "gradcam++", "xgradcam", "gradcam-elementwise"]
+
 DESCRIPTION = """Run a policy in the simulator with a live window (frame, action, speed, return, FPS).
 
 Without a display, or with --headless, it runs without a window; --record writes an mp4.
-Live interpretability: Grad-CAM saliency over the frame and the NAC neuron traces (phi, omega,
+Live interpretability: a saliency heat map over the frame (HiResCAM at the CNN's second-to-last
+convolution by default: the most faithful live method measured) and the NAC neuron traces (phi, omega,
 logits, weights, NCP neuron groups) in the right panel. Keys in the window: P/space pause, N/.
 single step, S saliency, T traces, H next head, [ and ] heat-map opacity, R restart the episode,
 Q/Esc quit."""
@@ -119,7 +124,14 @@ class DriveConfig:
     overlay: bool = True
     """the saliency, the traces and their panel (--no-overlay: the plain view)"""
     saliency: bool = True
-    """start with the Grad-CAM overlay on (--no-saliency: not computed, so --dump-traces stores no cam)"""
+    """start with the saliency overlay on (--no-saliency: not computed, so --dump-traces stores no cam)"""
+    saliency_method: SaliencyMethod = "hirescam"
+    """the CAM method of pytorch-grad-cam drawn live: hirescam (the default; the most faithful of those that pass the
+    sanity check, by ROAD on unseen tracks), layercam, gradcam (the paper's; often empty or on the grass at the last
+    convolution), gradcam++, xgradcam, gradcam-elementwise"""
+    saliency_layer: str = "auto"
+    """the convolution the map is computed at: conv1 .. convN, last, or auto (the second-to-last: conv2 of
+    CarRacing's CNN)"""
     traces: bool = True
     """start with the NAC trace panel on"""
     cam_opacity: float = 0.5
@@ -137,6 +149,11 @@ class DriveConfig:
         _need(self.record is None or Path(self.record).suffix.lower() == ".mp4",
               f"--record writes an mp4 video; give a path ending in .mp4, got {self.record!r}")
         _need(0.0 <= self.cam_opacity <= 1.0, f"--cam-opacity must be in 0..1, got {self.cam_opacity}")
+        _need(self.saliency_layer in ("auto", "last") or (self.saliency_layer.startswith("conv")
+                                                          and self.saliency_layer[4:].isdigit()
+                                                          and int(self.saliency_layer[4:]) >= 1),
+              f"--saliency-layer takes conv1, conv2, ... (the CNN's convolutions in order), last or auto, "
+              f"got {self.saliency_layer!r}")
         _need(self.dump_traces is None or Path(self.dump_traces).suffix.lower() in TRACE_SUFFIXES,
               f"--dump-traces writes an HDF5 (.h5, .hdf5) or .npz file; give a path ending in one of them, "
               f"got {self.dump_traces!r}")
@@ -190,4 +207,4 @@ def parse_drive_args(argv: list[str], prog: str = "drive") -> DriveConfig:
 
 
 __all__ = ["DEFAULT_SCALE", "DEFAULT_SEED", "DESCRIPTION", "DRIVE_TEACHER", "DriveConfig", "ENVS", "ENV_FPS",
-           "TRACE_SUFFIXES", "UdacityOptions", "parse_drive_args"]
+           "SaliencyMethod", "TRACE_SUFFIXES", "UdacityOptions", "parse_drive_args"]

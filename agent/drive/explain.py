@@ -1,4 +1,4 @@
-"""The live interpretability of one ``drive`` run (:class:`Overlays`): Grad-CAM saliency and the NAC
+"""The live interpretability of one ``drive`` run (:class:`Overlays`): CAM saliency and the NAC
 neuron traces, computed per step, kept as history (and for ``--dump-traces``) and handed to the
 drawers of :mod:`agent.drive.overlays`.
 """
@@ -10,12 +10,13 @@ import numpy as np
 from agent.actors.rollout import Actor, Decision, PolicyActor
 from agent.drive.hud import DEFAULT_ACTION_NAMES, Renderer
 from agent.drive.overlays import PanelNote, SaliencyDrawer, TracePanel
-from agent.drive.saliency import PendingSaliency, SaliencyOverlay, saliency_unavailable_reason
+from agent.drive.saliency import (DEFAULT_LAYER, DEFAULT_METHOD, PendingSaliency, SaliencyOverlay,
+                                  check_saliency_method, resolve_saliency_layer, saliency_unavailable_reason)
 from agent.drive.traces import TraceHistory, TraceRecorder, action_number, step_traces
 
 
 class Overlays:
-    """The live interpretability of one run: Grad-CAM saliency and NAC neuron traces.
+    """The live interpretability of one run: CAM saliency (HiResCAM by default) and NAC neuron traces.
 
     Built once per run. Saliency needs a policy with the CNN saliency hooks; traces need NAC
     intermediates from the policy's ``step``. When either is impossible it stays off and
@@ -27,15 +28,18 @@ class Overlays:
         driver: the runner's driver for it.
         renderer: where the drawers go (None: nothing is shown; traces may still be dumped).
         saliency, traces: whether to try each.
-        dump: keep every step's traces for ``--dump-traces``, with the step's Grad-CAM map (then
+        dump: keep every step's traces for ``--dump-traces``, with the step's CAM map (then
             computed also when nothing is drawn, unless ``saliency`` is False).
         recorder: where the dumped steps go when they can be recorded: an object with
             :meth:`agent.drive.traces.TraceRecorder.add`'s method, e.g. a streaming
             :class:`agent.drive.traces.TraceWriter`; None: an in-memory ``TraceRecorder``.
         opacity: initial heat-map opacity (0..1).
         class_names: names of the action classes.
-        fuse: act through Grad-CAM's forward (the default: one differentiable forward gives the
-            action; :meth:`explain` runs Grad-CAM's backward on it, after the runner has sent the
+        saliency_method, saliency_layer: the CAM (a key of
+            :data:`agent.drive.saliency.SALIENCY_METHODS`) and its convolution (``conv1`` ..,
+            ``last``, ``auto``: the second-to-last).
+        fuse: act through the CAM's forward (the default: one differentiable forward gives the
+            action; :meth:`explain` runs the CAM's backward on it, after the runner has sent the
             action, so with the env in a worker process the map is computed while the env steps).
             False: the driver takes a plain no-grad step and :meth:`explain` computes the map with
             a second forward and the backward (about 2.8 ms more CPU per step here; kept to
@@ -44,7 +48,8 @@ class Overlays:
 
     def __init__(self, policy, driver: Actor, renderer: "Renderer | None", *, saliency: bool, traces: bool,
                  dump: bool = False, opacity: float = 0.5, class_names: tuple[str, ...] = DEFAULT_ACTION_NAMES,
-                 fuse: bool = True, recorder=None):
+                 fuse: bool = True, recorder=None, saliency_method: str = DEFAULT_METHOD,
+                 saliency_layer: str = DEFAULT_LAYER):
         self.reasons: dict[str, str] = {}
         self.saliency = None
         self._fused = False
@@ -56,13 +61,17 @@ class Overlays:
         # --dump-traces writes NAC traces; with them, each step's Grad-CAM map (``cam``), computed
         # even when nothing is drawn (headless), unless saliency is off (--no-saliency, --no-overlay).
         dumping = dump and policy_actor and not driver.traces_reason
+        if saliency and policy_actor and saliency_unavailable_reason(policy) is None:
+            resolve_saliency_layer(policy, saliency_layer)  # a wrong --saliency-layer fails even when nothing is drawn
+            check_saliency_method(saliency_method)
         if saliency and (renderer is not None or dumping):
             reason = saliency_unavailable_reason(policy) if policy_actor else \
                 f"{driver.label} acts without a CNN on the frame"
             if reason:
                 self.reasons["saliency"] = reason
             else:
-                self.saliency = SaliencyOverlay(policy, tuple(getattr(policy.config, "action_names", ())))
+                self.saliency = SaliencyOverlay(policy, tuple(getattr(policy.config, "action_names", ())),
+                                                method=saliency_method, layer=saliency_layer)
                 if renderer is not None:
                     self.saliency_drawer = SaliencyDrawer(opacity)
                     renderer.frame_filters.append(self.saliency_drawer)
@@ -133,10 +142,10 @@ class Overlays:
                     sal = self.saliency.compute(obs, d.state_before, d.output, d.t)
                 extras["saliency"] = sal
                 opacity = f", opacity {self.saliency_drawer.opacity:.1f}" if self.saliency_drawer is not None else ""
-                status.append(f"Grad-CAM: {sal.target}, {1000 * sal.seconds:.1f} ms{opacity}")
+                status.append(f"{sal.status()}, {1000 * sal.seconds:.1f} ms{opacity}")
             else:
                 self.saliency.discard()  # the hooks saw the policy's own step; keep nothing
-                status.append("Grad-CAM off")
+                status.append(f"{self.saliency.label} off")
         if d.intermediates is not None:
             cache = getattr(d.state, "cache", None)
             tr = step_traces(d.intermediates, 0, cache.length - 1 if cache is not None else None, self.topk)

@@ -80,7 +80,7 @@ import torch
 from torch import Tensor, nn
 
 from agent._torchvision_compat import ensure_torchvision
-from agent.drive.saliency import NewestFrameModel
+from agent.drive.saliency import NewestFrameModel, conv_layers
 
 log = logging.getLogger(__name__)
 
@@ -104,21 +104,6 @@ TIE_BREAK = 1e-7
 
 
 # ----------------------------------------------------------------------------- the model the library sees
-
-def conv_layers(policy) -> dict[str, nn.Module]:
-    """The convolutions of a policy's features extractor, in forward order: ``{"conv1": ..., "convN": ...}``.
-
-    Raises:
-        ValueError: the policy has no features extractor or no convolution in it.
-    """
-    feats = getattr(policy, "features", None)
-    if not isinstance(feats, nn.Module):
-        raise ValueError(f"{type(policy).__name__} has no features extractor")
-    convs = [m for m in feats.modules() if isinstance(m, (nn.Conv2d, nn.Conv3d))]
-    if not convs:
-        raise ValueError(f"{type(feats).__name__} has no convolution")
-    return {f"conv{i + 1}": m for i, m in enumerate(convs)}
-
 
 def input_keep_mask(policy, frame_hw: tuple[int, int]) -> np.ndarray:
     """(H', W') float32 over the network input: 1 where the CNN reads the pixel, 0 where ``preprocess``

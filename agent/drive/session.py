@@ -242,7 +242,8 @@ class DriveSession:
             self.writer = VideoWriter(Path(cfg.record), self.renderer.size, fps=self.env_fps)
         self.overlays = Overlays(policy, self.driver, self.renderer, saliency=overlay and cfg.saliency,
                                  traces=overlay and cfg.traces, dump=cfg.dump_traces is not None,
-                                 opacity=cfg.cam_opacity, class_names=self.class_names, recorder=self.trace_writer)
+                                 opacity=cfg.cam_opacity, class_names=self.class_names, recorder=self.trace_writer,
+                                 saliency_method=cfg.saliency_method, saliency_layer=cfg.saliency_layer)
         for what, why in self.overlays.reasons.items():
             print(f"drive: note: {what} overlay off: {why}", file=sys.stderr)
         self.paused = self.single_step = self.restart_requested = False
