@@ -48,7 +48,6 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 from torch import Tensor, nn
 
 from agent._torchvision_compat import ensure_torchvision
