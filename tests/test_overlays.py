@@ -675,12 +675,23 @@ def test_record_contains_the_overlays(same_policy, tmp_path):
 def test_bench_drive_prints_four_configurations(policy_file, same_policy, capsys):
     from agent.bench.drive import CONFIGS, bench_drive, print_drive_table
 
-    rows = bench_drive(str(policy_file), steps=10, warmup=2)
+    rows = bench_drive(str(policy_file), steps=10, warmup=2, saliency_variants=("gradcam@last",))
     print_drive_table(rows)
     out = capsys.readouterr().out
-    assert [r["config"] for r in rows] == [c[0] for c in CONFIGS]
+    assert [r["config"] for r in rows] == [c[0] for c in CONFIGS] + ["all on, gradcam@last"]
     assert all(r["fps"] > 0 and r["steps"] == 10 and r["step_p99_ms"] >= r["step_p50_ms"] for r in rows)
     assert "| all on |" in out and "FPS target" in out
+
+
+@pytest.mark.parametrize("variant,match", [("gradcam", "METHOD@LAYER"), ("gradcam@", "METHOD@LAYER"),
+                                           ("scorecam@conv2", "not one the live loop runs")])
+def test_bench_drive_refuses_a_malformed_saliency_variant(variant, match):
+    from agent.bench.drive import saliency_config
+
+    with pytest.raises(ValueError, match=match):
+        saliency_config(variant)
+    assert saliency_config("layercam@auto") == ("all on, layercam@auto",
+                                                {"saliency_method": "layercam", "saliency_layer": "auto"})
 
 
 def test_non_nac_core_gets_saliency_and_a_reason_in_the_panel():

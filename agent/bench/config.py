@@ -87,7 +87,7 @@ class BenchNac:
 class BenchDrive:
     """Runner FPS and step latency with and without the overlays.
 
-    Runner speed in four configurations (policy only, + NAC traces, + Grad-CAM, all on), every
+    Runner speed in four configurations (policy only, + NAC traces, + saliency, all on), every
     frame composed as the window shows it: FPS, p50/p99 of the loop step and of the
     observation-to-action latency, and CPU ms per step. Headless by default; --window shows every
     frame in a real window (DISPLAY, or a private Xvfb started for the run when DISPLAY is unset:
@@ -106,12 +106,18 @@ class BenchDrive:
     """add a configuration: all on while writing the mp4 (drive --record), with ffmpeg's CPU"""
     fps_limit: float = 0.0
     """the window's frame-rate cap, FPS; 0 = none, to see what the loop can do"""
+    saliency_variants: tuple[str, ...] = ()
+    """extra 'all on' rows, one per live CAM as METHOD@LAYER (e.g. gradcam@last layercam@auto hirescam@conv3), to
+    compare their cost with the default's side by side"""
     json: str | None = None
     """also write the rows as JSON here"""
     overwrite: bool = False
     """replace an existing --json file"""
 
     def __post_init__(self):
+        for v in self.saliency_variants:
+            _need("@" in v and v.split("@", 1)[1] != "", f"--saliency-variants takes METHOD@LAYER (e.g. gradcam@last), "
+                                                         f"got {v!r}")
         _need(10 <= self.steps <= 19_975, f"--steps must be in 10..19975 (a drive session keeps the timings of "
                                           f"20,000 steps, 25 of them warm-up; use more --rounds), got {self.steps}")
         _need(self.rounds >= 1, f"--rounds must be >= 1, got {self.rounds}")

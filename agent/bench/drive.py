@@ -5,13 +5,15 @@ Four configurations of the same run, each composing every frame as a window woul
 
 1. policy only (no overlay panel),
 2. + NAC traces,
-3. + Grad-CAM,
+3. + saliency (the live CAM: HiResCAM at conv2 by default),
 4. all on (Grad-CAM and traces),
 5. all on with the env stepped in this process (``--env-worker off``), beside 4, where it steps in
    a worker process while the frame is drawn (:mod:`agent.drive.envworker`; the default whenever
    frames are drawn, so rows 1-4 have it too),
 
-and with ``record=True`` a fifth: all on while writing the mp4 (``drive --record``).
+and with ``record=True`` a fifth: all on while writing the mp4 (``drive --record``). Each of
+``saliency_variants`` (``METHOD@LAYER``, e.g. ``gradcam@last``) adds an "all on" row with that CAM in
+place of the default, so the cost of each live method is measured side by side in one process.
 
 Without ``window`` the run is headless (SDL's dummy driver): the frames are composed but shown
 nowhere. With ``window`` every frame goes to a real pygame window, as ``drive`` shows it; with no X
@@ -46,7 +48,7 @@ from agent.drive.session import TIMING_STEPS, DriveSession, quiet_gc
 CONFIGS = (
     ("policy only", {"overlay": False}),
     ("+ traces", {"saliency": False}),
-    ("+ Grad-CAM", {"traces": False}),
+    ("+ saliency", {"traces": False}),
     ("all on", {}),
     ("all on, env in this process", {"env_worker": "off"}),
 )
@@ -122,7 +124,7 @@ def _read_display_number(fd: int, proc: subprocess.Popen, timeout_s: float) -> i
 
 def bench_drive(policy: str = "nac.pt", steps: int = 600, warmup: int = 25, seed: int | None = None,
                 rounds: int = 1, configs=CONFIGS, window: bool = False, record: bool = False,
-                fps_limit: float = 0.0) -> list[dict]:
+                fps_limit: float = 0.0, saliency_variants: tuple[str, ...] = ()) -> list[dict]:
     """Time the runner in each configuration.
 
     Args:
@@ -134,6 +136,9 @@ def bench_drive(policy: str = "nac.pt", steps: int = 600, warmup: int = 25, seed
         window: show every frame in a real window (see :func:`x_display`); else headless.
         record: add :data:`RECORD_CONFIG`: all on, writing an mp4 (to a temporary folder, deleted).
         fps_limit: the window's frame-rate cap, FPS (0: none, to measure what the loop can do).
+        saliency_variants: ``METHOD@LAYER`` strings (methods of
+            :data:`agent.drive.saliency.SALIENCY_METHODS`; layers ``convN``, ``last``, ``auto``): one more
+            "all on" row each, named ``all on, METHOD@LAYER``.
 
     Returns:
         one dict per configuration: ``config``, ``fps``, ``step_p50_ms``, ``step_p99_ms``,
@@ -144,8 +149,10 @@ def bench_drive(policy: str = "nac.pt", steps: int = 600, warmup: int = 25, seed
 
     Raises:
         DisplayUnavailable: ``window`` but no window can be opened.
-        ValueError: ``steps + warmup`` over :data:`agent.drive.session.TIMING_STEPS`.
+        ValueError: ``steps + warmup`` over :data:`agent.drive.session.TIMING_STEPS`, or a malformed
+            saliency variant.
     """
+    configs = tuple(configs) + tuple(saliency_config(v) for v in saliency_variants)
     if steps + warmup > TIMING_STEPS:
         raise ValueError(f"steps + warmup must be at most {TIMING_STEPS} (the timings a drive session keeps), "
                          f"got {steps} + {warmup}; use more --rounds instead")
@@ -154,6 +161,21 @@ def bench_drive(policy: str = "nac.pt", steps: int = 600, warmup: int = 25, seed
         return _bench(policy, steps, warmup, seed, rounds, configs, record, fps_limit, None)
     with x_display() as display:
         return _bench(policy, steps, warmup, seed, rounds, configs, record, fps_limit, display)
+
+
+def saliency_config(variant: str) -> tuple[str, dict]:
+    """``"METHOD@LAYER"`` -> the configuration ``("all on, METHOD@LAYER", DriveConfig changes)``.
+
+    Raises:
+        ValueError: no ``@``, or a method the live loop cannot run (the message lists them).
+    """
+    from agent.drive.saliency import check_saliency_method
+
+    method, sep, layer = variant.partition("@")
+    if not sep or not layer:
+        raise ValueError(f"a saliency variant is METHOD@LAYER, e.g. gradcam@last or layercam@conv2; got {variant!r}")
+    check_saliency_method(method)
+    return f"all on, {method}@{layer}", {"saliency_method": method, "saliency_layer": layer}
 
 
 def _bench(policy, steps, warmup, seed, rounds, configs, record, fps_limit, display) -> list[dict]:

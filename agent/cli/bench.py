@@ -42,7 +42,7 @@ def _bridge(cfg: BenchBridge) -> list[dict]:
 def _drive(cfg: BenchDrive) -> list[dict]:
     try:
         rows = bench_drive(cfg.policy, cfg.steps, rounds=cfg.rounds, window=cfg.window, record=cfg.record,
-                           fps_limit=cfg.fps_limit)
+                           fps_limit=cfg.fps_limit, saliency_variants=cfg.saliency_variants)
     except DisplayUnavailable as exc:
         raise CLIError(f"--window: {exc}") from exc
     print_drive_table(rows)
