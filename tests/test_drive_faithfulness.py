@@ -171,3 +171,36 @@ def test_cascade_copies_randomise_cumulatively():
         assert expect <= changed and changed <= {n for _, names in groups[: k + 1] for n in names}
         seen.append(gname)
     assert seen == [g for g, _ in groups]
+
+
+def test_a_cut_short_report_resumes_with_its_finished_rows(tmp_path):
+    """The rows a run finished are kept in faithfulness.partial.json; a rerun with the same policy, steps
+    and settings scores only the rest, and one with other settings starts over."""
+    import json
+
+    policy, samples = _tiny_policy_and_samples(3)
+    path = policy.save(tmp_path / "tiny.pt")
+    out = tmp_path / "out"
+    said = []
+    kw = dict(methods=["HiResCAM", "GradCAM"], layers=["conv3"], out_dir=out, samples=samples, sanity_steps=0,
+              progress=said.append)
+    full = F.faithfulness_report(path, [0], 3, **kw)
+    assert not (out / "faithfulness.partial.json").exists()
+    assert full["reference"] == "GradCAM @ conv3"
+    ref = next(r for r in full["rows"] if r["method"] == "GradCAM")
+    assert ref["road_minus_reference"]["mean"] == pytest.approx(0.0)
+    key = {"weights_sha256": full["weights_sha256"], "tracks": [0], "steps": 3, "percentiles": full["percentiles"],
+           "seed": 0}
+    # a run cut short after its first row: that row (tampered with, to tell it from a recomputed one) is kept
+    first = dict(full["rows"][0], ms_per_frame=-1.0)
+    (out / "faithfulness.partial.json").write_text(json.dumps({"key": key, "rows": [first]}))
+    said.clear()
+    again = F.faithfulness_report(path, [0], 3, **kw)
+    assert any("resuming: 1 row(s)" in s for s in said)
+    assert again["rows"][0]["ms_per_frame"] == -1.0 and again["rows"][1]["ms_per_frame"] > 0
+    assert again["rows"][1]["road"] == pytest.approx(full["rows"][1]["road"])
+    # other settings (another seed): nothing is kept
+    (out / "faithfulness.partial.json").write_text(json.dumps({"key": key, "rows": [first]}))
+    said.clear()
+    other = F.faithfulness_report(path, [0], 3, seed=1, **kw)
+    assert not any("resuming" in s for s in said) and other["rows"][0]["ms_per_frame"] > 0

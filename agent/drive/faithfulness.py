@@ -1,7 +1,8 @@
 """How faithful are the saliency overlays? ROAD, confidence change and sanity checks, per CAM method and layer.
 
-The live runner shows Grad-CAM of the chosen action at the CNN's last convolution
-(:mod:`agent.drive.saliency`). This module measures, on frames of closed-loop drives, whether
+The live runner shows a CAM of the chosen action (HiResCAM at the second-to-last convolution since
+2026-11-27, chosen with this module; Grad-CAM at the last convolution before:
+:mod:`agent.drive.saliency`). This module measures, on frames of closed-loop drives, whether
 such a map marks the pixels the policy actually uses, for every CAM method of the
 pytorch-grad-cam library (``grad-cam``) that runs on the policy and at each convolution of the
 CNN, against baselines that know nothing of the policy:
@@ -673,6 +674,7 @@ def markdown_table(report: dict) -> str:
     ps = report["percentiles"]
     head = ("| method | layer | steps | ROAD combined [95 % CI] | "
             + " | ".join(f"MoRF {100 - p} %" for p in ps) + " | " + " | ".join(f"LeRF {100 - p} %" for p in ps)
+            + f" | Δ ROAD vs {report.get('reference', 'GradCAM')} [95 % CI]"
             + " | confidence change [95 % CI] | empty maps | ms / frame | sanity (ρ fully randomised) |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in report["rows"]:
@@ -685,6 +687,7 @@ def markdown_table(report: dict) -> str:
         lines.append(f"| {r['method']} | {r['layer']} | {r['steps']} | {_fmt(r['road'])} | "
                      + " | ".join(f"{r['morf'][str(p)]['mean']:+.3f}" for p in ps) + " | "
                      + " | ".join(f"{r['lerf'][str(p)]['mean']:+.3f}" for p in ps)
+                     + f" | {_fmt(r['road_minus_reference']) if 'road_minus_reference' in r else '-'}"
                      + f" | {_fmt(r['conf_change'])} | {100 * r['empty_share']:.0f} % | {r['ms_per_frame']:.1f} | {san_s} |")
     return "\n".join(lines) + "\n"
 
@@ -729,7 +732,7 @@ def faithfulness_report(policy_path, tracks: Sequence[int], steps: int, methods:
             {"@LAYER": n} for every method at a layer, {"METHOD@LAYER": n} for one row (first match wins
             in that order: row, method, layer).
         sanity_steps: steps used by the sanity check (evenly spread over the scored ones; 0: none).
-        sanity_layers: layers checked (default: the last convolution, the live overlay's).
+        sanity_layers: layers checked (default: the last convolution).
         seed: seeds the tie-breaks, ROAD's imputation noise, RandomCAM and the randomisation.
         progress: called with a line of text after each method and layer (e.g. ``print``).
         samples: steps already collected (:func:`collect_samples` with this policy, ``tracks`` and
@@ -765,8 +768,27 @@ def faithfulness_report(policy_path, tracks: Sequence[int], steps: int, methods:
     samples = list(samples)
     say(f"{len(samples)} steps from {len(tracks)} tracks in {time.perf_counter() - t_start:.0f} s")
     rows, road_by_step = [], {}
+    # a cut-short run with the same policy, steps and settings left its finished rows: keep them
+    key = {"weights_sha256": weights_sha256(path), "tracks": [int(t) for t in tracks], "steps": len(samples),
+           "percentiles": [int(p) for p in percentiles], "seed": int(seed)}
+    partial = Path(out_dir) / "faithfulness.partial.json" if out_dir is not None else None
+    done = {}
+    if partial is not None and partial.is_file():
+        try:
+            saved = json.loads(partial.read_text())
+        except json.JSONDecodeError:
+            saved = {}
+        if isinstance(saved, dict) and saved.get("key") == key:
+            done = {(r["method"], r["layer"]): r for r in saved.get("rows", [])}
+            say(f"resuming: {len(done)} row(s) kept from {partial}")
     for m in methods:
         for lname in (["-"] if m in LAYERLESS else layers):
+            if (m, lname) in done:
+                row = done[(m, lname)]
+                rows.append(row)
+                if "road_per_step" in row:
+                    road_by_step[(m, lname)] = dict(zip(row["steps_index"], row["road_per_step"]))
+                continue
             limit = step_limits.get(f"{m}@{lname}", step_limits.get(m, step_limits.get(f"@{lname}")))
             idx = np.arange(len(samples)) if not limit or limit >= len(samples) else \
                 np.unique(np.linspace(0, len(samples) - 1, int(limit)).round().astype(int))
@@ -798,19 +820,22 @@ def faithfulness_report(policy_path, tracks: Sequence[int], steps: int, methods:
                        ms_per_frame_mean=float(1000 * np.mean(run.seconds)),
                        road_per_step=[d["road"] for d in sc])
             rows.append(row)
-            if out_dir is not None:  # rows so far, in case the run is cut short
-                Path(out_dir).mkdir(parents=True, exist_ok=True)
-                (Path(out_dir) / "faithfulness.partial.json").write_text(json.dumps(rows, default=_json_default))
+            if partial is not None:  # rows so far, in case the run is cut short (a rerun keeps them)
+                partial.parent.mkdir(parents=True, exist_ok=True)
+                tmp = partial.with_suffix(".tmp")
+                tmp.write_text(json.dumps({"key": key, "rows": rows}, default=_json_default))
+                tmp.replace(partial)
             say(f"{m} @ {lname}: ROAD {_fmt(row['road'])}, confidence change {_fmt(row['conf_change'])}, "
                 f"{row['ms_per_frame']:.1f} ms/frame, {len(sub)} steps, scoring {time.perf_counter() - t0:.0f} s")
-    # paired difference against the live overlay's method (Grad-CAM at the last convolution)
-    live = ("GradCAM", list(convs)[-1])
-    if live in road_by_step:
+    # paired difference against the reference: the paper's Grad-CAM at the last convolution (the live
+    # overlay's method until 2026-11-27)
+    ref = ("GradCAM", list(convs)[-1])
+    if ref in road_by_step:
         for r in rows:
-            key = (r["method"], r["layer"])
-            if key in road_by_step:
-                common = sorted(set(road_by_step[key]) & set(road_by_step[live]))
-                r["road_minus_live"] = mean_interval([road_by_step[key][i] - road_by_step[live][i] for i in common])
+            rk = (r["method"], r["layer"])
+            if rk in road_by_step:
+                common = sorted(set(road_by_step[rk]) & set(road_by_step[ref]))
+                r["road_minus_reference"] = mean_interval([road_by_step[rk][i] - road_by_step[ref][i] for i in common])
     sanity = {}
     if sanity_steps > 0:
         sidx = np.unique(np.linspace(0, len(samples) - 1, int(sanity_steps)).round().astype(int))
@@ -833,7 +858,7 @@ def faithfulness_report(policy_path, tracks: Sequence[int], steps: int, methods:
         "metric_target": "logit margin of the chosen action (its logit - the largest other)", "cam_target": "logit of the chosen action",
         "sanity_threshold": SANITY_THRESHOLD, "sanity_steps": int(sanity_steps), "tie_break": TIE_BREAK,
         "torch_threads": torch.get_num_threads(), "seconds": time.perf_counter() - t_start,
-        "rows": rows, "sanity": sanity,
+        "reference": f"{ref[0]} @ {ref[1]}", "rows": rows, "sanity": sanity,
     }
     if out_dir is not None:
         out = Path(out_dir)
