@@ -81,6 +81,8 @@ import torch
 from torch import Tensor, nn
 
 from agent._torchvision_compat import ensure_torchvision
+from agent.drive.regions import road_mask
+from agent.drive.stats import mean_interval
 from agent.drive.saliency import NewestFrameModel, conv_layers
 
 log = logging.getLogger(__name__)
@@ -176,30 +178,6 @@ def gradient_at(policy: nn.Module, layer: nn.Module | None):
 
 
 # ----------------------------------------------------------------------------- maps
-
-def road_mask(frame: np.ndarray) -> np.ndarray:
-    """(H, W) float32: 1 on CarRacing's grey road pixels, else 0.
-
-    gymnasium draws the road in grey, RGB (102, 102, 102) plus up to 5 per tile
-    (``ROAD_COLOR`` 0.4 and ``0.01 * (i % 3)``), the grass in green (102, 204/230, 102), the kerbs
-    red and white, the car red and the dashboard strip black. A pixel is road when its three
-    channels lie within 12 of each other and its grey level within 85..125 (the frame's
-    anti-aliased road edges count when grey enough).
-
-    Args:
-        frame: (H, W, 3) uint8 RGB, as the env renders it.
-
-    Raises:
-        ValueError: not an (H, W, 3) frame.
-    """
-    f = np.asarray(frame)
-    if f.ndim != 3 or f.shape[2] != 3:
-        raise ValueError(f"road_mask needs an (H, W, 3) RGB frame, got shape {f.shape}")
-    f = f.astype(np.int16)
-    hi, lo = f.max(axis=2), f.min(axis=2)
-    mean = f.mean(axis=2)
-    return ((hi - lo <= 12) & (mean >= 85) & (mean <= 125)).astype(np.float32)
-
 
 def sobel_map(frame: np.ndarray) -> np.ndarray:
     """(H, W) float32 in [0, 1]: the library's Sobel edge map of an RGB frame (``sobel_cam``), / its maximum."""
@@ -378,21 +356,6 @@ def _rho_with_limits(a: np.ndarray, b: np.ndarray, keep: np.ndarray | None) -> f
     if ca and cb:
         return 1.0 if np.allclose(np.asarray(a)[sel], np.asarray(b)[sel]) else 0.0
     return 0.0
-
-
-def mean_interval(values, confidence: float = 0.95) -> dict:
-    """{"mean", "lo", "hi", "n"}: the mean of the finite ``values`` and its Student-t interval (NaN if n < 2)."""
-    from scipy import stats
-
-    v = np.asarray([x for x in np.asarray(values, np.float64).ravel() if np.isfinite(x)])
-    n = int(v.size)
-    if n == 0:
-        return {"mean": float("nan"), "lo": float("nan"), "hi": float("nan"), "n": 0}
-    m = float(v.mean())
-    if n < 2:
-        return {"mean": m, "lo": float("nan"), "hi": float("nan"), "n": n}
-    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * v.std(ddof=1) / math.sqrt(n))
-    return {"mean": m, "lo": m - half, "hi": m + half, "n": n}
 
 
 # ----------------------------------------------------------------------------- frames from drives
