@@ -10,7 +10,8 @@ The workflow, one direction (docs/design.md, "Layout and data flow"):
                        (--env udacity: offline steering error; --udacity.floor: the recordings' keyboard-noise floor)
   agent info           a policy file's model card: recipe, teacher, data, scores with 95 % CIs, sha256
   agent compare        every temporal core trained and driven alike      -> table, figure (results/)
-  drive                watch a policy drive, with Grad-CAM and NAC neuron traces live
+  drive                watch a policy drive, with its saliency map and NAC neuron traces live
+  agent explain        how faithful its saliency is, where it looks, what its NAC traces encode -> report
   agent plot-traces    Figure-4-style plots of the traces from drive --dump-traces
   agent wiring         a picture of the policy's NCP wiring
   agent convert-policy a format-1 policy file in the current format
@@ -40,6 +41,7 @@ COMMANDS = {
     "evaluate": "agent.cli.evaluate",
     "info": "agent.cli.info",
     "compare": "agent.cli.compare",
+    "explain": "agent.cli.explain",
     "drive": "agent.cli.drive",
     "bench": "agent.cli.bench",
     "plot-traces": "agent.cli.tools:plot_traces",
