@@ -59,6 +59,7 @@ def test_the_probe_finds_the_planted_steering_head_and_not_the_noise_head(probes
     assert st["head 0"]["balanced_accuracy"] > 0.9 and st["head 0"]["above_chance"]
     assert st["head 1"]["balanced_accuracy"] < 0.45 and not st["head 1"]["above_chance"]
     assert [d["head"] for d in E.carriers(probes, "steering")][0] == 0
+    assert min(st["head 0"]["recall"].values()) > 0.8 and st["chance"]["recall"]["straight"] == 1.0
     # throttle lives in head 2's omega, not in head 0
     th = probes["targets"]["throttle"]["rows"]
     assert th["head 2"]["balanced_accuracy"] > 0.9 > 0.45 > th["head 1"]["balanced_accuracy"]
@@ -95,6 +96,8 @@ def test_probe_scores_refuses_one_track_and_skips_a_one_class_target():
     s.action[:] = 3  # gas only
     r = E.probe_scores(s, targets=("steering",), sets={"x": np.zeros((60, 1))})
     assert "skipped" in r["targets"]["steering"]
+    r = E.probe_scores(planted(n_tracks=2, steps=30), targets=("throttle",), sets={"x": (np.zeros((60, 1)), 0.5)})
+    assert r["targets"]["throttle"]["rows"]["x"]["C"] == 0.5 and r["targets"]["throttle"]["rows"]["chance"]["C"] is None
     with pytest.raises(ValueError, match="rows"):
         E.probe_scores(planted(n_tracks=2, steps=30), sets={"x": np.zeros((5, 1))})
 
@@ -173,6 +176,7 @@ def test_encoding_report_writes_its_files(tiny_policy, tmp_path):
     saved = json.loads((tmp_path / "out" / "encoding.json").read_text())
     assert saved["steps"] == rep["steps"] == 12 and saved["steps_per_track"] == {"700000": 6, "700001": 6}
     assert "figure4" in saved and saved["probes"]["folds"] == 2
+    assert saved["probes"]["targets"]["speed"]["rows"]["CNN features, C=0.01"]["C"] == 0.01
     assert "## Probes" in (tmp_path / "out" / "encoding.md").read_text()
     one = E.encoding_report(path, [700_000], 4, None)  # one track: no folds, the rest is measured
     assert "skipped" in one["probes"] and one["steps"] == 2

@@ -378,7 +378,8 @@ def probe_scores(samples: EncodingSamples, targets: Sequence[str] = TARGETS, set
     Args:
         samples: N steps from at least 2 tracks.
         targets: of :data:`TARGETS`.
-        sets: {name: (N, D) array} (default: :func:`feature_sets`).
+        sets: {name: (N, D) array, or ((N, D) array, C) to fit that set with its own C}
+            (default: :func:`feature_sets`).
         max_folds: the most folds.
         C: the logistic regression's inverse L2 strength (on standardised inputs).
         max_iter: lbfgs iterations.
@@ -390,7 +391,9 @@ def probe_scores(samples: EncodingSamples, targets: Sequence[str] = TARGETS, set
     Returns:
         ``{"folds": k, "tracks": [...], "C": C, "targets": {target: {"classes": names, "counts":
         {class: n}, "chance": 1 / classes present, "rows": {set: row}}}}``; a row holds
-        ``"balanced_accuracy"`` (pooled over the held-out predictions of all folds), ``"folds"``
+        ``"balanced_accuracy"`` (pooled over the held-out predictions of all folds; for the
+        chance row this can fall below 1 / classes when the majority class differs between
+        folds), ``"recall"`` ({class: pooled recall}), ``"C"``, ``"folds"``
         (each fold's), ``"fold_interval"`` (:func:`mean_interval` over folds), ``"minus_chance"`` and
         ``"minus_cnn"`` (fold-paired differences, as intervals), ``"above_chance"`` (the lower end
         of ``minus_chance`` is above 0), ``"inputs"`` (D) and ``"not_converged"`` (fits that hit
@@ -407,7 +410,7 @@ def probe_scores(samples: EncodingSamples, targets: Sequence[str] = TARGETS, set
         raise ValueError(f"probes need steps of at least 2 tracks (folds are whole tracks), got {n_tracks}")
     sets = feature_sets(samples) if sets is None else dict(sets)
     for name, X in sets.items():
-        if len(X) != len(samples):
+        if len(X[0] if isinstance(X, tuple) else X) != len(samples):
             raise ValueError(f"feature set {name!r} has {len(X)} rows, the samples have {len(samples)}")
     from threadpoolctl import threadpool_limits
 
@@ -442,6 +445,7 @@ def _probe_scores(samples, targets, sets, groups, k, C, max_iter, say) -> dict:
         rows: dict = {}
         runs = [("chance", None)] + list(sets.items())
         for name, X in runs:
+            X, c_set = X if isinstance(X, tuple) else (X, C)
             Xk = np.zeros((len(y), 1)) if X is None else np.asarray(X, np.float64)[known]
             pred = np.full(len(y), -1, np.int64)
             per_fold, not_conv = [], 0
@@ -449,7 +453,7 @@ def _probe_scores(samples, targets, sets, groups, k, C, max_iter, say) -> dict:
                 if X is None or len(np.unique(y[train])) < 2:
                     model = DummyClassifier(strategy="most_frequent")
                 else:
-                    model = _probe(C, max_iter)
+                    model = _probe(c_set, max_iter)
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always", ConvergenceWarning)
                     model.fit(Xk[train], y[train])
@@ -457,6 +461,8 @@ def _probe_scores(samples, targets, sets, groups, k, C, max_iter, say) -> dict:
                 pred[test] = model.predict(Xk[test])
                 per_fold.append(_balanced_accuracy(y[test], pred[test]))
             rows[name] = {"balanced_accuracy": _balanced_accuracy(y, pred), "folds": per_fold,
+                          "recall": {str(names[c]): float(np.mean(pred[y == c] == c)) for c in present},
+                          "C": None if X is None else float(c_set),
                           "fold_interval": mean_interval(per_fold), "inputs": int(Xk.shape[1]),
                           "not_converged": int(not_conv)}
         chance_f = np.asarray(rows["chance"]["folds"])
@@ -684,7 +690,8 @@ def plot_encoding(samples: EncodingSamples, out: str | Path, probes: dict | None
                 title += (" (" + ", ".join(bits) + ")") if bits else ""
             ax.set_title(title, fontsize=8)
     fig.suptitle(f"NAC traces per action, {len(samples)} steps of {len(np.unique(samples.track))} tracks "
-                 f"(mean over kept keys; probe: balanced accuracy)", fontsize=10)
+                 f"(mean over kept keys; probe: balanced accuracy; first row, dashed: the paper's Figure 4 bounds)",
+                 fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.99))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -714,7 +721,8 @@ def encoding_markdown(report: dict) -> str:
     else:
         setup += (f"; {p['folds']} folds by track; logistic regression, C = {p['C']}, class-balanced; "
                   f"balanced accuracy pooled over the held-out steps, then mean over folds with its 95 % interval; "
-                  f"* = above chance (fold-paired 95 % interval of the difference above 0).")
+                  f"* = above chance (fold-paired 95 % interval of the difference above 0). Pooled chance "
+                  f"falls below 1 / classes when the majority class differs between folds.")
         table = probes_markdown(p)
     lines = [f"# What the NAC traces encode: `{Path(report['policy']).name}` (weights {report['weights_sha256'][:8]})", "",
              setup, "", "## Probes", "", table, ""]
@@ -733,7 +741,8 @@ def encoding_markdown(report: dict) -> str:
 
 
 def encoding_report(policy_path, tracks: Sequence[int], steps: int, out_dir: str | Path | None = None,
-                    max_folds: int = 10, C: float = 1.0, progress: Callable[[str], None] | None = None,
+                    max_folds: int = 10, C: float = 1.0, sensitivity_C: Sequence[float] = (0.01, 0.1),
+                    progress: Callable[[str], None] | None = None,
                     samples: EncodingSamples | None = None) -> dict:
     """Drive the tracks, measure what the traces encode, and write ``encoding.json``, ``encoding.md``, ``encoding.png``.
 
@@ -744,6 +753,9 @@ def encoding_report(policy_path, tracks: Sequence[int], steps: int, out_dir: str
             steps (an episode that ends its lap sooner gives fewer).
         out_dir: where the three files go (None: nothing written).
         max_folds, C: :func:`probe_scores`.
+        sensitivity_C: further rows "CNN features, C=c" and "all heads, C=c" for each c: how much
+            the comparison of the 2430-wide CNN features with the 48 trace numbers depends on
+            the regularisation (no C is chosen by the report; read them as a sensitivity check).
         progress: called with a line of text per track and per target (e.g. ``print``).
         samples: steps already collected (:func:`collect_encoding_samples` with this policy and
             tracks), to reuse them; None: drive here.
@@ -773,7 +785,11 @@ def encoding_report(policy_path, tracks: Sequence[int], steps: int, out_dir: str
     say(f"{len(samples)} steps from {len(tracks)} tracks in {t_drive:.0f} s")
     n_tracks = len(np.unique(samples.track))
     if n_tracks >= 2:
-        probes = probe_scores(samples, max_folds=max_folds, C=C, progress=say)
+        sets = feature_sets(samples)
+        base = list(sets.items())
+        extra = {f"{n}, C={c:g}": (sets[n], float(c)) for c in sensitivity_C for n in ("CNN features", "all heads")}
+        sets = dict(base[:3] + list(extra.items()) + base[3:])  # after "all heads", before the heads
+        probes = probe_scores(samples, sets=sets, max_folds=max_folds, C=C, progress=say)
     else:
         probes = {"skipped": f"the probes' folds are whole tracks: they need steps of 2 tracks or more, got {n_tracks}",
                   "targets": {}}
@@ -806,12 +822,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=6000, help="steps wanted in all (each episode capped at steps / tracks)")
     ap.add_argument("--folds", type=int, default=10, help="the most folds (folds are whole tracks)")
     ap.add_argument("--C", type=float, default=1.0, help="the probes' inverse L2 strength")
+    ap.add_argument("--sensitivity-C", type=float, nargs="*", default=[0.01, 0.1],
+                    help="further CNN-features and all-heads rows at these C")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", required=True, help="directory for encoding.json, encoding.md and encoding.png")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    report = encoding_report(args.policy, args.tracks, args.steps, args.out, args.folds, args.C,
+    report = encoding_report(args.policy, args.tracks, args.steps, args.out, args.folds, args.C, args.sensitivity_C,
                              progress=lambda s: print(s, flush=True))
     if "skipped" not in report["probes"]:
         print(probes_markdown(report["probes"], heads=False))
