@@ -137,7 +137,12 @@ def test_figure4_claim_holds_on_the_paper_s_numbers_and_fails_when_swapped():
     h = bad["heads"]["0"]
     assert h["phi_range"]["holds"] and not h["phi_left"]["holds"] and not h["phi_right"]["holds"]
     assert not h["logit_left"]["holds"] and not h["phi_direction"]["holds"]
-    assert "does not hold" in bad["verdict"]
+    assert "does not hold" in bad["verdict"] and "cannot be tested" not in bad["verdict"]
+    no_right = _fig4_samples(phi_left=0.95, phi_right=1.45, lg_left=0.4, lg_right=0.8)
+    no_right = no_right.subset(no_right.steering() != 2)
+    nr = E.figure4_claim(no_right)
+    assert nr["heads"]["0"]["phi_right"]["holds"] is None and not nr["holds_on_mean"]
+    assert "phi_right, logit_right cannot be tested" in nr["verdict"]
     # a sigmoid phi in (0, 1) (this project's NAC) can never be above 1.3, nor stay in [0.8, 1.6]
     sig = E.figure4_claim(_fig4_samples(phi_left=0.5, phi_right=0.7, lg_left=0.4, lg_right=0.8))
     assert not sig["heads"]["0"]["phi_range"]["holds"] and not sig["heads"]["0"]["phi_right"]["holds"]

@@ -573,8 +573,11 @@ def figure4_claim(samples: EncodingSamples) -> dict:
     elif all_hold:
         verdict = f"does not hold on the mean over heads; holds for head(s) {', '.join(all_hold)}"
     else:
-        failed = [c for c in literal if not heads["mean"][c]["holds"]]
-        verdict = f"does not hold: on the mean over heads {', '.join(failed)} fail(s), and no head meets all five"
+        failed = [c for c in literal if heads["mean"][c]["holds"] is False]
+        untested = [c for c in literal if heads["mean"][c]["holds"] is None]
+        verdict = (f"does not hold: on the mean over heads {', '.join(failed) or 'none'} fail(s)"
+                   + (f", {', '.join(untested)} cannot be tested (no step of that class)" if untested else "")
+                   + ", and no head meets all five")
     return {"claims": claims, "heads": heads, "holds_on_mean": bool(on_mean), "heads_holding": all_hold,
             "counts": counts, "num_heads": H, "verdict": verdict}
 
