@@ -31,8 +31,8 @@ def test_report_of_two_policies(tiny_files, tmp_path):
     assert set(saved["policies"]) == {"tiny-nac", "tiny-gru"}
     for p in ("tiny-nac", "tiny-gru"):
         r = rep["policies"][p]
-        assert set(r["regions"]) == {"live: HiResCAM @ conv2", "paper: Grad-CAM @ conv3"}
-        live = r["regions"]["live: HiResCAM @ conv2"]
+        assert set(r["regions"]) == {"live: HiResCAM @ conv1", "paper: Grad-CAM @ conv3"}
+        live = r["regions"]["live: HiResCAM @ conv1"]
         assert live["steps"] == r["steps"] >= 2
         shares = [g["pooled_mass"] for g in live["regions"].values()]
         assert sum(shares) == pytest.approx(1.0) or live["empty"] == live["steps"]
@@ -43,7 +43,7 @@ def test_report_of_two_policies(tiny_files, tmp_path):
     assert "figure4" in enc and "skipped" in enc["probes"]  # one track: no whole-track folds for the probes
     assert (out / "tiny-nac" / "encoding.md").is_file() and not (out / "tiny-gru" / "encoding.md").exists()
     md = (out / "explain.md").read_text()
-    assert "## Where the policy looks" in md and "tiny-gru, live: HiResCAM @ conv2" in md and "regions.png" in md
+    assert "## Where the policy looks" in md and "tiny-gru, live: HiResCAM @ conv1" in md and "regions.png" in md
     # a second run refuses to replace the report without --overwrite
     with pytest.raises(ConfigError, match="already exists.*--overwrite"):
         cfg.check()

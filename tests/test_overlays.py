@@ -198,7 +198,7 @@ def test_runner_acts_through_grad_cam_while_it_is_on(policy):
                 want_map = ov.saliency.compute(f, d.state_before, d.output, d.t)
                 np.testing.assert_allclose(extras["saliency"].cam, want_map.cam, atol=1e-5)
             assert (f"{ov.saliency.label} off" in status) == (i >= 3) and "traces" in extras
-            assert (status.startswith("HiResCAM @ conv2:")) == (i < 3)  # the HUD names the method and layer
+            assert (status.startswith("HiResCAM @ conv1:")) == (i < 3)  # the HUD names the method and layer
         ov.toggle_saliency()
         assert driver.saliency is ov.saliency
     finally:
@@ -247,7 +247,7 @@ def test_overlay_frame_differs_where_the_cam_is_high(policy):
     assert diff[cam_big > 0.8].mean() > 5 * diff[cam_big < 0.2].mean()
 
 
-@pytest.mark.parametrize("method,layer", [("gradcam", "last"), ("hirescam", "auto"), ("layercam", "conv2"),
+@pytest.mark.parametrize("method,layer", [("gradcam", "last"), ("hirescam", "auto"), ("layercam", "conv2"), ("hirescam", "conv2"),
                                           ("gradcam++", "conv1")])
 def test_cam_equals_the_input_gradient_cam(policy, method, layer):
     """The map with the gradient stopped at the target layer (only its bias trainable) is the library's
@@ -283,12 +283,12 @@ def test_cam_equals_the_input_gradient_cam(policy, method, layer):
         policy.requires_grad_(True)
 
 
-def test_default_layer_is_the_second_to_last_convolution(policy):
+def test_default_layer_is_the_first_convolution(policy):
     from agent.drive.saliency import conv_layers, resolve_saliency_layer
 
     convs = conv_layers(policy)
     assert list(convs) == ["conv1", "conv2", "conv3"]
-    assert resolve_saliency_layer(policy) == ("conv2", convs["conv2"])
+    assert resolve_saliency_layer(policy) == ("conv1", convs["conv1"])
     assert resolve_saliency_layer(policy, "last") == ("conv3", convs["conv3"])
     assert convs["conv3"] is policy.saliency_layer()
     with pytest.raises(ValueError, match="conv7.*conv1, conv2, conv3"):

@@ -5,7 +5,7 @@ Four configurations of the same run, each composing every frame as a window woul
 
 1. policy only (no overlay panel),
 2. + NAC traces,
-3. + saliency (the live CAM: HiResCAM at conv2 by default),
+3. + saliency (the live CAM: HiResCAM at conv1 by default),
 4. all on (Grad-CAM and traces),
 5. all on with the env stepped in this process (``--env-worker off``), beside 4, where it steps in
    a worker process while the frame is drawn (:mod:`agent.drive.envworker`; the default whenever

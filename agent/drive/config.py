@@ -43,8 +43,8 @@ SaliencyMethod = Literal["hirescam", "layercam", "gradcam", "gradcam++", "xgradc
 DESCRIPTION = """Run a policy in the simulator with a live window (frame, action, speed, return, FPS).
 
 Without a display, or with --headless, it runs without a window; --record writes an mp4.
-Live interpretability: a saliency heat map over the frame (HiResCAM at the CNN's second-to-last
-convolution by default: the most faithful live method measured) and the NAC neuron traces (phi, omega,
+Live interpretability: a saliency heat map over the frame (HiResCAM at the CNN's first convolution
+by default: the most faithful live method measured) and the NAC neuron traces (phi, omega,
 logits, weights, NCP neuron groups) in the right panel. Keys in the window: P/space pause, N/.
 single step, S saliency, T traces, H next head, [ and ] heat-map opacity, R restart the episode,
 Q/Esc quit."""
@@ -130,8 +130,8 @@ class DriveConfig:
     sanity check, by ROAD on unseen tracks), layercam, gradcam (the paper's; often empty or on the grass at the last
     convolution), gradcam++, xgradcam, gradcam-elementwise"""
     saliency_layer: str = "auto"
-    """the convolution the map is computed at: conv1 .. convN, last, or auto (the second-to-last: conv2 of
-    CarRacing's CNN)"""
+    """the convolution the map is computed at: conv1 .. convN, last, or auto (the first: the most faithful for
+    HiResCAM on CarRacing)"""
     traces: bool = True
     """start with the NAC trace panel on"""
     cam_opacity: float = 0.5

@@ -37,7 +37,7 @@ class Overlays:
         class_names: names of the action classes.
         saliency_method, saliency_layer: the CAM (a key of
             :data:`agent.drive.saliency.SALIENCY_METHODS`) and its convolution (``conv1`` ..,
-            ``last``, ``auto``: the second-to-last).
+            ``last``, ``auto``: the first).
         fuse: act through the CAM's forward (the default: one differentiable forward gives the
             action; :meth:`explain` runs the CAM's backward on it, after the runner has sent the
             action, so with the env in a worker process the map is computed while the env steps).

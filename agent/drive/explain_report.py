@@ -9,7 +9,7 @@ over each episode, :func:`agent.drive.faithfulness.collect_samples`):
    randomisation sanity check (Adebayo et al., NeurIPS 2018).
 2. **Where the student looks** (:func:`agent.drive.regions.region_shares`): each region's share
    (car, dashboard, road edge, road, grass, other) of the mass of the live map (the runner's
-   default, HiResCAM at the second-to-last convolution) and of the paper's Grad-CAM at the last
+   default, HiResCAM at the first convolution) and of the paper's Grad-CAM at the last
    convolution, beside the region's share of the area. This is the NAC paper's Figure 6 claim
    (Razzaq et al., arXiv 2512.10282, Appendix D.3.3: NAC keeps its focus on the road) in numbers;
    several policies in one call give one row each.
