@@ -762,3 +762,28 @@ def test_text_caches_keep_the_strings_that_repeat_and_stay_bounded():
     for i in range(3 * TEXT_CACHE_ENTRIES):  # every number new, as over a long drive
         r.compose(StepView(frame=frame, step=i + 1, episode_return=i / 10, fps=40 + i / 100, latency_ms=i / 7))
     assert len(r.text_cache) == TEXT_CACHE_ENTRIES
+
+
+def test_hud_status_wraps_left_of_the_probability_bars():
+    """A long status line (the saliency method, its target, its time) breaks into at most two lines that
+    end before the probability bars, instead of running into them."""
+    import pygame
+
+    from agent.drive.hud import wrap_text
+
+    pygame.font.init()
+    font = pygame.font.Font(None, 20)
+    text = "HiResCAM @ conv1: logit of 'gas', 8.8 ms, opacity 0.5"
+    lines = wrap_text(font, text, 240)
+    assert len(lines) == 2 and " ".join(lines) == text and all(font.size(s)[0] <= 240 for s in lines)
+    assert wrap_text(font, "short", 240) == ["short"]
+    cut = wrap_text(font, " ".join(["word"] * 80), 120, max_lines=2)
+    assert len(cut) == 2 and cut[-1].endswith(" ...") and font.size(cut[-1])[0] <= 120
+    r = Renderer(scale=4, panel_width=0)
+    frame = np.zeros((96, 96, 3), np.uint8)
+    plain = pygame.surfarray.array3d(r.compose(StepView(frame=frame, step=1))).copy()
+    shown = pygame.surfarray.array3d(r.compose(StepView(frame=frame, step=1, status=text + "   traces on"))).copy()
+    xs, ys = np.nonzero(np.abs(shown.astype(int) - plain.astype(int)).sum(-1))  # surfarray is (x, y)
+    assert xs.size and ys.min() >= r.hud_rect.top
+    assert xs.max() < r.hud_rect.left + 8 + r.status_width + 12  # nothing drawn over the bars
+    assert np.unique(ys // 18).size >= 2  # two lines

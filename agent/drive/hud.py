@@ -129,6 +129,29 @@ class TextCache:
         return sum(x.get_pitch() * x.get_height() for x in self._items.values())
 
 
+def wrap_text(font, text: str, width: int, max_lines: int = 2) -> list[str]:
+    """``text`` broken at spaces into lines no wider than ``width`` pixels in ``font`` (a pygame Font),
+    at most ``max_lines`` of them; the last line ends in "..." when the text does not fit. A word
+    wider than ``width`` stands on its own line."""
+    lines: list[str] = []
+    line = ""
+    for word in text.split():
+        trial = f"{line} {word}" if line else word
+        if line and font.size(trial)[0] > width:
+            lines.append(line)
+            line = word
+        else:
+            line = trial
+    if line:
+        lines.append(line)
+    if len(lines) > max_lines:
+        last = " ".join(lines[max_lines - 1:])
+        while last and font.size(last + " ...")[0] > width:
+            last = last[:-1]
+        lines = lines[:max_lines - 1] + [last.rstrip() + " ..."]
+    return lines
+
+
 class Renderer:
     """Composes the scaled frame, the HUD and the overlay panel into one off-screen Surface.
 
@@ -263,6 +286,11 @@ class Renderer:
             bg.blit(self.font_small.render(self.help_text, True, _DIM), (self._text_x, self.hud_rect.bottom - 44))
         return bg
 
+    @property
+    def status_width(self) -> int:
+        """Pixels the status line may take, from the HUD's left text margin to before the probability bars."""
+        return self._bars_x - self._text_x - 12
+
     def _text(self, font, s: str, color=_TEXT):
         """Rendered text, from the HUD's LRU cache (:class:`TextCache`)."""
         return self.text_cache.render(font, s, color)
@@ -342,8 +370,9 @@ class Renderer:
             c.blit(self._text(self.font_small, "steps: " + "   ".join(stalls), color), (x, y + 2))
         if v.paused:
             c.blit(self._text(self.font_big, "PAUSED", _ACCENT), (x + 150, self._text_y))
-        if v.status:
-            c.blit(self._text(self.font_small, v.status, _DIM), (x, self.hud_rect.bottom - 64))
+        if v.status:  # up to two lines, left of the probability bars
+            for i, line in enumerate(wrap_text(self.font_small, v.status, self.status_width, max_lines=2)):
+                c.blit(self._text(self.font_small, line, _DIM), (x, self.hud_rect.bottom - 64 + 18 * i))
         if self.steering and v.steering is not None:
             w, cx = self._gauge_w, self._bars_x + self._gauge_w // 2
             s = float(np.clip(v.steering, -1.0, 1.0))
@@ -373,6 +402,6 @@ class Renderer:
         return np.frombuffer(self.pygame.image.tobytes(self.canvas, "RGB"), np.uint8).reshape(h, w, 3)
 
 
-__all__ = ["DEFAULT_ACTION_NAMES", "FrameFilter", "PanelDrawer", "Renderer", "STEERING_CLASSES", "STEERING_DEADBAND",
+__all__ = ["DEFAULT_ACTION_NAMES", "FrameFilter", "PanelDrawer", "Renderer", "STEERING_CLASSES", "STEERING_DEADBAND", "wrap_text",
            "TEXT_CACHE_ENTRIES", "TextCache",
            "StepView", "steering_class"]
