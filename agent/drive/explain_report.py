@@ -182,7 +182,7 @@ def regions_figure(reports: dict, path: Path) -> Path:
     shown = [r for r in REGIONS if r not in ("dashboard", "other")]
     x = np.arange(len(shown))
     width = 0.8 / (len(series) + 1)
-    fig, ax = plt.subplots(figsize=(2.2 + 1.6 * len(shown), 4.5), dpi=110)
+    fig, ax = plt.subplots(figsize=(5.5 + 1.6 * len(shown), 4.5), dpi=110)
     first = series[0][1]["regions"]
     ax.bar(x, [100 * first[r]["pooled_area"] for r in shown], width, color="0.75", label="share of the area")
     for i, (lab, res) in enumerate(series, start=1):
@@ -193,7 +193,7 @@ def regions_figure(reports: dict, path: Path) -> Path:
     ax.set_xticks(x + width * len(series) / 2, shown)
     ax.set_ylabel("% (mean over steps, 95 % CI)")
     ax.set_title("Where the policy looks: saliency mass by region, beside the region's area")
-    ax.legend(fontsize=7, loc="upper right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, never over them
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
