@@ -199,6 +199,11 @@ def test_a_cut_short_report_resumes_with_its_finished_rows(tmp_path):
     assert any("resuming: 1 row(s)" in s for s in said)
     assert again["rows"][0]["ms_per_frame"] == -1.0 and again["rows"][1]["ms_per_frame"] > 0
     assert again["rows"][1]["road"] == pytest.approx(full["rows"][1]["road"])
+    # more steps for a row than the cut-short run scored: that row is scored again
+    (out / "faithfulness.partial.json").write_text(json.dumps({"key": key, "rows": [dict(first, steps_index=[0])]}))
+    said.clear()
+    more = F.faithfulness_report(path, [0], 3, **kw)
+    assert more["rows"][0]["ms_per_frame"] > 0 and more["rows"][0]["steps"] == 3
     # other settings (another seed): nothing is kept
     (out / "faithfulness.partial.json").write_text(json.dumps({"key": key, "rows": [first]}))
     said.clear()

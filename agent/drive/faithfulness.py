@@ -746,15 +746,15 @@ def faithfulness_report(policy_path, tracks: Sequence[int], steps: int, methods:
             say(f"resuming: {len(done)} row(s) kept from {partial}")
     for m in methods:
         for lname in (["-"] if m in LAYERLESS else layers):
-            if (m, lname) in done:
-                row = done[(m, lname)]
-                rows.append(row)
-                if "road_per_step" in row:
-                    road_by_step[(m, lname)] = dict(zip(row["steps_index"], row["road_per_step"]))
-                continue
             limit = step_limits.get(f"{m}@{lname}", step_limits.get(m, step_limits.get(f"@{lname}")))
             idx = np.arange(len(samples)) if not limit or limit >= len(samples) else \
                 np.unique(np.linspace(0, len(samples) - 1, int(limit)).round().astype(int))
+            row = done.get((m, lname))
+            if row is not None and (row.get("error") or row.get("steps_index") == idx.tolist()):
+                rows.append(row)  # finished by the cut-short run on the same steps: kept
+                if "road_per_step" in row:
+                    road_by_step[(m, lname)] = dict(zip(row["steps_index"], row["road_per_step"]))
+                continue
             sub = [samples[i] for i in idx]
             t0 = time.perf_counter()
             with seeded(seed):
