@@ -204,6 +204,13 @@ def test_a_cut_short_report_resumes_with_its_finished_rows(tmp_path):
     said.clear()
     more = F.faithfulness_report(path, [0], 3, **kw)
     assert more["rows"][0]["ms_per_frame"] > 0 and more["rows"][0]["steps"] == 3
+    # a finished report is extended: a rerun with one more method scores only that one
+    (out / "faithfulness.partial.json").unlink(missing_ok=True)
+    said.clear()
+    wider = F.faithfulness_report(path, [0], 3, **dict(kw, methods=["HiResCAM", "GradCAM", "LayerCAM"]))
+    assert any("resuming: 2 row(s) kept from" in s and "faithfulness.json" in s for s in said)
+    assert [r["method"] for r in wider["rows"]] == ["HiResCAM", "GradCAM", "LayerCAM"]
+    assert wider["rows"][0]["road"] == more["rows"][0]["road"]
     # other settings (another seed): nothing is kept
     (out / "faithfulness.partial.json").write_text(json.dumps({"key": key, "rows": [first]}))
     said.clear()

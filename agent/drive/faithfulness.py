@@ -689,7 +689,10 @@ def faithfulness_report(policy_path, tracks: Sequence[int], steps: int, methods:
         steps: steps scored in all, spread evenly over the tracks and over each episode.
         methods: library CAM class names and baselines (default: :data:`LIBRARY_METHODS` + :data:`BASELINES`).
         layers: "conv1", ... (default: every convolution of the CNN).
-        out_dir: where ``faithfulness.json`` and ``faithfulness.md`` go (None: nothing written).
+        out_dir: where ``faithfulness.json`` and ``faithfulness.md`` go (None: nothing written). Rows
+            are saved to ``faithfulness.partial.json`` as they finish; a rerun with the same policy
+            weights, tracks, step count, percentiles and seed keeps every row of that file (or of a
+            finished ``faithfulness.json``) that was scored on the same steps, and scores the rest.
         percentiles: ROAD's percentiles (:func:`faithfulness_scores`).
         step_limits: score only n of the steps (evenly spread): {"METHOD": n} for a slow method,
             {"@LAYER": n} for every method at a layer, {"METHOD@LAYER": n} for one row (first match wins
@@ -736,14 +739,20 @@ def faithfulness_report(policy_path, tracks: Sequence[int], steps: int, methods:
            "percentiles": [int(p) for p in percentiles], "seed": int(seed)}
     partial = Path(out_dir) / "faithfulness.partial.json" if out_dir is not None else None
     done = {}
-    if partial is not None and partial.is_file():
+    for source in ([partial, partial.with_name("faithfulness.json")] if partial is not None else []):
+        # a cut-short run's rows, else a finished report's (a rerun with more methods or steps adds to it)
+        if not source.is_file():
+            continue
         try:
-            saved = json.loads(partial.read_text())
+            saved = json.loads(source.read_text())
         except json.JSONDecodeError:
-            saved = {}
+            continue
+        if isinstance(saved, dict) and "key" not in saved:  # a finished report carries the key's fields
+            saved = {"key": {k: saved.get(k) for k in key}, "rows": saved.get("rows", [])}
         if isinstance(saved, dict) and saved.get("key") == key:
             done = {(r["method"], r["layer"]): r for r in saved.get("rows", [])}
-            say(f"resuming: {len(done)} row(s) kept from {partial}")
+            say(f"resuming: {len(done)} row(s) kept from {source}")
+            break
     for m in methods:
         for lname in (["-"] if m in LAYERLESS else layers):
             limit = step_limits.get(f"{m}@{lname}", step_limits.get(m, step_limits.get(f"@{lname}")))
