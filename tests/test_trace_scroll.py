@@ -11,6 +11,7 @@ os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
 
 import numpy as np
 import pytest
+from trace_reference import draw_reference_labels
 
 from agent.drive.hud import StepView
 from agent.drive.traces import StepTraces, TraceHistory
@@ -88,16 +89,7 @@ def _reference_plot(panel, surf, r, keys, mean, classes, lo, hi) -> None:
         px[x[inside], np.clip(ys(mean[inside]).astype(np.int64) + dy, r.top, r.bottom - 1)] = \
             panel._class_rgb[classes[inside]]
     del px
-    from agent.drive.overlays import plot_label_layout
-
-    last = float(mean[ok][-1]) if ok.any() else None
-    texts = {"value": None if last is None else panel._text(f"{last:8.3f}"),
-             "hi": panel._text(f"{hi:.3g}", (120, 125, 140), True), "lo": panel._text(f"{lo:.3g}", (120, 125, 140), True)}
-    lay = plot_label_layout(r, last, lo, hi, None if last is None else texts["value"].get_height(),
-                            texts["hi"].get_height(), texts["lo"].get_height())
-    for key in ("value", "hi", "lo"):  # a range label under the value's label is left out
-        if lay[key] is not None:
-            surf.blit(texts[key], (r.right + 4, lay[key]))
+    draw_reference_labels(panel, surf, r, mean, lo, hi)
 
 
 def _reference(panel, view) -> np.ndarray:

@@ -48,7 +48,7 @@ import numpy as np
 import torch
 
 from agent.actors.rollout import STEERING_CLASSES
-from agent.drive.stats import mean_interval
+from agent.drive.stats import format_interval, json_default, mean_interval
 from agent.drive.traces import step_traces
 
 log = logging.getLogger(__name__)
@@ -584,14 +584,6 @@ def figure4_claim(samples: EncodingSamples) -> dict:
 
 # ----------------------------------------------------------------------------- the report
 
-def _iv(iv: dict, digits: int = 3) -> str:
-    if iv is None or not np.isfinite(iv.get("mean", float("nan"))):
-        return "n/a"
-    if not np.isfinite(iv.get("lo", float("nan"))):
-        return f"{iv['mean']:.{digits}f}"
-    return f"{iv['mean']:.{digits}f} [{iv['lo']:.{digits}f}, {iv['hi']:.{digits}f}]"
-
-
 def _yes(x) -> str:
     return "n/a" if x is None else "holds" if x else "does not hold"
 
@@ -615,7 +607,7 @@ def probes_markdown(probes: dict, heads: bool = True) -> str:
                 cells.append("-")
                 continue
             star = " *" if r["above_chance"] else ""
-            cells.append(f"{r['balanced_accuracy']:.3f}{star}; {_iv(r['fold_interval'], 2)}")
+            cells.append(f"{r['balanced_accuracy']:.3f}{star}; {format_interval(r['fold_interval'], 2)}")
         lines.append(f"| {n} (D={probes['targets'][targets[0]]['rows'][n]['inputs']}) | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -701,16 +693,6 @@ def plot_encoding(samples: EncodingSamples, out: str | Path, probes: dict | None
     fig.savefig(out, dpi=dpi)
     plt.close(fig)
     return out
-
-
-def _json_default(o):
-    if isinstance(o, (np.floating, np.integer)):
-        return o.item()
-    if isinstance(o, np.bool_):
-        return bool(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 def encoding_markdown(report: dict) -> str:
@@ -812,7 +794,7 @@ def encoding_report(policy_path, tracks: Sequence[int], steps: int, out_dir: str
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         plot_encoding(samples, out / "encoding.png", probes)
-        (out / "encoding.json").write_text(json.dumps(report, indent=1, default=_json_default) + "\n")
+        (out / "encoding.json").write_text(json.dumps(report, indent=1, default=json_default) + "\n")
         (out / "encoding.md").write_text(encoding_markdown(report))
     return report
 

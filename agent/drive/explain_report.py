@@ -35,6 +35,7 @@ import tyro
 
 from agent.drive.regions import REGIONS, region_shares, shares_markdown
 from agent.drive.saliency import SaliencyOverlay, resolve_saliency_layer
+from agent.drive.stats import format_interval, json_default
 from agent.train.config import ConfigError
 from envs.tracks import EVAL_SEED_BASE
 
@@ -216,7 +217,7 @@ def write_explain_report(cfg: ExplainConfig, say=print) -> dict:
         reports[stem] = explain_policy(name, cfg, out / stem, say)
     report = {"options": asdict(cfg), "torch": torch.__version__, "policies": reports}
     fig = regions_figure(reports, out / "regions.png")
-    (out / "explain.json").write_text(json.dumps(report, indent=1, default=_json_default) + "\n")
+    (out / "explain.json").write_text(json.dumps(report, indent=1, default=json_default) + "\n")
     (out / "explain.md").write_text(explain_markdown(report, fig.name))
     say(f"wrote {out / 'explain.md'}, {out / 'explain.json'}, {fig}")
     return report
@@ -251,9 +252,8 @@ def explain_markdown(report: dict, figure: str = "regions.png") -> str:
                 road, san = r["road"], r.get("sanity")
                 san_s = "-" if not san else ("passes" if san["passes"] else "fails" if san["passes"] is False
                                              else "n/a")
-                lines.append(f"| {r['method']} | {r['layer']} | {r['steps']} | {road['mean']:+.2f} "
-                             f"[{road['lo']:+.2f}, {road['hi']:+.2f}] | {100 * r['empty_share']:.0f} % | "
-                             f"{r['ms_per_frame']:.1f} | {san_s} |")
+                lines.append(f"| {r['method']} | {r['layer']} | {r['steps']} | {format_interval(road, 2, signed=True)} | "
+                             f"{100 * r['empty_share']:.0f} % | {r['ms_per_frame']:.1f} | {san_s} |")
             lines += ["", f"Per percentile and the sanity tables: [{p}/faithfulness.md]({p}/faithfulness.md).", ""]
         enc = rep.get("encoding")
         if enc:
@@ -262,18 +262,6 @@ def explain_markdown(report: dict, figure: str = "regions.png") -> str:
             else:
                 lines += ["### What the traces encode", "", f"See [{p}/encoding.md]({p}/encoding.md).", ""]
     return "\n".join(lines)
-
-
-def _json_default(o):
-    if isinstance(o, (np.floating, np.integer)):
-        return o.item()
-    if isinstance(o, np.bool_):
-        return bool(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 __all__ = ["DEFAULT_METHODS", "DESCRIPTION", "ExplainConfig", "REGION_MAPS", "explain_markdown",

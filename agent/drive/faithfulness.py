@@ -82,7 +82,7 @@ from torch import Tensor, nn
 
 from agent._torchvision_compat import ensure_torchvision
 from agent.drive.regions import road_mask
-from agent.drive.stats import mean_interval
+from agent.drive.stats import format_interval, json_default, mean_interval
 from agent.drive.saliency import NewestFrameModel, conv_layers
 
 log = logging.getLogger(__name__)
@@ -623,14 +623,6 @@ def sanity_check(policy, samples: Sequence[Sample], methods: Sequence[str], laye
 
 # ----------------------------------------------------------------------------- the report
 
-def _fmt(iv: dict, digits: int = 3) -> str:
-    if not np.isfinite(iv.get("mean", float("nan"))):
-        return "n/a"
-    if not np.isfinite(iv.get("lo", float("nan"))):
-        return f"{iv['mean']:.{digits}f}"
-    return f"{iv['mean']:+.{digits}f} [{iv['lo']:+.{digits}f}, {iv['hi']:+.{digits}f}]"
-
-
 def markdown_table(report: dict) -> str:
     """The report's method x layer table (markdown): ROAD combined and confidence change with 95 % intervals,
     MoRF and LeRF per percentile, empty maps, ms per frame and the sanity-check outcome."""
@@ -647,11 +639,12 @@ def markdown_table(report: dict) -> str:
         san = r.get("sanity")
         san_s = "-" if not san else ("fails" if san["passes"] is False else "passes" if san["passes"] else "n/a") \
             + (f" ({san['final_spearman']:.2f})" if san and np.isfinite(san["final_spearman"]) else "")
-        lines.append(f"| {r['method']} | {r['layer']} | {r['steps']} | {_fmt(r['road'])} | "
+        lines.append(f"| {r['method']} | {r['layer']} | {r['steps']} | {format_interval(r['road'], signed=True)} | "
                      + " | ".join(f"{r['morf'][str(p)]['mean']:+.3f}" for p in ps) + " | "
                      + " | ".join(f"{r['lerf'][str(p)]['mean']:+.3f}" for p in ps)
-                     + f" | {_fmt(r['road_minus_reference']) if 'road_minus_reference' in r else '-'}"
-                     + f" | {_fmt(r['conf_change'])} | {100 * r['empty_share']:.0f} % | {r['ms_per_frame']:.1f} | {san_s} |")
+                     + f" | {format_interval(r.get('road_minus_reference'), signed=True) if 'road_minus_reference' in r else '-'}"
+                     + f" | {format_interval(r['conf_change'], signed=True)} | {100 * r['empty_share']:.0f} % "
+                     + f"| {r['ms_per_frame']:.1f} | {san_s} |")
     return "\n".join(lines) + "\n"
 
 
@@ -795,9 +788,10 @@ def faithfulness_report(policy_path, tracks: Sequence[int], steps: int, methods:
             if partial is not None:  # rows so far, in case the run is cut short (a rerun keeps them)
                 partial.parent.mkdir(parents=True, exist_ok=True)
                 tmp = partial.with_suffix(".tmp")
-                tmp.write_text(json.dumps({"key": key, "rows": rows}, default=_json_default))
+                tmp.write_text(json.dumps({"key": key, "rows": rows}, default=json_default))
                 tmp.replace(partial)
-            say(f"{m} @ {lname}: ROAD {_fmt(row['road'])}, confidence change {_fmt(row['conf_change'])}, "
+            say(f"{m} @ {lname}: ROAD {format_interval(row['road'], signed=True)}, "
+                f"confidence change {format_interval(row['conf_change'], signed=True)}, "
                 f"{row['ms_per_frame']:.1f} ms/frame, {len(sub)} steps, scoring {time.perf_counter() - t0:.0f} s")
     # paired difference against the reference: the paper's Grad-CAM at the last convolution (the live
     # overlay's method until 2026-11-27)
@@ -825,7 +819,7 @@ def faithfulness_report(policy_path, tracks: Sequence[int], steps: int, methods:
                 if r["method"] in sanity[lname] and r["layer"] in (lname, "-"):
                     r["sanity"] = {k: sanity[lname][r["method"]][k] for k in ("passes", "final_spearman")}
     report = {
-        "policy": str(path), "weights_sha256": weights_sha256(path), "tracks": [int(t) for t in tracks],
+        "policy": str(path), "weights_sha256": key["weights_sha256"], "tracks": [int(t) for t in tracks],
         "steps": len(samples), "percentiles": [int(p) for p in percentiles], "seed": int(seed),
         "metric_target": "logit margin of the chosen action (its logit - the largest other)", "cam_target": "logit of the chosen action",
         "sanity_threshold": SANITY_THRESHOLD, "sanity_steps": int(sanity_steps), "tie_break": TIE_BREAK,
@@ -835,18 +829,10 @@ def faithfulness_report(policy_path, tracks: Sequence[int], steps: int, methods:
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "faithfulness.json").write_text(json.dumps(report, indent=1, default=_json_default) + "\n")
+        (out / "faithfulness.json").write_text(json.dumps(report, indent=1, default=json_default) + "\n")
         (out / "faithfulness.md").write_text(markdown_table(report) + "\n" + sanity_markdown(report))
         (out / "faithfulness.partial.json").unlink(missing_ok=True)
     return report
-
-
-def _json_default(o):
-    if isinstance(o, (np.floating, np.integer)):
-        return o.item()
-    if isinstance(o, np.bool_):
-        return bool(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
