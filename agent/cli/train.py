@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import gymnasium as gym
@@ -183,6 +184,8 @@ def run_one(run: TrainRun, resume: dict | None = None) -> int:
         else:
             log.info("data-parallel runs write no checkpoints (--resume is for one-process runs)")
 
+    if resolved.collect.episodes:  # the teacher's episodes first (kept on disk: a rerun records only what is missing)
+        resolved = _with_teacher_recordings(resolved, dist)
     source = _load_source(resolved)
     continuous = _carracing_continuous(source) if resolved.env == "carracing" else False
     init = _load_init(resolved, continuous)
@@ -295,6 +298,30 @@ def _load_init(run: TrainRun, continuous: bool):
         except ValueError as exc:
             raise CLIError(f"init {run.init} with policy.dashboard {run.policy.dashboard}: {exc}") from exc
     return init
+
+
+def _with_teacher_recordings(run: TrainRun, dist) -> TrainRun:
+    """``run`` with the teacher's recordings of ``[collect]`` added to its data, recorded first where
+    missing (:func:`agent.train.collect.teacher_recordings`).
+
+    Raises:
+        CLIError: a recording in the way, an expert or rule that does not suit, or recordings still
+            to make under torchrun (one process records; the ranks would wait on it for an hour).
+    """
+    from agent.train.collect import chunk_paths, teacher_recordings
+
+    if dist.world_size > 1:
+        missing = [str(p) for p, _, _ in chunk_paths(run.collect, run.teacher) if not (p / "collect.json").is_file()]
+        if missing:
+            raise CLIError(f"collect: {len(missing)} teacher recording(s) are still to make ({missing[0]}, ...); under "
+                           "torchrun they are not recorded: run the same command once without torchrun with "
+                           "--dagger.rounds 0 --train.epochs 1 to record them, or `agent collect` them")
+        return replace(run, data=tuple(run.data) + tuple(str(p) for p, _, _ in chunk_paths(run.collect, run.teacher)))
+    try:
+        paths = teacher_recordings(run.collect, run.teacher, device=torch_device(run.device))
+    except ValueError as exc:
+        raise CLIError(f"collect: {exc}") from exc
+    return replace(run, data=tuple(run.data) + tuple(p for p in paths if p not in run.data))
 
 
 def _load_teacher(run: TrainRun, continuous: bool):

@@ -12,6 +12,8 @@ Sections (TOML tables; on the command line ``--SECTION.FIELD``, e.g. ``--dagger.
 - ``[train]``: behaviour cloning (:class:`TrainSection`);
 - ``[teacher]``: the PPO expert and its rules, one set of names in every command that drives a
   teacher (:class:`TeacherSection`);
+- ``[collect]``: teacher episodes recorded before training, so a recipe starts from the teacher
+  alone (:class:`CollectSection`);
 - ``[dagger]``: the DAgger rounds (:class:`DaggerSection`, Ross et al. 2011);
 - ``[udacity]``: Udacity recordings' preprocessing (:class:`UdacitySection`);
 - ``[lodo]``: the leave-one-driver-out evaluation (:class:`LodoSection`);
@@ -185,6 +187,41 @@ class TeacherSection:
 
 
 @dataclass(frozen=True)
+class CollectSection:
+    """Teacher episodes recorded before training (CarRacing): the recipe starts from the teacher alone.
+
+    The ``[teacher]`` section drives (the expert with its rules, as in DAgger), on tracks
+    ``track_seed`` onwards, into recordings of ``chunk`` episodes each
+    (:func:`agent.train.collect.teacher_recordings`), which join ``data``. A recording that holds
+    all its episodes is kept on a rerun (a killed recipe resumes there); one cut short is
+    recorded again.
+    """
+
+    episodes: int = 0
+    """teacher episodes recorded before training, added to data (0: none, train on data alone)"""
+    track_seed: int = 0
+    """the first track: episode i drives track track_seed + i"""
+    chunk: int = 10
+    """episodes per recording: a finished recording is kept on a rerun, one cut short is recorded again"""
+    out: str | None = None
+    """the recordings' prefix: OUT-<first track>-<last track>-v0 (default: recordings/nac-drive/<teacher>-<rules>)"""
+    envs: int = 1
+    """CarRacing envs stepped at once while recording, each in its own process"""
+    max_steps: int | None = None
+    """cap on an episode's length (None: the env's 1000)"""
+
+    def __post_init__(self):
+        _need(self.episodes >= 0 and self.chunk >= 1 and self.envs >= 1,
+              f"collect.episodes >= 0, collect.chunk >= 1 and collect.envs >= 1, got {self.episodes}, {self.chunk} "
+              f"and {self.envs}")
+        _need(self.track_seed >= 0 and self.track_seed + self.episodes <= DAGGER_SEED_BASE,
+              f"collect.track_seed: teacher tracks {self.track_seed}..{self.track_seed + self.episodes - 1} must lie in "
+              f"0..{DAGGER_SEED_BASE - 1} (DAgger's tracks start at {DAGGER_SEED_BASE:,}, the evaluation tracks at "
+              f"{EVAL_SEED_BASE:,})")
+        _need(self.max_steps is None or self.max_steps >= 1, f"collect.max_steps must be >= 1, got {self.max_steps}")
+
+
+@dataclass(frozen=True)
 class DaggerSection:
     """DAgger (Ross, Gordon and Bagnell, AISTATS 2011): the student drives, the teacher relabels the
     states it visits, the data is aggregated and the student retrained; CarRacing only."""
@@ -337,6 +374,7 @@ class TrainRun:
     policy: PolicySection = PolicySection()
     train: TrainSection = TrainSection()
     teacher: TeacherSection = TeacherSection()
+    collect: CollectSection = CollectSection()
     dagger: DaggerSection = DaggerSection()
     udacity: UdacitySection = UdacitySection()
     lodo: LodoSection = LodoSection()
@@ -362,7 +400,8 @@ class TrainRun:
         """
         _need(self.resume is None, "resume: --resume RUN_DIR continues a run with the config stored in RUN_DIR; give "
               "it without --config")
-        _need(bool(self.data), "data: give the recordings to train on (data = [...] in the config, or --data A B)")
+        _need(bool(self.data) or self.collect.episodes > 0, "data: give the recordings to train on (data = [...] in "
+              "the config, or --data A B), or record teacher episodes first (collect.episodes with teacher.expert)")
         _need(self.json is None or self.overwrite or not Path(self.json).exists(),
               f"json: {self.json} already exists; choose another path or pass --overwrite")
         _need(self.save_bc is None or self.overwrite or not Path(self.save_bc).exists(),
@@ -371,6 +410,7 @@ class TrainRun:
             wrong = _changed(self.udacity, UdacitySection()) + _changed(self.lodo, LodoSection(), "lodo")
         else:
             wrong = _changed(self.dagger, DaggerSection()) + _changed(self.teacher, TeacherSection(), "teacher")
+            wrong += _changed(self.collect, CollectSection(), "collect")
             wrong += [f"train.{k}" for k in ("skip_stalls", "standstills", "class_weights")
                       if getattr(self.train, k) != getattr(TrainSection(), k) and k != "class_weights"]
             wrong += [f"policy.{k}" for k in ("dashboard", "motion") if getattr(self.policy, k) is not None]
@@ -382,6 +422,14 @@ class TrainRun:
         _need(d.edge_weight == 1.0 or d.rounds > 0, "dagger.edge_weight weighs DAgger's relabelled frames: it needs "
               "dagger.rounds")
         _need(d.envs == 1 or d.rounds > 0, "dagger.envs steps the DAgger rollouts: it needs dagger.rounds")
+        c = self.collect
+        _need(not c.episodes or bool(self.teacher.expert),
+              "collect.episodes needs teacher.expert (the PPO expert that drives the recorded episodes)")
+        _need(not c.episodes or self.teacher.brake_floor is None or self.teacher.start_rule,
+              "teacher.brake_floor is the start rule's floor: add teacher.start_rule")
+        if not c.episodes:
+            extra = [k for k in _changed(c, CollectSection(), "collect")]
+            _need(not extra, f"{', '.join(extra)} only apply with collect.episodes (teacher episodes to record)")
         _need(not (d.rounds and self.teacher.brake_floor is not None and not self.teacher.start_rule),
               "teacher.brake_floor is the start rule's floor: DAgger's teacher uses it only with teacher.start_rule")
         if self.lodo.out is None:
