@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from agent.cli.recipe import parse_stages
+
 from agent.train.config import (ConfigError, DaggerSection, ExpertRun, PPOSection, PolicySection, TeacherSection, TrainRun,
                                 TrainSection, UdacitySection, from_dict, load_config, load_recipe, to_dict, to_toml, torch_device)
 
@@ -106,10 +108,13 @@ def test_device_auto_resolves_to_a_torch_device():
 @pytest.mark.parametrize("recipe", sorted(RECIPES.glob("*.toml")), ids=lambda p: p.name)
 def test_every_recipe_loads_and_validates(recipe):
     cls = ExpertRun if recipe.name.startswith("carracing-expert") else TrainRun  # `agent expert train --config`
-    stages = load_recipe(recipe, cls)
-    for i, (name, cfg) in enumerate(stages):  # a later stage starts from the one before (the runner sets init)
-        (replace(cfg, init=cfg.init or ("previous.pt" if i else None)) if cls is TrainRun else cfg).check()
-    name, last = stages[-1]
+    if cls is TrainRun:  # chained as `agent train --config` chains them (a later stage starts from the one before)
+        stages = parse_stages(TrainRun, ["--config", str(recipe)], prog="agent train", description="")
+        last = load_recipe(recipe, cls)[-1][1]
+    else:
+        stages = load_recipe(recipe, cls)
+        [cfg.check() for _, cfg in stages]
+        last = stages[-1][1]
     assert last.out is not None and last.out.startswith("policies/"), "a recipe names the shipped file it remakes"
     assert (RECIPES.parent / last.out).is_file(), f"{recipe.name} remakes {last.out}, which is not shipped"
 
@@ -136,3 +141,18 @@ def test_stages_change_only_what_they_name(tmp_path):
 def test_core_options_true_and_false_are_booleans():
     assert PolicySection(core_options={"input_norm": "true", "topk": 4, "name": "x"}).core_options == \
         {"input_norm": True, "topk": 4, "name": "x"}
+
+
+def test_a_core_given_on_the_command_line_builds_the_first_stage_and_later_stages_inherit_it(tmp_path):
+    path = tmp_path / "r.toml"
+    path.write_text("""data = ["a"]\nout = "x/p.pt"\n[policy]\nwindow = 4\n[teacher]\nexpert = "e.zip"\n
+[[stages]]\nname = "bc"\ntrain = { epochs = 8 }\n
+[[stages]]\nname = "dagger"\ntrain = { epochs = 0 }\ndagger = { rounds = 2 }\n""")
+    (_, bc), (_, dg) = parse_stages(TrainRun, ["--config", str(path), "--policy.core", "none", "--policy.window", "1",
+                                               "--seed", "1"], prog="agent train", description="")
+    assert (bc.policy.core, bc.policy.window, bc.init) == ("none", 1, None)
+    assert (dg.policy.core, dg.policy.window) == (None, None) and dg.init == bc.out  # the first stage's policy's own
+    assert bc.run_dir == str(Path("runs/recipes/p-s1/bc")) and dg.run_dir == str(Path("runs/recipes/p-s1/dagger"))
+    path.write_text(path.read_text().replace('train = { epochs = 0 }', 'train = { epochs = 0 }\npolicy = { window = 2 }'))
+    with pytest.raises(Exception, match="init keeps the policy file's own policy.window"):  # a stage's own choice
+        parse_stages(TrainRun, ["--config", str(path)], prog="agent train", description="")

@@ -54,8 +54,12 @@ def parse_stages(cls, argv: list[str], prog: str, description: str) -> list[tupl
     """The validated stages of ``prog ARGV``: the recipe of ``--config`` (or the defaults), each
     stage overridden by the other options, chained, and checked.
 
-    Stages after the first start from the previous stage's output (``init``) unless they name one;
-    every stage but the last writes into the recipe's run folder (``RUN_DIR/<stage>/``).
+    Stages after the first start from the previous stage's output (``init``) unless they name one,
+    and keep its architecture: the ``policy`` options they share with the first stage (a top-level
+    ``[policy]``, or ``--policy.core gru`` on the command line) are dropped from them; every stage
+    but the last writes into the recipe's run folder (``RUN_DIR/<stage>/``; ``RUN_DIR`` is the last
+    stage's ``run_dir``, by default ``runs/recipes/<out's name>-s<seed>``, or ``runs/recipes/<out's
+    name>`` when that name ends in ``-s<seed>`` already).
 
     Raises:
         CLIError: an unreadable recipe or an invalid value, in one line.
@@ -68,8 +72,11 @@ def parse_stages(cls, argv: list[str], prog: str, description: str) -> list[tupl
     except ConfigError as exc:
         raise CLIError(str(exc)) from exc
     if len(parsed) > 1:
-        root = Path(getattr(parsed[-1][1], "run_dir", None) or
-                    Path("runs/recipes") / f"{Path(path).stem}-s{parsed[-1][1].seed}")
+        last = parsed[-1][1]
+        stem = Path(last.out).stem if getattr(last, "out", None) else Path(path).stem
+        seed = f"-s{last.seed}"  # the out's name when it names the seed already (nac-s1.pt), else with the seed
+        root = Path(getattr(last, "run_dir", None) or
+                    Path("runs/recipes") / (stem if stem.endswith(seed) else stem + seed))
         chained, previous = [], None
         for i, (name, cfg) in enumerate(parsed):
             last = i == len(parsed) - 1
@@ -81,6 +88,15 @@ def parse_stages(cls, argv: list[str], prog: str, description: str) -> list[tupl
                 changes["run_dir"] = str(root / name)
             if i == 0:
                 changes["init"] = cfg.init
+            elif cfg.init is None and hasattr(cfg, "policy"):  # starts from the previous stage's policy: the
+                # architecture options it shares with the first stage (top-level [policy], --policy.core ...) are that
+                # policy's own, not options of this stage
+                first = parsed[0][1].policy
+                arch = ("core", "window", "d_model", "motion")
+                changes["policy"] = replace(cfg.policy, **{k: None for k in arch
+                                                           if getattr(cfg.policy, k) == getattr(first, k)})
+                if cfg.policy.core_options == first.core_options:
+                    changes["policy"] = replace(changes["policy"], core_options={})
             cfg = replace(cfg, **changes)
             chained.append((name, cfg))
             previous = changes.get("out", cfg.out)
