@@ -196,7 +196,10 @@ def test_a_cut_short_report_resumes_with_its_finished_rows(tmp_path):
     (out / "faithfulness.partial.json").write_text(json.dumps({"key": key, "rows": [first]}))
     said.clear()
     again = F.faithfulness_report(path, [0], 3, **kw)
-    assert any("resuming: 1 row(s)" in s for s in said)
+    assert any("resuming: 1 row(s)" in s and "partial" in s for s in said)
+    # and the finished report's other row with it: nothing is scored again
+    assert any("resuming: 1 row(s)" in s and s.endswith("faithfulness.json") for s in said)
+    assert not any(s.startswith("GradCAM @") for s in said)
     assert again["rows"][0]["ms_per_frame"] == -1.0 and again["rows"][1]["ms_per_frame"] > 0
     assert again["rows"][1]["road"] == pytest.approx(full["rows"][1]["road"])
     # more steps for a row than the cut-short run scored: that row is scored again

@@ -6,15 +6,24 @@ For each variant (a core and its options, :mod:`agent.compare.cells`) over its s
 - the closed-loop return over tracks x seeds: mean ± std, median, worst track, tracks at 900 or
   above, and a 95% two-level bootstrap confidence interval of the mean (training seeds resampled,
   then tracks within each seed: :func:`hierarchical_bootstrap_ci`);
-- the difference from NAC-Steady's mean with its 95% interval, paired on the (seed, track)
-  episodes both have (the same tracks and training seeds), and whether it excludes 0 (called a
-  real difference only over two or more training seeds);
+- the difference from NAC-Steady's mean with its 95% interval at the level of training seeds
+  (:func:`seed_level_difference`: each training run's mean over the same tracks is one
+  observation, the between-run variance is pooled over the variants, Student-t), whether it
+  excludes 0, and the smallest difference the design detects (:func:`minimum_detectable_effect`,
+  80 % power); the two-level bootstrap of the same difference, paired on the (seed, track)
+  episodes, is kept in the JSON: with 2 training seeds it covers less than it says (the bootstrap
+  draws from 2 values; simulated coverage 0.87-0.89 at a nominal 0.95);
 - stalls (episodes with a standstill over 50 steps), mean off-road steps, streaming step latency
   p50/p99, training time and the core's effective parameters;
 - the offline-only view: the BC policy's held-out accuracy beside its own closed-loop return.
 
 Missing cells (in ``plan.json`` but without a ``cell.json``) are named. The bootstrap is
 Efron & Tibshirani's percentile interval, 10,000 resamples, a fixed seed (the report repeats).
+
+The seed-level analysis is the usual one for comparing training recipes over a few runs (e.g.
+Agarwal et al., "Deep Reinforcement Learning at the Edge of the Statistical Precipice",
+NeurIPS 2021; Colas, Sigaud and Oudeyer, "How Many Random Seeds?", 2018): the run, not the
+episode, is the unit that is resampled by a retraining.
 """
 
 from __future__ import annotations
@@ -107,6 +116,63 @@ def paired_difference(a: dict, b: dict, **kw) -> dict | None:
             "excludes_zero": excludes_zero, "real": excludes_zero and n_seeds >= 2}
 
 
+def pooled_seed_sd(seed_means: dict[str, list[float]]) -> tuple[float, int]:
+    """The between-run standard deviation of a run's mean return, pooled over variants.
+
+    Args:
+        seed_means: {variant: [mean return of each training seed over the same tracks]}.
+
+    Returns:
+        (sd, degrees of freedom = sum over variants of (seeds - 1)); (nan, 0) when no variant has
+        two seeds.
+    """
+    ss, df = 0.0, 0
+    for means in seed_means.values():
+        m = np.asarray(means, dtype=np.float64)
+        if m.size >= 2:
+            ss += float(((m - m.mean()) ** 2).sum())
+            df += m.size - 1
+    return (float(np.sqrt(ss / df)), df) if df else (float("nan"), 0)
+
+
+def minimum_detectable_effect(se: float, df: int, level: float = 0.95, power: float = 0.8) -> float:
+    """The smallest true difference a two-sided t-test at ``level`` finds with probability ``power``:
+    (t_{(1+level)/2, df} + t_{power, df}) * se (the normal approximation with t quantiles; Cohen
+    1988, ch. 2). nan without degrees of freedom."""
+    from scipy import stats
+
+    if df < 1 or not np.isfinite(se):
+        return float("nan")
+    return float((stats.t.ppf((1 + level) / 2, df) + stats.t.ppf(power, df)) * se)
+
+
+def seed_level_difference(a: list[float], b: list[float], sd: float, df: int, level: float = 0.95) -> dict | None:
+    """Mean of ``a``'s runs minus ``b``'s, with a Student-t interval whose unit is the training run.
+
+    Each entry is one training seed's mean return over the same tracks (so the tracks' difficulty
+    cancels); ``sd`` and ``df`` are the pooled between-run standard deviation
+    (:func:`pooled_seed_sd`). se = sd * sqrt(1/n_a + 1/n_b); the interval is the difference ± t * se
+    with ``df`` degrees of freedom.
+
+    Returns:
+        {"mean", "ci95", "se", "df", "seeds": [n_a, n_b], "mde80" (:func:`minimum_detectable_effect`),
+        "excludes_zero", "real"} (``real``: the interval excludes 0), or None when either side has
+        no run or no variance is known.
+    """
+    from scipy import stats
+
+    if not a or not b or df < 1 or not np.isfinite(sd):
+        return None
+    d = float(np.mean(a) - np.mean(b))
+    se = float(sd * np.sqrt(1.0 / len(a) + 1.0 / len(b)))
+    half = float(stats.t.ppf((1 + level) / 2, df) * se)
+    lo, hi = d - half, d + half
+    out = {"mean": d, "ci95": [lo, hi], "se": se, "df": int(df), "seeds": [len(a), len(b)],
+           "mde80": minimum_detectable_effect(se, df, level), "excludes_zero": bool(lo > 0 or hi < 0)}
+    out["real"] = out["excludes_zero"]
+    return out
+
+
 def _variant_order(names: list[str], plan: dict | None) -> list[str]:
     planned = []
     for c in (plan or {}).get("cells", []):
@@ -126,6 +192,13 @@ def summarize(out: str | Path) -> dict:
         by_variant.setdefault(c["variant"], []).append(c)
     eps_of = {name: _episodes(cs) for name, cs in by_variant.items()}  # {(seed, track): return} per variant
     ref_eps = eps_of.get(REFERENCE, {})
+    # the training run is the unit: each run's mean over the tracks every cell drove
+    tracks = [set(int(t) for t in c["closed_loop"]["seeds"]) for c in cells if c.get("closed_loop")]
+    common = set.intersection(*tracks) if tracks else set()
+    run_means = {name: [float(np.mean([eps_of[name][(int(c["seed"]), t)] for t in sorted(common)]))
+                        for c in sorted(cs, key=lambda c: c["seed"]) if common]
+                 for name, cs in by_variant.items()}
+    sd, df = pooled_seed_sd(run_means)
     rows = []
     for name in _variant_order(list(by_variant), plan):
         cs = sorted(by_variant[name], key=lambda c: c["seed"])
@@ -144,7 +217,9 @@ def summarize(out: str | Path) -> dict:
             "heldout_accuracy": float(acc.mean()), "heldout_accuracy_std": float(acc.std()),
             "heldout_accuracy_bc": float(acc_bc.mean()),
             "episodes": int(returns.size), "mean": float(returns.mean()), "std": float(returns.std()),
-            "ci95": list(hierarchical_bootstrap_ci(eps)), "median": float(np.median(returns)), "worst": float(returns.min()),
+            "ci95": _run_interval(run_means[name], sd, df) or list(hierarchical_bootstrap_ci(eps)),
+            "ci95_bootstrap": list(hierarchical_bootstrap_ci(eps)),
+            "run_means": run_means[name], "median": float(np.median(returns)), "worst": float(returns.min()),
             "at_least_900": int((returns >= 900).sum()),
             "seed_means": [float(c["closed_loop"]["mean"]) for c in cs],
             "episodes_with_stall": int(sum(s > 50 for s in standstills)), "mean_off_road_steps": float(np.mean(off_road)),
@@ -155,14 +230,18 @@ def summarize(out: str | Path) -> dict:
             "bc_mean": float(bc_returns.mean()) if bc_returns.size else None,
             "bc_std": float(bc_returns.std()) if bc_returns.size else None,
             "bc_ci95": list(hierarchical_bootstrap_ci(bc_eps)) if bc_returns.size else None,
-            "difference_from_reference": None if name == REFERENCE else paired_difference(eps, ref_eps),
+            "difference_from_reference": None if name == REFERENCE else  # one run each: the tracks' bootstrap
+            seed_level_difference(run_means[name], run_means.get(REFERENCE, []), sd, df) or paired_difference(eps, ref_eps),
+            "difference_from_reference_bootstrap": None if name == REFERENCE else paired_difference(eps, ref_eps),
         }
         rows.append(row)
     # an ablation or a sweep point (core@options) against its base core, when that ran
     for row in rows:
         base = row["core"] if row["options"] and row["core"] in by_variant else None
         row["base"] = base
-        row["difference_from_base"] = None if base is None else paired_difference(eps_of[row["variant"]], eps_of[base])
+        row["difference_from_base"] = None if base is None else \
+            seed_level_difference(run_means[row["variant"]], run_means[base], sd, df) or \
+            paired_difference(eps_of[row["variant"]], eps_of[base])
         row["core_parameter_ratio_to_base"] = None if base is None else \
             row["core_parameters"] / by_variant[base][0]["core_parameters"]
     sweeps = {name: sweep_points(pts) for name, pts in window_sweeps(rows).items()}
@@ -170,16 +249,56 @@ def summarize(out: str | Path) -> dict:
     missing = [c for c in (plan or {}).get("cells", []) if c not in finished]
     return {"reference": REFERENCE, "protocol": (plan or {}).get("protocol"), "rows": rows, "missing": missing,
             "window_sweeps": sweeps,
+            "runs": {"tracks": len(common), "pooled_sd": sd, "df": df,
+                     "unit": "the training run: its mean return over the tracks every cell drove; between-run "
+                             "variance pooled over the variants; Student-t intervals with the pooled degrees of "
+                             "freedom; mde80: the smallest difference found with 80 % power at the 5 % level"},
             "bootstrap": {"resamples": BOOTSTRAP, "seed": BOOTSTRAP_SEED, "level": 0.95,
                           "unit": "two levels: training seeds, then tracks within each seed; differences "
                                   "paired on shared (seed, track) episodes; a difference is called real only "
                                   "with >= 2 training seeds"}}
 
 
+def _run_interval(means: list[float], sd: float, df: int, level: float = 0.95) -> list[float] | None:
+    """mean of the runs' means ± t * sd / sqrt(runs): the interval of what another training run of
+    this variant gives on these tracks; None without a pooled variance."""
+    from scipy import stats
+
+    if not means or df < 1 or not np.isfinite(sd):
+        return None
+    m, half = float(np.mean(means)), float(stats.t.ppf((1 + level) / 2, df) * sd / np.sqrt(len(means)))
+    return [m - half, m + half]
+
+
 def _mark(d: dict) -> str:
     if d.get("real"):
         return " *"
     return " (*)" if d.get("excludes_zero", d.get("real")) else ""
+
+
+def _mde(d: dict | None) -> str:
+    return "-" if d is None or not np.isfinite(d.get("mde80", float("nan"))) else f"{d['mde80']:.0f}"
+
+
+def _runs_text(summary: dict) -> str:
+    """How the intervals were made, and what they can tell apart."""
+    runs = summary.get("runs") or {}
+    df, sd = runs.get("df", 0), runs.get("pooled_sd", float("nan"))
+    if not df:
+        return ("Each variant has one training run: no interval can cover another training run, so none is "
+                "called real. 95% CI: two-level bootstrap over tracks.")
+    counts = sorted({len(r["seeds"]) for r in summary["rows"]})
+    few = counts[-1] if counts else 0
+    text = (f"The unit is the training run: each run's mean return over the {runs.get('tracks')} tracks every cell "
+            f"drove. The between-run standard deviation, pooled over the variants, is {sd:.1f} ({df} degrees of "
+            f"freedom); 95% intervals are Student-t on it. Δ: the mean of the variant's runs minus nac-steady's; * "
+            f"its interval excludes 0. Smallest Δ detectable: the true difference this design finds with 80 % "
+            f"power at the 5 % level; a smaller one can hide inside \"no difference detected\".")
+    if few < 3:
+        seeds = " or ".join(map(str, counts))
+        text += (f" With {seeds} training seed(s) per variant (fewer than 3) the between-run variance rests on few "
+                 "runs: read the intervals as rough, and no ranking inside them.")
+    return text
 
 
 def _pm(m, s, digits=1) -> str:
@@ -190,9 +309,9 @@ def markdown(summary: dict) -> str:
     """The tables as markdown: the comparison, the offline-only view, and the missing cells."""
     p = summary.get("protocol") or {}
     lines = ["| variant | T | width | core params (x NAC-Steady) | held-out accuracy (BC / final) | return mean ± std "
-             "| 95% CI | Δ vs nac-steady [95% CI] | median | worst | >= 900 | stalls | off-road steps | step p50 / p99 ms "
-             "| train min | seeds |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| 95% CI (runs) | Δ vs nac-steady [95% CI] | smallest Δ detectable | median | worst | >= 900 | stalls "
+             "| off-road steps | step p50 / p99 ms | train min | seeds |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in summary["rows"]:
         d = r["difference_from_reference"]
         diff = "reference" if r["variant"] == summary["reference"] else "n/a" if d is None else \
@@ -200,7 +319,7 @@ def markdown(summary: dict) -> str:
         lines.append(
             f"| {r['variant']} | {r['window']} | {r['width']} | {r['core_parameters']:,} ({r['core_parameter_ratio']:.2f}) "
             f"| {r['heldout_accuracy_bc']:.3f} / {r['heldout_accuracy']:.3f} | {_pm(r['mean'], r['std'])} "
-            f"| [{r['ci95'][0]:.1f}, {r['ci95'][1]:.1f}] | {diff} | {r['median']:.1f} | {r['worst']:.1f} "
+            f"| [{r['ci95'][0]:.1f}, {r['ci95'][1]:.1f}] | {diff} | {_mde(d)} | {r['median']:.1f} | {r['worst']:.1f} "
             f"| {r['at_least_900']}/{r['episodes']} | {r['episodes_with_stall']}/{r['episodes']} "
             f"| {r['mean_off_road_steps']:.0f} | {r['latency_p50_ms']:.1f} / {r['latency_p99_ms']:.1f} "
             f"| {r['train_minutes']:.1f} | {','.join(map(str, r['seeds']))} |")
@@ -208,9 +327,7 @@ def markdown(summary: dict) -> str:
            f"{p.get('episodes', '?')} tracks from seed {p.get('eval_seed', '?')} per training seed; BC "
            f"{p.get('epochs', '?')} epochs then {p.get('dagger_rounds', '?')} DAgger rounds of "
            f"{p.get('dagger_episodes', '?')} episodes ({p.get('dagger_epochs', '?')} epochs each), window T="
-           f"{p.get('window', '?')}. 95% intervals: two-level bootstrap (training seeds, then tracks). Δ: paired on "
-           f"the same (seed, track) episodes; * the interval excludes 0 over two or more training seeds; (*) it "
-           f"excludes 0 but over one training seed only, so it covers tracks, not training runs.",
+           f"{p.get('window', '?')}. {_runs_text(summary)}",
            "", *lines]
     bc_rows = [r for r in summary["rows"] if r["bc_mean"] is not None]
     if bc_rows:
@@ -222,16 +339,16 @@ def markdown(summary: dict) -> str:
     base_rows = [r for r in summary["rows"] if r.get("base")]
     if base_rows:
         out += ["", "## Variants against their base core (ablations, window sweep)", "",
-                "Δ: the variant minus its base core (the same core with the default options), paired on the "
-                "(seed, track) episodes both have; marks as above.", "",
+                "Δ: the variant minus its base core (the same core with the default options), at the level of "
+                "training runs as above.", "",
                 "| variant | base | core params (x base) | held-out accuracy (BC / final) | return mean ± std "
-                "| Δ vs base [95% CI] | episodes shared |", "|---|---|---|---|---|---|---|"]
+                "| Δ vs base [95% CI] | smallest Δ detectable | runs (variant, base) |", "|---|---|---|---|---|---|---|---|"]
         for r in base_rows:
             d = r["difference_from_base"]
             diff = "n/a" if d is None else f"{d['mean']:+.1f} [{d['ci95'][0]:+.1f}, {d['ci95'][1]:+.1f}]{_mark(d)}"
             out.append(f"| {r['variant']} | {r['base']} | {r['core_parameters']:,} ({r['core_parameter_ratio_to_base']:.2f}) "
                        f"| {r['heldout_accuracy_bc']:.3f} / {r['heldout_accuracy']:.3f} | {_pm(r['mean'], r['std'])} "
-                       f"| {diff} | {0 if d is None else d['episodes']} |")
+                       f"| {diff} | {_mde(d)} | {'-' if d is None else '{}, {}'.format(*d['seeds'])} |")
     sweeps = {k: v for k, v in (summary.get("window_sweeps") or {}).items() if v}
     if sweeps:
         windows = sorted({q["window"] for sp in sweeps.values() for q in sp})
@@ -260,17 +377,17 @@ def headline(summary: dict) -> str:
     if ref is not None and best is not ref:
         d = best["difference_from_reference"]
         if d is not None:
-            verdict = ("a real difference" if d["real"] else
-                       "the interval excludes 0, but over one training seed only: not yet readable"
-                       if d.get("excludes_zero") else "inside the noise")
-            text += (f" Against nac-steady ({ref['mean']:.1f} over its own seeds) the difference on the "
-                     f"{d['episodes']} episodes both have is {d['mean']:+.1f} (95% CI {d['ci95'][0]:+.1f} to "
-                     f"{d['ci95'][1]:+.1f}, {d.get('seeds', '?')} training seed(s)): {verdict}.")
+            verdict = "a real difference" if d["real"] else "no difference detected"
+            text += (f" Against nac-steady ({ref['mean']:.1f} over its own seeds) the difference of the runs' means "
+                     f"is {d['mean']:+.1f} (95% CI {d['ci95'][0]:+.1f} to {d['ci95'][1]:+.1f}"
+                     + (f", {d['seeds'][0]} and {d['seeds'][1]} training runs): {verdict}; the design detects a "
+                        f"difference of {d['mde80']:.0f} or more with 80 % power." if "mde80" in d else
+                        f", one training run each, over the tracks only): {verdict}."))
     elif ref is not None:
         others = [r for r in rows if r is not ref and r["difference_from_reference"] is not None]
         real = [r["variant"] for r in others if r["difference_from_reference"]["real"]]
-        text += (f" nac-steady is best; it is clearly ahead of {', '.join(real)}" if real else
-                 " nac-steady is best, but every difference is inside the noise") + "."
+        text += (f" nac-steady has the best mean; it is ahead of {', '.join(real)} outside the noise" if real else
+                 " nac-steady has the best mean, but no difference is detected") + "."
     return text
 
 

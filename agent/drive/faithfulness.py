@@ -684,7 +684,7 @@ def faithfulness_report(policy_path, tracks: Sequence[int], steps: int, methods:
         layers: "conv1", ... (default: every convolution of the CNN).
         out_dir: where ``faithfulness.json`` and ``faithfulness.md`` go (None: nothing written). Rows
             are saved to ``faithfulness.partial.json`` as they finish; a rerun with the same policy
-            weights, tracks, step count, percentiles and seed keeps every row of that file (or of a
+            weights, tracks, step count, percentiles and seed keeps every row of that file (and those of a
             finished ``faithfulness.json``) that was scored on the same steps, and scores the rest.
         percentiles: ROAD's percentiles (:func:`faithfulness_scores`).
         step_limits: score only n of the steps (evenly spread): {"METHOD": n} for a slow method,
@@ -733,7 +733,7 @@ def faithfulness_report(policy_path, tracks: Sequence[int], steps: int, methods:
     partial = Path(out_dir) / "faithfulness.partial.json" if out_dir is not None else None
     done = {}
     for source in ([partial, partial.with_name("faithfulness.json")] if partial is not None else []):
-        # a cut-short run's rows, else a finished report's (a rerun with more methods or steps adds to it)
+        # a cut-short run's rows, and a finished report's that it lacks (a rerun with more methods or steps adds to it)
         if not source.is_file():
             continue
         try:
@@ -743,9 +743,10 @@ def faithfulness_report(policy_path, tracks: Sequence[int], steps: int, methods:
         if isinstance(saved, dict) and "key" not in saved:  # a finished report carries the key's fields
             saved = {"key": {k: saved.get(k) for k in key}, "rows": saved.get("rows", [])}
         if isinstance(saved, dict) and saved.get("key") == key:
-            done = {(r["method"], r["layer"]): r for r in saved.get("rows", [])}
-            say(f"resuming: {len(done)} row(s) kept from {source}")
-            break
+            rows_here = {(r["method"], r["layer"]): r for r in saved.get("rows", [])}
+            kept = {k: r for k, r in rows_here.items() if k not in done}  # the cut-short run's rows come first
+            done.update(kept)
+            say(f"resuming: {len(kept)} row(s) kept from {source}")
     for m in methods:
         for lname in (["-"] if m in LAYERLESS else layers):
             limit = step_limits.get(f"{m}@{lname}", step_limits.get(m, step_limits.get(f"@{lname}")))
