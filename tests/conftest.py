@@ -2,6 +2,13 @@ import os
 
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+if "NAC_FRAME_CACHE" not in os.environ:  # agent train's frame caches (agent.data.frame_cache): not in ~/.cache
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["NAC_FRAME_CACHE"] = tempfile.mkdtemp(prefix="nac-frame-cache-")
+    atexit.register(shutil.rmtree, os.environ["NAC_FRAME_CACHE"], True)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -99,10 +99,10 @@ def test_an_interrupted_bc_run_resumes_to_the_same_weights(tmp_path, capsys, sig
 def test_an_interrupted_dagger_run_resumes_to_the_same_weights(tmp_path, capsys):
     """Killed after DAgger round 1's rollouts were saved; the resumed run re-adds that round's data."""
     assert main(_args(tmp_path, "whole", epochs=1, dagger=True)) == 0
-    assert not list((tmp_path / "whole").glob("dagger-round-*.pt")), "a finished run deletes its round data"
+    assert not list((tmp_path / "whole").glob("dagger-round-*")), "a finished run deletes its round data"
 
     _interrupt(_args(tmp_path, "cut", epochs=1, dagger=True), tmp_path / "cut", signal.SIGKILL,
-               after="dagger-round-1.pt")
+               after="dagger-round-1.npz")
     state = load_checkpoint(tmp_path / "cut")
     assert state["stage"] == "dagger" and (state["round"], state["round_done"]) < (2, True), state["what"]
     rc, err = run_cli(["train", "--resume", str(tmp_path / "cut")], capsys)

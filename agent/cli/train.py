@@ -49,6 +49,11 @@ Configuration: `agent train --config recipes/nac.toml [--SECTION.FIELD VALUE ...
 TOML recipe and overrides any field from the command line. The resolved config (every default
 filled in) is written to RUN_DIR/config.toml and stored in the policy file.
 
+CarRacing frames are read from disk, memory-mapped: the first run on a recording writes its
+frames uncompressed (27.6 KB a frame) to a cache in $XDG_CACHE_HOME/nac-drive/carracing-frames
+(~/.cache/...; NAC_FRAME_CACHE=DIR puts it elsewhere), which later runs reuse until the
+recording changes. Deleting that folder is safe (it is rebuilt).
+
 Checkpoints: after every epoch and every DAgger round RUN_DIR/checkpoint.pt is rewritten
 atomically. After a Ctrl-C, a kill or a crash, `agent train --resume RUN_DIR` continues from it
 with the stored config and ends with the policy the run would have given uninterrupted."""
@@ -338,7 +343,9 @@ def _load_teacher(run: TrainRun, continuous: bool):
 def _load_source(run: TrainRun):
     """The training source: CarRacing Minari recordings (relabelled by the teacher's rules) or Udacity folders."""
     if run.env == "carracing":
-        demos = load_demonstrations(list(run.data))  # RecordingError if they mix action kinds
+        # frames memory-mapped from the recordings' frame caches (built on the first run): a data set larger than
+        # RAM trains; RecordingError if they mix action kinds
+        demos = load_demonstrations(list(run.data), frames="mmap")
         n_frames = demos.n_frames
         try:  # the teacher's rules on the recorded labels, one log line per rule
             demos, _ = run.teacher.rules.relabel(demos, log=lambda rule, changed, what: log.info(

@@ -520,7 +520,9 @@ class Demonstrations:
 
     Attributes:
         frames: list of (N_e, H, W, C) uint8 arrays (the last frame of each episode dropped, so
-            frames[e][i] is the observation on which actions[e][i] was taken).
+            frames[e][i] is the observation on which actions[e][i] was taken); in memory, or
+            read-only memory maps (``load_demonstrations(frames="mmap")``, DAgger's saved rounds).
+            Validation reads shapes and dtypes only, never the frames.
         actions: list of (N_e,) int64 or (N_e, A) float32 arrays.
         seeds: the track seed of each episode.
         returns: the episode return of each episode.
@@ -605,14 +607,31 @@ class Demonstrations:
         """Draw each frame's recorded speed into its dashboard strip, in place
         (:func:`envs.carracing.draw_speedometer`): the frames a student with ``--dashboard
         speedometer`` would have seen. Idempotent (frames recorded with the speedometer on are
-        redrawn the same), and checked before any frame changes.
+        redrawn the same), and checked before any frame changes. Read-only frames (the memory
+        maps of ``load_demonstrations(frames="mmap")``, whose cache is never written to) are
+        copied into memory first, episode by episode: the demonstrations then hold all their
+        frames in memory (27.6 KB a frame); :meth:`agent.data.windows.DemonstrationSource.draw_speedometer`
+        draws on each window as it is read instead.
 
         Returns:
             these demonstrations.
 
         Raises:
+            ValueError: as :meth:`speedometer_speeds`; nothing has been drawn then.
+        """
+        speeds = self.speedometer_speeds()
+        for i, v in enumerate(speeds):
+            if not self.frames[i].flags.writeable:
+                self.frames[i] = np.array(self.frames[i])  # a memory map of the frame cache: drawn on a copy
+            draw_speedometer(self.frames[i], v)
+        return self
+
+    def speedometer_speeds(self) -> list[np.ndarray]:
+        """(N_e,) float32 speeds (units/s) to draw into every episode's frames, checked; no frame is read.
+
+        Raises:
             ValueError: an episode whose speeds were not recorded (NaN), or frames that are not
-                CarRacing's (N, H, W, 3) uint8; nothing has been drawn then.
+                CarRacing's (N, H, W, 3) uint8.
         """
         speeds = self.frame_speeds()
         for i, (f, v) in enumerate(zip(self.frames, speeds)):
@@ -620,12 +639,10 @@ class Demonstrations:
                 raise ValueError(f"episode {i} (track {self.seeds[i]}) has frames without a recorded speed, so "
                                  "--dashboard speedometer cannot draw them: record them again with `agent collect` "
                                  "or leave that recording out")
-            if np.ndim(f) != 4 or np.shape(f)[-1] != 3 or np.asarray(f).dtype != np.uint8:
+            if np.ndim(f) != 4 or np.shape(f)[-1] != 3 or f.dtype != np.uint8:
                 raise ValueError(f"episode {i}: the speedometer draws into (N, H, W, 3) uint8 frames, got "
-                                 f"{np.asarray(f).dtype} {np.shape(f)}")
-        for f, v in zip(self.frames, speeds):
-            draw_speedometer(f, v)
-        return self
+                                 f"{f.dtype} {np.shape(f)}")
+        return speeds
 
     def frame_weights(self) -> list[np.ndarray]:
         """(N_e,) float32 loss weights of every episode (ones where none were given)."""
@@ -685,8 +702,76 @@ def resolve_recording(path: str | Path) -> Path:
                          f"with `agent collect --out recordings/{NAMESPACE}/NAME-v0`)")
 
 
-def load_demonstrations(path: str | Path | Sequence[str | Path], n_actions: int | None = 5) -> Demonstrations:
-    """Read every episode of one recording, or of several of the same kind, into memory.
+def _read_episodes(ds, metas: list, path: Path, as_actions):
+    """The episodes of the open Minari dataset ``ds``, one at a time, as
+    :class:`agent.data.frame_cache.EpisodeArrays` (the N_e frames that have actions, speeds NaN
+    where none were recorded).
+
+    Raises:
+        RecordingError: an episode that cannot be read, or whose frames, actions and rewards disagree in length.
+    """
+    from agent.data.frame_cache import EpisodeArrays
+
+    it = iter(ds.iterate_episodes())
+    for meta in metas:
+        try:
+            ep = next(it)
+            obs = np.asarray(ep.observations)
+            act = as_actions(ep.actions)
+            rewards = np.asarray(ep.rewards).reshape(-1)
+            if len(obs) != len(act) + 1 or len(rewards) != len(act):
+                raise RecordingError(
+                    f"recording {path}, episode {ep.id}: {len(obs)} frames, {len(act)} actions and {len(rewards)} "
+                    f"rewards disagree (an episode of N steps holds N + 1 frames, N actions and N rewards); the "
+                    "recording is damaged: record it again with `agent collect`")
+            infos = ep.infos if isinstance(ep.infos, dict) else {}
+            speed = np.asarray(infos["speed"], dtype=np.float32).reshape(-1) if "speed" in infos else None
+            speed = (speed[: len(act)] if speed is not None and len(speed) >= len(act)
+                     else np.full(len(act), np.nan, np.float32))
+            seed = int(meta.get("seed", -1)) if meta.get("seed") is not None else -1
+        except RecordingError:
+            raise
+        except StopIteration:
+            raise RecordingError(f"could not read recording {path}: fewer episodes than its metadata lists") from None
+        except Exception as exc:
+            raise RecordingError(f"could not read recording {path}: {type(exc).__name__}: {exc}") from exc
+        yield EpisodeArrays(obs[: len(act)], act, seed, float(np.sum(rewards)), speed)
+
+
+def _cached_episodes(ds, data: Path, path: Path, episodes, cache_dir, progress: bool):
+    """(frames, actions, seeds, returns, speeds) of a recording from its frame cache, built first
+    from ``episodes`` if missing; frames are read-only memory maps.
+
+    Raises:
+        RecordingError: the cache cannot be written or read (the message says what to do), or
+            anything reading the episodes raises.
+    """
+    from agent.data.frame_cache import build_cache, read_episodes
+
+    shape = tuple(getattr(ds.observation_space, "shape", None) or (96, 96, 3))
+    try:
+        npy, npz = build_cache(data, lambda: episodes, int(ds.total_steps), int(np.prod(shape)), cache_dir,
+                               progress)
+    except OSError as exc:
+        raise RecordingError(f"cannot cache the frames of {path}: {exc.strerror or exc}"
+                             f"{f' ({exc.filename})' if exc.filename else ''}") from exc
+    try:
+        got = read_episodes(npy, npz)
+    except (OSError, ValueError) as exc:
+        raise RecordingError(f"the frame cache of {path} cannot be read ({exc}): delete {npy} and {npz} to rebuild "
+                             "it") from exc
+    if got.speeds is None:
+        raise RecordingError(f"the frame cache {npz} of {path} holds no speeds: delete {npy} and {npz} to rebuild it")
+    return got.frames, got.actions, got.seeds, got.returns, got.speeds
+
+
+#: how :func:`load_demonstrations` holds the frames
+FRAME_MODES = ("memory", "mmap")
+
+
+def load_demonstrations(path: str | Path | Sequence[str | Path], n_actions: int | None = 5, frames: str = "memory",
+                        cache_dir: str | Path | None = None, progress: bool = True) -> Demonstrations:
+    """Read every episode of one recording, or of several of the same kind.
 
     Args:
         path: the dataset folder (``recordings/nac-drive/sample-v0``, or its ``data/``), or a Minari
@@ -694,6 +779,13 @@ def load_demonstrations(path: str | Path | Sequence[str | Path], n_actions: int 
             of them, read in order and concatenated.
         n_actions: discrete recordings: actions must lie in [0, n_actions) (None: no check).
             Continuous recordings are checked against their own action space instead.
+        frames: "memory": the frames are read into memory (27.6 KB a frame). "mmap": they are
+            read-only memory maps of the recording's frame cache (:mod:`agent.data.frame_cache`,
+            built on the first load, streamed episode by episode, then reused until the recording
+            changes): memory holds only the frames being read. Labels, speeds and returns are
+            the same either way.
+        cache_dir: "mmap": the cache folder (None: :func:`agent.data.frame_cache.default_cache_dir`).
+        progress: "mmap": a progress bar while a cache is built.
 
     Returns:
         :class:`Demonstrations`: per episode (N_e, 96, 96, 3) uint8 frames, the car's speed at
@@ -710,13 +802,18 @@ def load_demonstrations(path: str | Path | Sequence[str | Path], n_actions: int 
             lie outside the space's bounds; its ``metadata.json`` is empty or broken with no last
             good copy to restore (:func:`recover_metadata`, which restores one with a warning); or
             the recordings of a list mix discrete and continuous actions (or Boxes of different
-            bounds). Nothing is returned half-read.
+            bounds); "mmap": a frame cache that cannot be written (a full disk: the message names
+            the folder) or that does not match its index (delete it to rebuild). Nothing is
+            returned half-read, and no half-built cache is left.
+        ValueError: ``frames`` not one of :data:`FRAME_MODES`.
     """
+    if frames not in FRAME_MODES:
+        raise ValueError(f"frames must be one of {FRAME_MODES}, got {frames!r}")
     if not isinstance(path, (str, Path)):
         paths = list(path)
         if not paths:
             raise RecordingError("no recording given")
-        parts = [(p, load_demonstrations(p, n_actions)) for p in paths]
+        parts = [(p, load_demonstrations(p, n_actions, frames, cache_dir, progress)) for p in paths]
         first_path, demos = parts[0]
         for p, part in parts[1:]:
             if part.action_space != demos.action_space:
@@ -750,28 +847,21 @@ def load_demonstrations(path: str | Path | Sequence[str | Path], n_actions: int 
             raise RecordingError(f"{path} has actions in {space}; only Discrete and 1-D Box action spaces can "
                                  "be trained on")
         metas = list(ds.storage.get_episode_metadata(ds.episode_indices))
-        frames, actions, seeds, returns, speeds = [], [], [], [], []
-        for ep, meta in zip(ds.iterate_episodes(), metas):
-            obs = np.asarray(ep.observations)
-            act = as_actions(ep.actions)
-            rewards = np.asarray(ep.rewards).reshape(-1)
-            if len(obs) != len(act) + 1 or len(rewards) != len(act):
-                raise RecordingError(
-                    f"recording {path}, episode {ep.id}: {len(obs)} frames, {len(act)} actions and {len(rewards)} "
-                    f"rewards disagree (an episode of N steps holds N + 1 frames, N actions and N rewards); the "
-                    "recording is damaged: record it again with `agent collect`")
-            frames.append(obs[: len(act)])
-            actions.append(act)
-            infos = ep.infos if isinstance(ep.infos, dict) else {}
-            speed = np.asarray(infos["speed"], dtype=np.float32).reshape(-1) if "speed" in infos else None
-            speeds.append(speed[: len(act)] if speed is not None and len(speed) >= len(act)
-                          else np.full(len(act), np.nan, np.float32))
-            seeds.append(int(meta.get("seed", -1)) if meta.get("seed") is not None else -1)
-            returns.append(float(np.sum(rewards)))
     except RecordingError:
         raise
     except Exception as exc:
         raise RecordingError(f"could not read recording {path}: {type(exc).__name__}: {exc}") from exc
+    episodes = _read_episodes(ds, metas, path, as_actions)
+    if frames == "mmap":
+        frame_list, actions, seeds, returns, speeds = _cached_episodes(ds, data, path, episodes, cache_dir, progress)
+    else:
+        frame_list, actions, seeds, returns, speeds = [], [], [], [], []
+        for ep in episodes:
+            frame_list.append(ep.frames)
+            actions.append(ep.actions)
+            seeds.append(ep.seed)
+            returns.append(ep.ret)
+            speeds.append(ep.speeds)
     if not actions:
         raise RecordingError(f"recording {path} holds no episodes")
     if isinstance(space, gym.spaces.Box):
@@ -787,4 +877,4 @@ def load_demonstrations(path: str | Path | Sequence[str | Path], n_actions: int 
         for i, a in enumerate(actions):
             if a.size and (a.min() < 0 or a.max() >= n_actions):
                 raise RecordingError(f"{path}: episode {i} has actions outside 0..{n_actions - 1}")
-    return Demonstrations(frames, actions, seeds, returns, space, speeds=speeds)
+    return Demonstrations(frame_list, actions, seeds, returns, space, speeds=speeds)

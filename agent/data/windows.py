@@ -34,7 +34,7 @@ import torch
 from torch.utils.data import Dataset
 
 from agent.data.udacity import INPUT_SHAPE, AugmentConfig, AugmentParams, augmented_window, preprocess
-from envs.carracing import dashboard_rows, speed_bar_columns, speedometer_region
+from envs.carracing import dashboard_rows, draw_speedometer, speed_bar_columns, speedometer_region
 
 
 def make_windows(lengths: list[int], window: int, rng: np.random.Generator | None) -> list[tuple[int, int, int]]:
@@ -54,6 +54,11 @@ def make_windows(lengths: list[int], window: int, rng: np.random.Generator | Non
         out.extend((e, s, min(window, n - s)) for s in range(off, n, window))
     return out
 
+
+#: bytes of frames a :class:`DemonstrationSource` reads through :meth:`DemonstrationSource.window`
+#: before it lets go of the resident pages of its memory-mapped frames
+#: (:func:`agent.data.frame_cache.release_pages`)
+RELEASE_BYTES = 256 << 20
 
 #: CarRacing's discrete "gas" action (envs.carracing.ACTION_NAMES; not imported here, which would load Box2D)
 CARRACING_GAS = 3
@@ -109,6 +114,15 @@ class DemonstrationSource:
             raise ValueError(f"standstills is a share of the windows, in [0, 1]; got {standstills}")
         self.demos, self.frame_dt, self.skip_stalls = demos, frame_dt, skip_stalls
         self.standstills = float(standstills)
+        self._read = 0  # bytes of frames read since the mapped pages were last released
+        # per episode: the speeds to draw into its frames as they are read (draw_speedometer on read-only frames)
+        self._meter: list[np.ndarray | None] | None = None
+
+    def _derived(self, demos, meter: list | None, standstills: float) -> "DemonstrationSource":
+        """A source of ``demos`` with this one's settings, drawing the speedometer per ``meter``."""
+        out = DemonstrationSource(demos, self.frame_dt, self.skip_stalls, standstills)
+        out._meter = meter if meter is not None and any(m is not None for m in meter) else None
+        return out
 
     @property
     def target_dtype(self):
@@ -128,14 +142,35 @@ class DemonstrationSource:
         return self.demos.actions[e]
 
     def window(self, e: int, start: int, n: int, rng: np.random.Generator | None = None):
-        """Frames (n, H, W, C) uint8, targets (n,) or (n, A), times (n,) float64 seconds from ``start``."""
-        return (self.demos.frames[e][start:start + n], self.demos.actions[e][start:start + n],
-                np.arange(n, dtype=np.float64) * self.frame_dt)
+        """Frames (n, H, W, C) uint8, targets (n,) or (n, A), times (n,) float64 seconds from ``start``.
+
+        The frames and targets are views (no copy; the frames are copied where the speedometer is
+        drawn as they are read, :meth:`draw_speedometer`): read-only where the frames are memory maps
+        (:func:`agent.data.recordings.load_demonstrations` with ``frames="mmap"``), which then
+        reads only these n frames from disk; after every :data:`RELEASE_BYTES` read, the pages
+        of the maps already read are released (:func:`agent.data.frame_cache.release_pages`), so
+        the process's resident set does not grow with the data."""
+        frames = self.demos.frames[e][start:start + n]
+        if isinstance(frames, np.memmap):
+            self._read += frames.nbytes
+            if self._read >= RELEASE_BYTES:
+                from agent.data.frame_cache import release_pages
+
+                release_pages(self.demos.frames)
+                self._read = 0
+        if self._meter is not None and self._meter[e] is not None:  # drawn on a copy (draw_speedometer)
+            frames = draw_speedometer(np.array(frames), self._meter[e][start:start + n])
+        return frames, self.demos.actions[e][start:start + n], np.arange(n, dtype=np.float64) * self.frame_dt
 
     def previous_frame(self, e: int, start: int) -> np.ndarray:
         """(H, W, C) uint8: the frame before frame ``start`` of sequence ``e``, or frame 0 itself
-        when ``start`` is 0 (an episode's first step has no motion, as when the policy drives)."""
-        return np.asarray(self.demos.frames[e][max(start - 1, 0)])
+        when ``start`` is 0 (an episode's first step has no motion, as when the policy drives); a
+        writable copy (the frames may be read-only memory maps)."""
+        i = max(start - 1, 0)
+        frame = np.array(self.demos.frames[e][i])
+        if self._meter is not None and self._meter[e] is not None:
+            draw_speedometer(frame, self._meter[e][i])
+        return frame
 
     def loss_mask(self, e: int, start: int, n: int) -> np.ndarray:
         """(n,) bool: the frames of the window that the loss counts (all, or all but the expert's
@@ -207,19 +242,42 @@ class DemonstrationSource:
         n_val = min(max(1, round(n * val_fraction)), n - 1)
         train, val = sorted(order[n_val:].tolist()), sorted(order[:n_val].tolist())
         # the held-out episodes are scored as they are: no synthetic standstills
-        return (DemonstrationSource(self.demos.subset(train), self.frame_dt, self.skip_stalls, self.standstills),
-                DemonstrationSource(self.demos.subset(val), self.frame_dt, self.skip_stalls))
+        meter = self._meter or [None] * n
+        return (self._derived(self.demos.subset(train), [meter[i] for i in train], self.standstills),
+                self._derived(self.demos.subset(val), [meter[i] for i in val], 0.0))
 
     def draw_speedometer(self) -> "DemonstrationSource":
-        """Draw every frame's recorded speed into it, in place, for a ``--dashboard speedometer``
-        student (:meth:`agent.data.recordings.Demonstrations.with_speedometer`; its errors).
-        Returns this source."""
-        self.demos.with_speedometer()
+        """Draw every frame's recorded speed into it for a ``--dashboard speedometer`` or
+        ``speed-input`` student (:func:`envs.carracing.draw_speedometer`): in place into frames in
+        memory (:meth:`agent.data.recordings.Demonstrations.with_speedometer`); read-only frames
+        (memory maps of a frame cache, which is never written to) are drawn on a copy of each
+        window as it is read (:meth:`window`, :meth:`previous_frame`), so they stay on disk. The
+        pixels are the same either way; the sources that :meth:`split` and :meth:`extend` make
+        keep drawing them (the episodes :meth:`extend` adds are taken as they are: DAgger's come
+        from an env that draws the speedometer itself).
+
+        Returns:
+            this source.
+
+        Raises:
+            ValueError: as :meth:`agent.data.recordings.Demonstrations.speedometer_speeds`; nothing
+                is drawn then.
+        """
+        speeds = self.demos.speedometer_speeds()
+        meter = list(self._meter or [None] * len(speeds))
+        for e, (f, v) in enumerate(zip(self.demos.frames, speeds)):
+            if f.flags.writeable:
+                draw_speedometer(f, v)
+                meter[e] = None
+            else:
+                meter[e] = v
+        self._meter = meter if any(m is not None for m in meter) else None
         return self
 
     def extend(self, demos) -> "DemonstrationSource":
         """This source with more episodes (DAgger's relabelled rollouts)."""
-        return DemonstrationSource(self.demos.extend(demos), self.frame_dt, self.skip_stalls, self.standstills)
+        meter = None if self._meter is None else self._meter + [None] * len(demos.actions)
+        return self._derived(self.demos.extend(demos), meter, self.standstills)
 
     def describe(self) -> str:
         skip = ", the expert's stalls left out of the loss" if self.skip_stalls else ""
@@ -422,4 +480,4 @@ class WindowDataset(Dataset):
         return item
 
 
-__all__ = ["CARRACING_GAS", "DemonstrationSource", "expert_stalls", "UdacitySource", "WindowDataset", "make_windows", "smooth_steering"]
+__all__ = ["CARRACING_GAS", "RELEASE_BYTES", "DemonstrationSource", "expert_stalls", "UdacitySource", "WindowDataset", "make_windows", "smooth_steering"]

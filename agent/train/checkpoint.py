@@ -16,8 +16,12 @@ Python values (it is read with ``torch.load(weights_only=True)``: no code in a f
 - ``report``: the :class:`agent.train.bc.TrainReport` so far (epochs, best epoch, DAgger returns);
 - ``rng``: torch's CPU (and CUDA) generator, numpy's global one, Python's ``random``, and
   DAgger's ``numpy.random.Generator`` (its bit generator's state);
-- ``rounds``: DAgger's relabelled data, one file per round (``dagger-round-<r>.pt``, written
-  once, atomically, when the round's rollouts end), which the resumed run adds back in order;
+- ``rounds``: DAgger's relabelled data, one pair of files per round, written once, atomically,
+  when the round's rollouts end (:meth:`Checkpointer.save_round`): ``dagger-round-<r>.npy``, the
+  frames (N, 96, 96, 3) uint8 back to back, and ``dagger-round-<r>.npz``, plain arrays (episode
+  offsets, labels, seeds, returns, weights, speeds; read without pickle), the episode files of
+  :mod:`agent.data.frame_cache`. The run trains on the round's frames memory-mapped from that
+  ``.npy`` (so memory does not grow with the rounds), and the resumed run adds them back in order;
 - ``elapsed``: seconds of training so far (the time limit counts them).
 
 Every file is written to ``NAME.tmp`` in the same folder and renamed over ``NAME``
@@ -42,8 +46,10 @@ from agent.data.recordings import Demonstrations
 CHECKPOINT_NAME = "checkpoint.pt"
 #: what a checkpoint file says it is
 CHECKPOINT_KIND = "agent-train-checkpoint"
-#: the layout version (a resumed run refuses another)
-CHECKPOINT_VERSION = 1
+#: the layout version (a resumed run refuses another); 2: DAgger's rounds are .npy/.npz pairs, not .pt files
+CHECKPOINT_VERSION = 2
+#: the glob of DAgger's round data files in a run folder (every layout's)
+ROUND_FILES = "dagger-round-*"
 
 
 class CheckpointError(ValueError):
@@ -139,25 +145,6 @@ def restore_rng(state: dict) -> None:
     random.setstate(state["python"])
 
 
-def pack_demos(demos: Demonstrations) -> dict:
-    """DAgger's relabelled episodes as tensors (frames uint8, labels, per-frame weights)."""
-    def tensors(arrays):
-        return None if arrays is None else [torch.from_numpy(np.ascontiguousarray(a)) for a in arrays]
-
-    return {"frames": tensors(demos.frames), "actions": tensors(demos.actions), "seeds": [int(s) for s in demos.seeds],
-            "returns": [float(r) for r in demos.returns], "weights": tensors(demos.weights),
-            "speeds": tensors(demos.speeds)}
-
-
-def unpack_demos(packed: dict) -> Demonstrations:
-    """The :class:`agent.data.recordings.Demonstrations` that :func:`pack_demos` packed."""
-    def arrays(tensors):
-        return None if tensors is None else [t.numpy() for t in tensors]
-
-    return Demonstrations(arrays(packed["frames"]), arrays(packed["actions"]), list(packed["seeds"]),
-                          list(packed["returns"]), weights=arrays(packed["weights"]), speeds=arrays(packed["speeds"]))
-
-
 def load_checkpoint(run_dir: str | Path) -> dict:
     """Read ``RUN_DIR/checkpoint.pt`` with ``torch.load(weights_only=True)``.
 
@@ -230,35 +217,62 @@ class Checkpointer:
             OSError: as :func:`atomic_save`.
         """
         self.save("the finished run", stage="done", out=out, report=report)
-        for f in self.run_dir.glob("dagger-round-*.pt"):
-            f.unlink(missing_ok=True)
+        for f in self.run_dir.glob(ROUND_FILES):
+            if f.suffix in (".npy", ".npz", ".pt", ".tmp"):
+                f.unlink(missing_ok=True)
 
     def save_round(self, r: int, demos: Demonstrations) -> str:
-        """Write DAgger round ``r``'s relabelled episodes to ``RUN_DIR/dagger-round-<r>.pt``; its file name.
+        """Write DAgger round ``r``'s relabelled episodes to ``RUN_DIR/dagger-round-<r>.npy`` (frames)
+        and ``.npz`` (the rest; written last, it marks the pair complete); the ``.npz``'s file
+        name, which :func:`load_round` takes.
+
+        Args:
+            demos: frames (N_e, H, W, C) uint8, actions, seeds, returns, and weights and speeds
+                when given (both kept as given: None stays None).
 
         Raises:
-            OSError: as :func:`atomic_save`.
+            OSError: a write failed (a full disk): one line that names the round; no file of the
+                round and no temporary file is left.
         """
-        name = f"dagger-round-{r}.pt"
-        atomic_save(pack_demos(demos), self.run_dir / name, what=f"DAgger round {r}'s data")
-        return name
+        from agent.data.frame_cache import EpisodeArrays, write_episodes
+
+        stem = self.run_dir / f"dagger-round-{r}"
+        weights, speeds = demos.weights, demos.speeds
+        episodes = (EpisodeArrays(f, a, s, ret, None if speeds is None else speeds[i],
+                                  None if weights is None else weights[i])
+                    for i, (f, a, s, ret) in enumerate(zip(demos.frames, demos.actions, demos.seeds, demos.returns)))
+        try:
+            write_episodes(stem.with_suffix(".npy"), stem.with_suffix(".npz"), episodes)
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot write DAgger round {r}'s data ({exc.strerror or exc}); nothing was "
+                                     "written", str(stem.with_suffix(".npy"))) from exc
+        return stem.with_suffix(".npz").name
 
 
 def load_round(run_dir: str | Path, name: str) -> Demonstrations:
-    """One DAgger round's episodes written by :meth:`Checkpointer.save_round`.
+    """One DAgger round's episodes written by :meth:`Checkpointer.save_round`, its frames read-only
+    memory maps of the round's ``.npy`` (nothing but the index is read into memory).
+
+    Args:
+        run_dir: the run folder. name: what :meth:`Checkpointer.save_round` returned (``dagger-round-<r>.npz``).
 
     Raises:
-        CheckpointError: the file is missing or unreadable.
+        CheckpointError: either file of the round is missing, unreadable or does not match the other.
     """
-    path = Path(run_dir) / name
+    from agent.data.frame_cache import read_episodes
+
+    npz = Path(run_dir) / name
+    npy = npz.with_suffix(".npy")
     try:
-        return unpack_demos(torch.load(path, map_location="cpu", weights_only=True))
+        got = read_episodes(npy, npz)
+        return Demonstrations(got.frames, got.actions, got.seeds, got.returns, weights=got.weights,
+                              speeds=got.speeds)
     except FileNotFoundError as exc:
-        raise CheckpointError(f"the checkpoint needs DAgger's round data {path}, which is gone; start the run "
-                              "anew") from exc
+        raise CheckpointError(f"the checkpoint needs DAgger's round data {npz} and {npy.name}, one of which is gone; "
+                              "start the run anew") from exc
     except Exception as exc:
-        raise CheckpointError(f"{path} cannot be read as DAgger round data ({type(exc).__name__}: {exc})") from exc
+        raise CheckpointError(f"{npz} cannot be read as DAgger round data ({type(exc).__name__}: {exc})") from exc
 
 
-__all__ = ["CHECKPOINT_NAME", "CheckpointError", "Checkpointer", "atomic_save", "load_checkpoint", "load_round",
-           "pack_demos", "plain", "restore_rng", "rng_state", "unpack_demos"]
+__all__ = ["CHECKPOINT_NAME", "CHECKPOINT_VERSION", "CheckpointError", "Checkpointer", "ROUND_FILES", "atomic_save",
+           "load_checkpoint", "load_round", "plain", "restore_rng", "rng_state"]

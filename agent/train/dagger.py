@@ -23,6 +23,9 @@ further on the aggregate.
   there: a bend's tiles skipped with four wheels on the grass, so the lap never ends (README,
   "Skipped tiles"). Measured: no gain (README, "Edge weights, tried"). The weights stay in
   memory; the saved round datasets hold the frames and labels only.
+- **Memory.** With a checkpointer (``agent train``), each round's relabelled frames are written
+  to the run folder and trained on memory-mapped from there, as the recordings are
+  (:mod:`agent.data.frame_cache`), so memory does not grow with the rounds.
 - **Data.** With ``dagger_out``, each round's relabelled episodes are also written as a Minari
   dataset ``<dagger_out>-r<round>-v0`` whose actions are the expert's labels (what the student
   is trained on), so ``agent train --data`` can use them again.
@@ -178,8 +181,11 @@ def dagger(policy, train_source, val_source, expert, env, cfg, report, tb=None, 
 
     Args:
         checkpoint: an :class:`agent.train.checkpoint.Checkpointer`, or None: when given, each
-            round's relabelled episodes are written to the run folder once its rollouts end, and a
-            checkpoint after the rollouts, after every epoch of the round's fit and after the round.
+            round's relabelled episodes are written to the run folder once its rollouts end and
+            trained on from there, memory-mapped (:func:`agent.train.checkpoint.load_round`: the
+            frames of the rounds stay on disk), and a checkpoint is written after the rollouts,
+            after every epoch of the round's fit and after the round. None: the rounds' frames
+            stay in memory.
         resume: a checkpoint of stage "dagger" (:func:`agent.train.checkpoint.load_checkpoint`),
             with the global RNG states already restored: the rounds' saved data are added back in
             order, DAgger's generator is set, and the run continues where the checkpoint was taken
@@ -234,9 +240,13 @@ def dagger(policy, train_source, val_source, expert, env, cfg, report, tb=None, 
             if tb is not None:
                 tb.add_scalar("eval/dagger_return", float(np.mean(returns)), r)
                 tb.add_scalar("charts/dagger_beta", beta, r)
-            train_source = train_source.extend(new)
-            if checkpoint is not None:
+            del episodes  # their frames: the round's data is `new`
+            if checkpoint is not None:  # the round on disk; trained on memory-mapped, so memory does not grow
                 rounds.append(checkpoint.save_round(r, new))
+                new = load_round(checkpoint.run_dir, rounds[-1])
+            train_source = train_source.extend(new)
+            del new
+            if checkpoint is not None:
                 save(f"DAgger round {r} rollouts", round=r, round_done=False, fit=None, policy=policy.state_dict())
 
         def on_epoch(state, r=r):
