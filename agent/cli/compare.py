@@ -16,6 +16,8 @@ def main(argv: list[str]) -> int:
     """Run ``agent compare ARGV``; the exit code (1 when a cell failed)."""
     try:
         cfg = tyro.cli(CompareConfig, args=list(argv), prog="agent compare", description=DESCRIPTION).check()
+        if cfg.runs:
+            return _runs(cfg)
         if cfg.report_only:
             return _report(cfg)
         variants, seeds, protocol = cfg.variants, list(cfg.seed_list), cfg.protocol()
@@ -32,6 +34,19 @@ def main(argv: list[str]) -> int:
                   f"{r.cell['heldout_accuracy']:.3f}")
     _report(cfg)
     return 1 if any(r.status == "failed" for r in results) else 0
+
+
+def _runs(cfg: CompareConfig) -> int:
+    """Compare recipe runs from their evaluation files; print the tables and write OUT/runs.md and runs.json."""
+    from agent.compare.runs import write_runs_report
+
+    try:
+        rep = write_runs_report(cfg.runs, cfg.out)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from exc
+    print(rep["markdown"])
+    print("wrote " + ", ".join(rep["paths"]))
+    return 0
 
 
 def _report(cfg: CompareConfig) -> int:

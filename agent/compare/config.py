@@ -114,6 +114,8 @@ class CompareConfig:
     """comma-separated training seeds (weights, split, batches, DAgger's draws)"""
     out: str = "runs/compare-carracing"
     """the comparison folder: one folder per cell, plan.json, and the report (a rerun resumes it)"""
+    runs: tuple[str, ...] = ()
+    """compare whole recipe runs instead of training cells: CORE:SEED=EVAL.json[,EVAL.json] per run (agent evaluate --json files, e.g. one per unseen set); the first core named is the reference; writes OUT/runs.md and runs.json"""
     report_only: bool = False
     """train nothing: only (re)build the report (report.md, report.json, compare.png) of --out from its finished cells"""
     json: str | None = None
@@ -163,7 +165,7 @@ class CompareConfig:
         """
         _need(self.json is None or self.overwrite or not Path(self.json).exists(),
               f"--json {self.json} already exists; choose another path or pass --overwrite")
-        if self.report_only:
+        if self.report_only or self.runs:
             return self
         self.variants  # noqa: B018 - parses --cores and --windows
         self.seed_list  # noqa: B018

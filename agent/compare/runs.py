@@ -1,0 +1,210 @@
+"""Whole recipe runs compared: does the temporal core matter at the top?
+
+``agent compare --runs CORE:SEED=EVAL.json[,EVAL.json ...]`` reads the ``agent evaluate --json``
+files of finished recipe runs (e.g. ``agent train --config recipes/nac.toml --policy.core gru``,
+one run per training seed, each driven on the unseen sets) and writes ``OUT/runs.md`` and
+``OUT/runs.json``:
+
+- per run and per evaluation file (one set of tracks): the mean return with its Student-t
+  interval over the tracks, the worst track, the tracks at 600 or more, and the episodes that
+  stood still over 50 steps; and whether the run passes :data:`QUALITY` (the issue "nac.pt from
+  one command": a mean of 905 or more on each set, every track at 600 or more, no standstill);
+- per core: the mean of its runs' means over the tracks every run drove, with an interval whose
+  unit is the training run, and its difference from the reference core with the smallest
+  difference the design detects (:func:`agent.compare.report.seed_level_difference`,
+  :func:`agent.compare.report.minimum_detectable_effect`: the between-run variance pooled over the
+  cores, Student-t). With fewer than 3 runs a core the report says the intervals are rough.
+
+The run, not the episode, is the unit: a retraining draws a new run (Colas, Sigaud and Oudeyer,
+"How Many Random Seeds?", 2018; Agarwal et al., NeurIPS 2021).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from agent.compare.report import pooled_seed_sd, seed_level_difference
+
+#: the quality a recipe run must reach on each unseen set
+QUALITY = {"mean_at_least": 905.0, "every_track_at_least": 600.0, "standstill_steps_at_most": 50}
+
+
+def parse_run_spec(text: str) -> tuple[str, int, list[Path]]:
+    """``"CORE:SEED=A.json,B.json"`` -> (core, seed, [paths]).
+
+    Raises:
+        ValueError: another shape (the message shows the expected one).
+    """
+    try:
+        head, files = text.split("=", 1)
+        core, seed = head.rsplit(":", 1)
+        paths = [Path(f) for f in files.split(",") if f.strip()]
+        if not core or not paths:
+            raise ValueError
+        return core.strip(), int(seed), paths
+    except ValueError:
+        raise ValueError(f"--runs takes CORE:SEED=EVAL.json[,EVAL.json ...] (agent evaluate --json files of one "
+                         f"training run), e.g. nac-steady:0=runs/nac/eval-1000000.json,runs/nac/eval-2000000.json; "
+                         f"got {text!r}") from None
+
+
+def _read_eval(path: Path) -> dict:
+    try:
+        d = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path} cannot be read as an `agent evaluate --json` file ({exc})") from exc
+    if not isinstance(d, dict) or not {"seeds", "returns"} <= set(d) or len(d["seeds"]) != len(d["returns"]):
+        raise ValueError(f"{path} is not an `agent evaluate --json` file of CarRacing (it needs seeds and returns of "
+                         "equal length)")
+    return d
+
+
+def _t_interval(values: np.ndarray, level: float = 0.95) -> list[float]:
+    from scipy import stats
+
+    if values.size < 2:
+        return [float("nan"), float("nan")]
+    half = stats.t.ppf((1 + level) / 2, values.size - 1) * values.std(ddof=1) / math.sqrt(values.size)
+    return [float(values.mean() - half), float(values.mean() + half)]
+
+
+def set_summary(d: dict, path: Path) -> dict:
+    """One evaluation file (one run on one set of tracks): the figures of the quality bar."""
+    r = np.asarray(d["returns"], dtype=np.float64)
+    stand = np.asarray(d.get("longest_standstill_steps") or [0] * r.size)
+    tracks = [int(s) for s in d["seeds"]]
+    out = {"file": str(path), "tracks": [min(tracks), max(tracks)], "episodes": int(r.size), "mean": float(r.mean()),
+           "ci95": _t_interval(r), "worst": float(r.min()), "worst_track": tracks[int(r.argmin())],
+           "at_least_600": int((r >= QUALITY["every_track_at_least"]).sum()),
+           "standstills": int((stand > QUALITY["standstill_steps_at_most"]).sum()),
+           "laps": d.get("laps_finished")}
+    out["passes"] = bool(out["mean"] >= QUALITY["mean_at_least"] and out["at_least_600"] == r.size
+                         and out["standstills"] == 0)
+    return out
+
+
+def runs_summary(specs: Sequence[str], reference: str | None = None) -> dict:
+    """Read the runs and compare the cores; the dict ``runs.json`` holds.
+
+    Args:
+        specs: ``CORE:SEED=EVAL.json[,...]`` per run (:func:`parse_run_spec`).
+        reference: the core the others are compared with (default: the first one named).
+
+    Raises:
+        ValueError: a bad spec, an unreadable file, a run named twice, or runs of one core that
+            drove different tracks (their means would not compare).
+    """
+    runs: dict[str, dict[int, list[tuple[Path, dict]]]] = {}
+    for text in specs:
+        core, seed, paths = parse_run_spec(text)
+        if seed in runs.get(core, {}):
+            raise ValueError(f"--runs names {core}:{seed} twice")
+        runs.setdefault(core, {})[seed] = [(p, _read_eval(p)) for p in paths]
+    if not runs:
+        raise ValueError("--runs: give at least one run")
+    reference = reference or next(iter(runs))
+    all_tracks = [set(int(t) for _, d in evs for t in d["seeds"]) for seeds in runs.values() for evs in seeds.values()]
+    common = sorted(set.intersection(*all_tracks))
+    rows, run_means = [], {}
+    for core, seeds in runs.items():
+        run_means[core] = []
+        for seed, evs in sorted(seeds.items()):
+            by_track = {int(t): float(r) for _, d in evs for t, r in zip(d["seeds"], d["returns"])}
+            m = float(np.mean([by_track[t] for t in common])) if common else float("nan")
+            run_means[core].append(m)
+            sets = [set_summary(d, p) for p, d in evs]
+            rows.append({"core": core, "seed": seed, "mean_common": m, "sets": sets,
+                         "passes": all(s["passes"] for s in sets)})
+    sd, df = pooled_seed_sd(run_means)
+    cores = []
+    for core, means in run_means.items():
+        from scipy import stats
+
+        n = len(means)
+        half = float(stats.t.ppf(0.975, df) * sd / math.sqrt(n)) if df else float("nan")
+        diff = None if core == reference else seed_level_difference(means, run_means[reference], sd, df)
+        cores.append({"core": core, "runs": n, "run_means": means, "mean": float(np.mean(means)),
+                      "ci95": [float(np.mean(means)) - half, float(np.mean(means)) + half],
+                      "difference_from_reference": diff})
+    return {"reference": reference, "tracks": len(common), "pooled_sd": sd, "df": df, "quality": QUALITY,
+            "runs": rows, "cores": cores}
+
+
+def _ci(ci) -> str:
+    return "-" if not all(np.isfinite(ci)) else f"[{ci[0]:.1f}, {ci[1]:.1f}]"
+
+
+def runs_markdown(summary: dict) -> str:
+    """The two tables (runs against the quality bar; cores against the reference) and the verdict."""
+    q = summary["quality"]
+    lines = ["## Each run against the quality bar", "",
+             f"A run passes when, on every set, the mean return is {q['mean_at_least']:g} or more, every track scores "
+             f"{q['every_track_at_least']:g} or more and no episode stands still over {q['standstill_steps_at_most']} "
+             "steps. 95% CI: Student-t over the set's tracks (one episode each).", "",
+             "| core | seed | tracks | mean | 95% CI | worst (track) | >= 600 | standstills | laps | passes |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in summary["runs"]:
+        for s in r["sets"]:
+            lines.append(f"| {r['core']} | {r['seed']} | {s['tracks'][0]:,}-{s['tracks'][1]:,} | {s['mean']:.1f} "
+                         f"| {_ci(s['ci95'])} | {s['worst']:.1f} ({s['worst_track']:,}) "
+                         f"| {s['at_least_600']}/{s['episodes']} | {s['standstills']} | {s['laps'] if s['laps'] is not None else '-'} "
+                         f"| {'yes' if s['passes'] else 'no'} |")
+    ref = summary["reference"]
+    lines += ["", "## The cores", "",
+              f"The unit is the training run: each run's mean return over the {summary['tracks']} tracks every run "
+              f"drove. Between-run standard deviation, pooled over the cores: "
+              + (f"{summary['pooled_sd']:.1f} ({summary['df']} degrees of freedom); 95% intervals are Student-t on it."
+                 if summary["df"] else "unknown (no core has two runs): no interval covers another training run."),
+              "", f"| core | runs | runs' means | mean | 95% CI (runs) | Δ vs {ref} [95% CI] | smallest Δ detectable |",
+              "|---|---|---|---|---|---|---|"]
+    for c in summary["cores"]:
+        d = c["difference_from_reference"]
+        diff = "reference" if c["core"] == ref else "-" if d is None else \
+            f"{d['mean']:+.1f} [{d['ci95'][0]:+.1f}, {d['ci95'][1]:+.1f}]{' *' if d['real'] else ''}"
+        mde = "-" if d is None else f"{d['mde80']:.0f}"
+        lines.append(f"| {c['core']} | {c['runs']} | {', '.join(f'{m:.1f}' for m in c['run_means'])} | {c['mean']:.1f} "
+                     f"| {_ci(c['ci95'])} | {diff} | {mde} |")
+    lines += ["", verdict(summary)]
+    return "\n".join(lines) + "\n"
+
+
+def verdict(summary: dict) -> str:
+    """One paragraph in plain words: which core wins, or that none is shown to, and what is ruled out."""
+    ref = summary["reference"]
+    diffs = [(c["core"], c["difference_from_reference"]) for c in summary["cores"] if c["core"] != ref]
+    diffs = [(k, d) for k, d in diffs if d is not None]
+    if not diffs:
+        return "No difference can be stated: every core needs runs, and one core two, to estimate the spread between runs."
+    few = min(c["runs"] for c in summary["cores"])
+    parts = []
+    for core, d in diffs:
+        lo, hi = d["ci95"]
+        if d["real"]:
+            parts.append(f"{core} scores {abs(d['mean']):.1f} points {'above' if d['mean'] > 0 else 'below'} {ref} "
+                         f"([{lo:+.1f}, {hi:+.1f}]): a difference is detected.")
+        else:
+            parts.append(f"{core} against {ref}: no difference detected ({d['mean']:+.1f}, [{lo:+.1f}, {hi:+.1f}]); a "
+                         f"difference beyond {max(abs(lo), abs(hi)):.0f} points is ruled out at 95 %, and the design "
+                         f"finds one of {d['mde80']:.0f} points 4 times in 5.")
+    if few < 3:
+        parts.append(f"With {few} run(s) for some core the between-run spread rests on few runs: the intervals are rough.")
+    return " ".join(parts)
+
+
+def write_runs_report(specs: Sequence[str], out: str | Path, reference: str | None = None) -> dict:
+    """:func:`runs_summary`, written to ``OUT/runs.json`` and ``OUT/runs.md``; the summary with ``markdown``
+    and ``paths`` added."""
+    summary = runs_summary(specs, reference)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    md = runs_markdown(summary)
+    (out / "runs.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (out / "runs.md").write_text(md)
+    return {**summary, "markdown": md, "paths": [str(out / "runs.md"), str(out / "runs.json")]}
+
+
+__all__ = ["QUALITY", "parse_run_spec", "runs_markdown", "runs_summary", "set_summary", "verdict", "write_runs_report"]

@@ -1,0 +1,59 @@
+"""agent compare --runs: recipe runs against the quality bar, and the cores with the run as the unit."""
+import json
+
+import numpy as np
+import pytest
+
+from agent.cli import main
+from agent.compare.runs import parse_run_spec, runs_summary
+from tests.cli_run import run_cli
+
+
+def _eval(path, start, returns, standstills=None):
+    path.write_text(json.dumps({"seeds": list(range(start, start + len(returns))), "returns": list(returns),
+                                "longest_standstill_steps": standstills or [0] * len(returns), "laps_finished": 3}))
+    return str(path)
+
+
+@pytest.fixture()
+def runs(tmp_path):
+    rng = np.random.default_rng(0)
+    base = rng.normal(920, 10, 20)
+    specs = []
+    for core, shift in (("nac-steady", 0.0), ("gru", -40.0)):
+        for seed, noise in ((0, -3.0), (1, 3.0)):
+            a = _eval(tmp_path / f"{core}-{seed}-a.json", 1_000_000, base[:10] + shift + noise)
+            b = _eval(tmp_path / f"{core}-{seed}-b.json", 2_000_000, base[10:] + shift + noise)
+            specs.append(f"{core}:{seed}={a},{b}")
+    return specs
+
+
+def test_the_cores_compare_with_the_run_as_unit(runs):
+    s = runs_summary(runs)
+    assert s["reference"] == "nac-steady" and s["tracks"] == 20 and s["df"] == 2
+    assert s["pooled_sd"] == pytest.approx(np.std([-3.0, 3.0], ddof=1))
+    gru = next(c for c in s["cores"] if c["core"] == "gru")
+    d = gru["difference_from_reference"]
+    assert d["mean"] == pytest.approx(-40.0) and d["real"] and d["ci95"][1] < 0
+    passes = {(r["core"], r["seed"]): r["passes"] for r in s["runs"]}
+    assert all(passes[("nac-steady", k)] for k in (0, 1)) and not any(passes[("gru", k)] for k in (0, 1))
+
+
+def test_a_track_below_600_or_a_standstill_fails_the_bar(tmp_path):
+    ok = _eval(tmp_path / "ok.json", 1_000_000, [950.0] * 5)
+    low = _eval(tmp_path / "low.json", 2_000_000, [950.0] * 4 + [590.0])
+    stand = _eval(tmp_path / "stand.json", 2_000_000, [950.0] * 5, standstills=[0, 0, 51, 0, 0])
+    s = runs_summary([f"nac:0={ok},{low}", f"nac:1={ok},{stand}"])
+    assert [r["passes"] for r in s["runs"]] == [False, False]
+    assert s["runs"][0]["sets"][1]["at_least_600"] == 4 and s["runs"][1]["sets"][1]["standstills"] == 1
+
+
+def test_the_command_writes_the_report_and_refuses_bad_specs(runs, tmp_path, capsys):
+    assert main(["compare", "--out", str(tmp_path / "rep"), "--runs", *runs]) == 0
+    md = (tmp_path / "rep" / "runs.md").read_text()
+    assert "gru scores 40.0 points below nac-steady" in md and "rough" in md
+    rc, err = run_cli(["compare", "--out", str(tmp_path / "rep"), "--runs", "nac=x.json"], capsys)
+    assert rc == 2 and "CORE:SEED=EVAL.json" in err
+    with pytest.raises(ValueError, match="twice"):
+        runs_summary([runs[0], runs[0]])
+    assert parse_run_spec("nac-steady:3=a.json,b.json")[1] == 3
