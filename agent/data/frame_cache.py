@@ -57,6 +57,11 @@ from agent.bounded import ZipMemberTooLarge, check_zip_sizes
 from agent.log import get_logger
 from agent.log import progress as bar_for
 
+#: the files Minari keeps in a dataset's ``data/`` folder (also :mod:`agent.data.recordings`' names; this
+#: module is below it and cannot import them from there)
+METADATA_FILE = "metadata.json"
+HDF5_FILE = "main_data.hdf5"
+
 _log = get_logger(__name__)
 
 #: the recording cache's format (a cache of another format is never read: its key differs)
@@ -319,8 +324,6 @@ def cache_key(data_dir: str | Path) -> str:
     Raises:
         FileNotFoundError: either file is missing.
     """
-    from agent.data.recordings import HDF5_FILE, METADATA_FILE
-
     data_dir = Path(data_dir)
     hdf5 = (data_dir / HDF5_FILE).resolve()
     st = hdf5.stat()

@@ -62,6 +62,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from agent.log import get_logger
+from agent.data.frame_cache import HDF5_FILE, METADATA_FILE  # the files of a Minari dataset's data/
 from envs.carracing import draw_speedometer
 
 _log = get_logger(__name__)
@@ -111,9 +112,6 @@ def dataset_layout(out: str | Path) -> tuple[Path, str]:
     return absolute.parent.parent, f"{namespace}/{name}"
 
 
-#: the files Minari keeps in a dataset's ``data/`` folder (minari.dataset.minari_storage, _storages.hdf5_storage)
-METADATA_FILE = "metadata.json"
-HDF5_FILE = "main_data.hdf5"
 #: beside ``data/``: where an episode is appended (links to the HDF5 file, a copy of the metadata)
 APPEND_DIR = ".append"
 #: beside ``data/``: the last good metadata, kept while an episode is appended in place (no links)
