@@ -4,7 +4,7 @@ A CarRacing frame is 96x96x3 uint8 (27 KB): 500,000 frames are 14 GB, more than 
 machine can hold in memory beside everything else. Minari stores a recording's frames as chunked
 HDF5 datasets, which cannot be memory-mapped, so :func:`load_recording` streams them, episode by
 episode, into one uint8 ``.npy`` per recording (a cache, built once) and reads it back with
-``np.load(mmap_mode="r")``: the operating system pages frames in as windows are read and drops
+a read-only memory map (:func:`open_frames`): the operating system pages frames in as windows are read and drops
 them under memory pressure. The pattern is :mod:`agent.data.udacity_cache`'s.
 
 Episode files (:func:`write_episodes`, :func:`read_episodes`) are a pair:
@@ -266,7 +266,7 @@ def read_episodes(npy: str | Path, npz: str | Path) -> EpisodeFiles:
     if off.ndim != 1 or off.dtype != np.int64 or len(off) < 1 or off[0] != 0 or np.any(np.diff(off) < 0):
         raise ValueError(f"{npz}: offsets must rise from 0, got {off.dtype} {off.shape}")
     n, n_ep = int(off[-1]), len(off) - 1
-    frames = np.load(npy, mmap_mode="r" if n else None, allow_pickle=False)  # FileNotFoundError if missing
+    frames = open_frames(npy) if n else np.load(npy, allow_pickle=False)  # FileNotFoundError if missing
     if frames.ndim != 4 or frames.dtype != np.uint8 or len(frames) != n:
         raise ValueError(f"{npy} holds {frames.dtype} {frames.shape}, its index {n} frames (N, H, W, C) uint8")
     if not n:
@@ -286,6 +286,44 @@ def read_episodes(npy: str | Path, npz: str | Path) -> EpisodeFiles:
                         {k: v for k, v in idx.items() if k not in (*_REQUIRED, "speeds", "weights")})
 
 
+def open_frames(npy: str | Path) -> np.ndarray:
+    """A ``.npy`` file as a read-only array over a memory map of it (``mmap.mmap`` and
+    ``np.frombuffer``; the header read with ``numpy.lib.format``), so :func:`release_pages` can
+    reach the map through the array's ``base`` (public attributes only).
+
+    Raises:
+        FileNotFoundError: no such file. ValueError: not a C-ordered ``.npy`` of a plain dtype.
+    """
+    import mmap
+
+    from numpy.lib import format as npy_format
+
+    with open(npy, "rb") as f:
+        version = npy_format.read_magic(f)
+        read_header = npy_format.read_array_header_1_0 if version == (1, 0) else npy_format.read_array_header_2_0
+        shape, fortran, dtype = read_header(f)
+        offset = f.tell()
+        if fortran or dtype.hasobject:
+            raise ValueError(f"{npy} is not a C-ordered array of a plain dtype")
+        count = int(np.prod(shape))
+        if not count:
+            return np.zeros(shape, dtype)
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)  # the map outlives the file object
+    return np.frombuffer(mm, dtype=dtype, count=count, offset=offset).reshape(shape)
+
+
+def mapped_buffer(a):
+    """The ``mmap.mmap`` an array reads (following its ``base`` chain: views of views), or None."""
+    import mmap
+
+    b = a
+    while b is not None:
+        if isinstance(b, mmap.mmap):
+            return b
+        b = getattr(b, "base", None) if isinstance(b, np.ndarray) else getattr(b, "obj", None)
+    return None
+
+
 def release_pages(arrays: Iterable) -> int:
     """Let go of this process's resident pages of the memory maps behind ``arrays``
     (``madvise(MADV_DONTNEED)`` on each distinct map); arrays that are not memory maps are skipped.
@@ -303,7 +341,7 @@ def release_pages(arrays: Iterable) -> int:
 
     maps = {}
     for a in arrays:
-        m = getattr(a, "_mmap", None)  # np.memmap and its views keep the mmap.mmap they read
+        m = mapped_buffer(a)
         if m is not None:
             maps[id(m)] = m
     done = 0

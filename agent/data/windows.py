@@ -34,6 +34,7 @@ import torch
 from torch.utils.data import Dataset
 
 from agent.data.udacity import INPUT_SHAPE, AugmentConfig, AugmentParams, augmented_window, preprocess
+from agent.data.frame_cache import mapped_buffer, release_pages
 from envs.carracing import dashboard_rows, draw_speedometer, speed_bar_columns, speedometer_region
 
 
@@ -151,11 +152,9 @@ class DemonstrationSource:
         of the maps already read are released (:func:`agent.data.frame_cache.release_pages`), so
         the process's resident set does not grow with the data."""
         frames = self.demos.frames[e][start:start + n]
-        if isinstance(frames, np.memmap):
+        if not frames.flags.writeable and mapped_buffer(frames) is not None:
             self._read += frames.nbytes
             if self._read >= RELEASE_BYTES:
-                from agent.data.frame_cache import release_pages
-
                 release_pages(self.demos.frames)
                 self._read = 0
         if self._meter is not None and self._meter[e] is not None:  # drawn on a copy (draw_speedometer)
