@@ -21,7 +21,8 @@ from agent.cli.common import (udacity_loader, CLIError, check_udacity_folders, d
 from agent.eval.card import identity
 from agent.eval.closed_loop import evaluate
 from agent.eval.label_floor import floor_markdown, floor_means, recording_floor
-from agent.eval.offline import evaluate_udacity, summarize_recordings
+from agent.eval.offline import evaluate_udacity, summarize_by_track
+from agent.eval.steering import CURVE_THRESHOLD, INTENT_HALF_WIDTH_S
 from agent.experts.rules import RuleError
 from agent.nn.policy import file_digest
 from agent.train.config import ConfigError, TeacherSection, check_device, torch_device
@@ -39,8 +40,12 @@ With --env udacity: offline steering MSE and MAE of a Udacity steering policy on
 center camera, no augmentation, frames streamed in order with their timestamps, the window
 restarting at session breaks), beside the predict-0 and predict-the-training-mean baselines, and
 the keyboard-noise floor: the ratio of a smoothed oracle (the driver's own labels averaged over a
-half-width of 0.5 s), about the lowest ratio a policy that sees frames can reach. With --env udacity
-and --udacity.floor: only that floor, for any recordings, no policy (agent.eval.label_floor)."""
+half-width of 0.5 s), about the lowest ratio a policy that sees frames can reach. Then the policy
+against the driver's intent, those smoothed labels (agent.eval.steering): the ratio on them, the
+Pearson r, the share of curve frames turned the right way (left / right) and the mean steering
+amount on curves against the driver's; means per track with --udacity.tracks; --udacity.plot draws
+one recording's steering against time. With --env udacity and --udacity.floor: only the floor, for
+any recordings, no policy (agent.eval.label_floor)."""
 
 TEACHER_HELP = ("carracing, --policy an expert .zip: evaluate it with the teacher's rules, as agent collect and "
                 "DAgger drive it as the teacher (all off by default, so the expert is scored as trained): the start "
@@ -64,7 +69,11 @@ class UdacityOptions:
     exclude_self: bool = False
     """--udacity.floor: leave each label out of its own window (leave-one-out; the default includes it)"""
     tracks: dict[str, str] = field(default_factory=dict)
-    """--udacity.floor: the track of each recording for means per track, e.g. '*' lake driver1 jungle"""
+    """the track of each recording (by its short name) for means per track, e.g. '*' lake driver1 jungle"""
+    plot: str | None = None
+    """with --policy: draw prediction, smoothed label and raw label against time for one recording (a .png)"""
+    plot_recording: str | None = None
+    """--udacity.plot: the recording to draw, by its short name in the table (None: the first)"""
     on_bad_row: Literal["skip", "error"] = "skip"
     """skip unusable CSV rows with a warning, or stop with an error listing them"""
     crop_cache: str = "auto"
@@ -149,8 +158,10 @@ class EvaluateRun:
                                    "at +-0.5 s too)")
             _need(bool(self.data), "--udacity.floor needs --data: the recording folder(s) holding driving_log.csv "
                                    "and IMG/")
+            _need(u.plot is None and u.plot_recording is None,
+                  "--udacity.plot draws a policy's steering; --udacity.floor scores no policy: drop --udacity.plot")
         else:
-            floor_only = [f"--udacity.{name.replace('_', '-')}" for name in ("tracks", "half_width", "exclude_self")
+            floor_only = [f"--udacity.{name.replace('_', '-')}" for name in ("half_width", "exclude_self")
                           if getattr(u, name) != getattr(default_u, name)]
             _need(not floor_only, f"{', '.join(floor_only)} only apply with --udacity.floor")
             _need(bool(self.policy), "--policy is required (or, with --env udacity --data D1 D2 ..., "
@@ -167,6 +178,10 @@ class EvaluateRun:
               "--teacher.brake-floor is the start rule's floor: add --teacher.start-rule")
         _need(self.json is None or self.overwrite or not Path(self.json).exists(),
               f"{self.json} already exists; choose another --json or pass --overwrite")
+        _need(u.plot_recording is None or u.plot is not None,
+              "--udacity.plot-recording names the recording --udacity.plot draws: add --udacity.plot PATH.png")
+        _need(u.plot is None or self.overwrite or not Path(u.plot).exists(),
+              f"{u.plot} already exists; choose another --udacity.plot or pass --overwrite")
         return self
 
 
@@ -234,11 +249,17 @@ def _udacity_floor(run: EvaluateRun) -> int:
 
 
 def _evaluate_udacity(run: EvaluateRun, path: Path, kind: str, payload) -> int:
-    """`agent evaluate --env udacity`: offline steering MSE / MAE on recordings, printed and as JSON."""
-    data = list(run.data)
+    """`agent evaluate --env udacity`: offline steering MSE / MAE and the scores against the driver's
+    intent on recordings, printed and as JSON, and the --udacity.plot figure."""
+    data, u = list(run.data), run.udacity
     if not data:
         raise CLIError("--env udacity needs --data: a recording folder holding driving_log.csv and IMG/")
     check_udacity_folders(data)
+    tracks = driver_tracks(u.tracks, data, option="--udacity.tracks")
+    names = driver_names(data)
+    if u.plot_recording is not None and u.plot_recording not in names:
+        raise CLIError(f"--udacity.plot-recording {u.plot_recording}: not one of the recordings "
+                       f"({', '.join(names)})")
     if kind not in LOADERS:
         raise CLIError(f"{path} holds a policy of kind {kind!r}, which this version cannot load")
     policy = LOADERS[kind](path, payload, torch_device(run.device))
@@ -247,10 +268,50 @@ def _evaluate_udacity(run: EvaluateRun, path: Path, kind: str, payload) -> int:
     ident = identity(path)  # the digests of exactly the file scored, as the CarRacing JSON records them
     head = {"policy": str(path), "policy_sha256": file_digest(path), "file_sha256": ident["file_sha256"],
             "weights_sha256": ident["weights_sha256"], "env": "udacity", "core": policy.config.core}
+    plot_name = u.plot_recording if u.plot_recording is not None else names[0]
+    load = udacity_loader(u.crop_cache, u.on_bad_row, len(data))
+    rows, series = [], None
+    for name, d in zip(names, data):
+        keep = u.plot is not None and name == plot_name
+        res = evaluate_udacity(policy, load(d), progress=len(data) == 1, series=keep)
+        series = res.pop("series", series)
+        rows.append({"recording": name, "track": tracks.get(name, tracks.get("*", "-")), **res})
     if len(data) > 1:
-        return _evaluate_udacity_many(run, policy, head)
-    res = {**head, **evaluate_udacity(policy, udacity_loader(run.udacity.crop_cache, run.udacity.on_bad_row, 1)(data[0]))}
-    print(f"{path.name} on {data[0]}: steering MSE {res['mse']:.4f}, MAE {res['mae']:.4f} over "
+        _print_many(rows, summarize_by_track(rows), bool(tracks))
+    else:
+        _print_one(path, data[0], rows[0])
+    if u.plot is not None:
+        from agent.eval.steering_plot import plot_steering
+
+        r = next(r for r in rows if r["recording"] == plot_name)
+        title = (f"{path.name} on {plot_name}: smoothed ratio {_fmt(r['smoothed_ratio'], '.2f')}, "
+                 f"r {_fmt(r['smoothed_corr'], '.2f')}, right way {_fmt(r['right_way'], '.2f')}")
+        plot_steering(u.plot, series["t"], series["pred"], series["label"], series["smoothed"],
+                      segments=series["segments"], title=title, half_width_s=r["intent_half_width_s"],
+                      threshold=r["curve_threshold"])
+        print(f"wrote {u.plot}")
+    if run.json:
+        if len(data) > 1:
+            groups = summarize_by_track(rows)
+            write_json(run.json, {**head, "recordings": rows, "summary": groups["all"], "tracks": groups})
+        else:
+            write_json(run.json, {**head, **{k: v for k, v in rows[0].items() if k != "recording"}})
+        print(f"wrote {run.json}")
+    return 0
+
+
+def _fmt(x, f=".4f") -> str:
+    return "-" if x is None else format(x, f)
+
+
+INTENT_NOTE = (f"Against the driver's intent: the labels averaged over ±{INTENT_HALF_WIDTH_S:g} s of capture time "
+               f"(label included, one session segment); curve frames have |smoothed| > {CURVE_THRESHOLD:g} "
+               "(left is negative steering).")
+
+
+def _print_one(path: Path, data: str, res: dict) -> None:
+    """The lines of a single recording's scores."""
+    print(f"{path.name} on {data}: steering MSE {res['mse']:.4f}, MAE {res['mae']:.4f} over "
           f"{res['n_frames']} frames ({res['rmse_degrees']:.1f} degrees RMS); predict-0 baseline MSE "
           f"{res['zero_mse']:.4f}" + (f" (ratio {res['ratio']:.2f})" if res["ratio"] is not None else "")
           + (f", predict-train-mean MSE {res['train_mean_mse']:.4f}" if "train_mean_mse" in res else ""))
@@ -259,35 +320,55 @@ def _evaluate_udacity(run: EvaluateRun, path: Path, kind: str, payload) -> int:
               f"{res['oracle_ratio']:.2f} (the driver's own labels averaged over ±{res['oracle_half_width_s']:g} s "
               f"score MSE {res['oracle_mse']:.4f})")
     if res["n_moving"]:
-        print(f"  while moving (>= {res['min_speed_mph']:g} mph, {res['n_moving']} frames): MSE {res['moving_mse']:.4f}, "
+        print(f"  while moving (>= {res['min_speed_mph']:g} mph, {res['n_moving']} frames): "
+              f"MSE {res['moving_mse']:.4f}, "
               f"MAE {res['moving_mae']:.4f}; predict-0 MSE {res['moving_zero_mse']:.4f}")
-    if run.json:
-        write_json(run.json, res)
-        print(f"wrote {run.json}")
-    return 0
+    print(f"  against the driver's intent (labels averaged over ±{res['intent_half_width_s']:g} s): MSE "
+          f"{res['smoothed_mse']:.4f}, smoothed ratio {_fmt(res['smoothed_ratio'], '.2f')} (predict-0 MSE "
+          f"{res['smoothed_zero_mse']:.4f}), Pearson r {_fmt(res['smoothed_corr'], '.2f')}")
+    print(f"  curve frames (|smoothed| > {res['curve_threshold']:g}: {res['n_curve']}, {res['n_left']} left, "
+          f"{res['n_right']} right): turned the right way {_fmt(res['right_way'], '.2f')} (left "
+          f"{_fmt(res['right_way_left'], '.2f')}, right {_fmt(res['right_way_right'], '.2f')}); mean |steering| "
+          f"{_fmt(res['curve_mean_abs_pred'], '.3f')} against the driver's {_fmt(res['curve_mean_abs_label'], '.3f')}")
 
 
-def _evaluate_udacity_many(run: EvaluateRun, policy, head: dict) -> int:
-    """`agent evaluate --env udacity --data D1 D2 ...`: one row per recording and the means, printed and as JSON."""
-    data = list(run.data)
-    load = udacity_loader(run.udacity.crop_cache, run.udacity.on_bad_row, len(data))
-    rows = []
-    for name, d in zip(driver_names(data), data):
-        rows.append({"recording": name, **evaluate_udacity(policy, load(d), progress=False)})
-    summary = summarize_recordings(rows)
-    fmt = lambda x, f=".4f": "-" if x is None else format(x, f)  # noqa: E731
-    print(f"| recording | frames | MSE | MAE | predict-0 MSE | ratio | {ORACLE_COLUMN} |\n" + "|---" * 7 + "|")
+def _print_many(rows: list[dict], groups: dict, by_track: bool) -> None:
+    """Two markdown tables (raw labels with the floor; against the driver's intent), one row per
+    recording, then the means (per track, with a track column, when tracks were given; then all)."""
+    means = [(name, g) for name, g in groups.items() if by_track or name == "all"]
+
+    def label(name: str, g: dict) -> str:
+        return ("**mean**" if name == "all" else f"**mean, {name}**") + f" ({g['n_recordings']} recordings)"
+
+    def track(name: str) -> str:
+        return f" {'' if name == 'all' else name} |" if by_track else ""
+
+    t_head = " track |" if by_track else ""
+    head = f"| recording |{t_head} frames | MSE | MAE | predict-0 MSE | ratio | {ORACLE_COLUMN} |"
+    print(head + "\n" + "|---" * (head.count("|") - 1) + "|")
     for r in rows:
-        print(f"| {r['recording']} | {r['n_frames']} | {r['mse']:.4f} | {r['mae']:.4f} | {r['zero_mse']:.4f} | "
-              f"{fmt(r['ratio'], '.2f')} | {fmt(r.get('oracle_ratio'), '.2f')} |")
-    print(f"| **mean** ({summary['n_recordings']} recordings) | {summary['n_frames']} | {summary['mse']:.4f} | "
-          f"{summary['mae']:.4f} | {summary['zero_mse']:.4f} | {fmt(summary['ratio_of_means'], '.2f')} (mean of "
-          f"ratios {fmt(summary['mean_ratio'], '.2f')}) | {fmt(summary['oracle_ratio_of_means'], '.2f')} (mean of "
-          f"ratios {fmt(summary['oracle_mean_ratio'], '.2f')}) |")
-    if run.json:
-        write_json(run.json, {**head, "recordings": rows, "summary": summary})
-        print(f"wrote {run.json}")
-    return 0
+        print(f"| {r['recording']} |{track(r['track'])} {r['n_frames']} | {r['mse']:.4f} | {r['mae']:.4f} | "
+              f"{r['zero_mse']:.4f} | {_fmt(r['ratio'], '.2f')} | {_fmt(r.get('oracle_ratio'), '.2f')} |")
+    for name, g in means:
+        print(f"| {label(name, g)} |{track(name)} {g['n_frames']} | {g['mse']:.4f} | "
+              f"{g['mae']:.4f} | {g['zero_mse']:.4f} | {_fmt(g['ratio_of_means'], '.2f')} (mean of ratios "
+              f"{_fmt(g['mean_ratio'], '.2f')}) | {_fmt(g['oracle_ratio_of_means'], '.2f')} (mean of ratios "
+              f"{_fmt(g['oracle_mean_ratio'], '.2f')}) |")
+    print(f"\n{INTENT_NOTE}\n")
+    head = (f"| recording |{t_head} curve frames | smoothed ratio | Pearson r | right way (left / right) | "
+            "mean abs steering on curves, policy / driver |")
+    print(head + "\n" + "|---" * (head.count("|") - 1) + "|")
+    for r in rows:
+        print(f"| {r['recording']} |{track(r['track'])} {r['n_curve']} | {_fmt(r['smoothed_ratio'], '.2f')} | "
+              f"{_fmt(r['smoothed_corr'], '.2f')} | {_fmt(r['right_way'], '.2f')} "
+              f"({_fmt(r['right_way_left'], '.2f')} / {_fmt(r['right_way_right'], '.2f')}) | "
+              f"{_fmt(r['curve_mean_abs_pred'], '.3f')} / {_fmt(r['curve_mean_abs_label'], '.3f')} |")
+    for name, g in means:
+        print(f"| {label(name, g)} |{track(name)} {g['n_curve']} | "
+              f"{_fmt(g['smoothed_ratio_of_means'], '.2f')} (mean of ratios {_fmt(g['smoothed_mean_ratio'], '.2f')}) "
+              f"| {_fmt(g['smoothed_corr'], '.2f')} | {_fmt(g['right_way'], '.2f')} "
+              f"({_fmt(g['right_way_left'], '.2f')} / {_fmt(g['right_way_right'], '.2f')}) | "
+              f"{_fmt(g['curve_mean_abs_pred'], '.3f')} / {_fmt(g['curve_mean_abs_label'], '.3f')} |")
 
 
 __all__ = ["DESCRIPTION", "EvaluateRun", "UdacityOptions", "main"]

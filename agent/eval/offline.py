@@ -7,7 +7,9 @@ the policy's streaming ``step`` in order, exactly as the policy acts when it dri
 restarts at every sequence start), R sequences at a time as one batch. :func:`score_stream`
 reduces that to the head's metric (accuracy for discrete actions, mean squared error for
 steering), which the trainer uses to choose its checkpoint; :func:`evaluate_udacity` is
-``agent evaluate --env udacity``: the steering error on a recording with the trivial baselines.
+``agent evaluate --env udacity``: the steering error on a recording with the trivial baselines,
+the keyboard-noise floor and the scores against the driver's intent (:mod:`agent.eval.steering`);
+:func:`summarize_recordings` and :func:`summarize_by_track` average them over recordings.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from agent.data.udacity import UdacityRecording, load_recording
 from agent.data.udacity_cache import CachedRecording
 from agent.data.windows import UdacitySource
 from agent.eval.label_floor import FLOOR_HALF_WIDTH_S, smoothed_oracle_ratio
+from agent.eval.steering import intent_scores
 from agent.log import progress as bar_for
 
 
@@ -87,7 +90,7 @@ def predict_recording(policy, rec, rows: int = 16) -> np.ndarray:
 
 
 def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = True, train_mean: float | None = None,
-                     min_speed: float = 5.0) -> dict:
+                     min_speed: float = 5.0, series: bool = False) -> dict:
     """Offline steering error on a Udacity recording (center camera, no augmentation, streaming in order).
 
     Args:
@@ -98,6 +101,7 @@ def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = Tr
         train_mean: the training mean steering, for the predict-the-mean baseline (default: the
             policy file's metadata ``train_mean_steering`` if present).
         min_speed: mph; ``moving_*`` figures count only frames at least this fast.
+        series: also return the per-frame arrays under ``series`` (for a figure; not JSON).
 
     Returns:
         dict with ``mse``, ``mae`` (normalised steering; 1.0 = 25 degrees), ``n_frames``,
@@ -108,7 +112,16 @@ def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = Tr
         ratio a frame-only policy can be expected to reach),
         ``train_mean_mse`` (when known), ``moving_mse`` / ``moving_mae`` /
         ``moving_zero_mse`` / ``n_moving`` on frames with speed >= ``min_speed`` (None when no
-        frame moves), ``data``, ``n_bad_rows_skipped`` and ``seconds``.
+        frame moves), ``data``, ``n_bad_rows_skipped`` and ``seconds``; and the scores against the
+        driver's intent, the labels smoothed over +-``intent_half_width_s`` = 0.5 s with the label
+        included (:func:`agent.eval.steering.intent_scores`): ``smoothed_mse``,
+        ``smoothed_zero_mse``, ``smoothed_ratio``, ``smoothed_corr`` (Pearson r), on curve frames
+        (``|smoothed| > curve_threshold`` = 0.05) ``right_way`` / ``right_way_left`` /
+        ``right_way_right`` (share turned the smoothed label's way; left is negative steering),
+        ``n_curve`` / ``n_left`` / ``n_right``, ``curve_mean_abs_pred``, ``curve_mean_abs_label``
+        and ``curve_abs_ratio``; None where undefined (no curve frame, every smoothed label 0,
+        a constant prediction). With ``series``: ``series`` = {``t``, ``pred``, ``label``,
+        ``smoothed``: (N,) arrays, ``segments``: (S, 2)}.
 
     Raises:
         ValueError: a policy that does not output steering.
@@ -139,6 +152,10 @@ def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = Tr
         res["ratio"] = mse / res["zero_mse"]
     floor = smoothed_oracle_ratio(rec.steering, rec.timestamps, FLOOR_HALF_WIDTH_S, segments=rec.segments)
     res.update(oracle_half_width_s=FLOOR_HALF_WIDTH_S, oracle_mse=floor["mse"], oracle_ratio=floor["ratio"])
+    intent = intent_scores(pred, rec.steering, rec.timestamps, segments=rec.segments)
+    sc = intent["scores"]
+    res["intent_half_width_s"] = sc.pop("half_width_s")
+    res.update({k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in sc.items()})
     moving = rec.speed >= min_speed
     res.update(min_speed_mph=min_speed, n_moving=int(moving.sum()),
                moving_mse=float(np.mean(err[moving] ** 2)) if moving.any() else None,
@@ -149,7 +166,21 @@ def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = Tr
     if train_mean is not None:
         res["train_mean_mse"] = float(np.mean((rec.steering - train_mean) ** 2))
     res["seconds"] = time.time() - t0
+    if series:
+        res["series"] = {"t": np.asarray(rec.timestamps, np.float64), "pred": pred,
+                         "label": np.asarray(rec.steering, np.float64), "smoothed": intent["smoothed"],
+                         "segments": np.asarray(rec.segments)}
     return res
+
+
+#: per-recording intent scores that :func:`summarize_recordings` averages (mean over the recordings that have one)
+INTENT_MEANS = ("smoothed_corr", "right_way", "right_way_left", "right_way_right", "curve_mean_abs_pred",
+                "curve_mean_abs_label", "curve_abs_ratio")
+
+
+def _mean(values) -> float | None:
+    v = [x for x in values if x is not None]
+    return float(np.mean(v)) if v else None
 
 
 def summarize_recordings(results: list[dict]) -> dict:
@@ -158,7 +189,12 @@ def summarize_recordings(results: list[dict]) -> dict:
     Returns ``n_recordings``, ``n_frames`` (total), ``mse``, ``mae``, ``zero_mse`` (means),
     ``ratio_of_means`` (mean MSE / mean predict-0 MSE) and ``mean_ratio`` (mean of the ratios),
     and the same two for the smoothed-oracle floor, ``oracle_ratio_of_means`` and
-    ``oracle_mean_ratio`` (None unless every result has ``oracle_mse``).
+    ``oracle_mean_ratio`` (None unless every result has ``oracle_mse``); for the scores against
+    the driver's intent, ``smoothed_ratio_of_means`` (mean ``smoothed_mse`` / mean
+    ``smoothed_zero_mse``) and ``smoothed_mean_ratio`` (mean of the ratios), the means of
+    :data:`INTENT_MEANS` over the recordings where each is defined (None where none is), and
+    ``n_curve`` / ``n_left`` / ``n_right`` (totals); these are None or absent for results
+    without intent scores.
     """
     if not results:
         return {"n_recordings": 0}
@@ -174,7 +210,24 @@ def summarize_recordings(results: list[dict]) -> dict:
         o_ratios = [r["oracle_ratio"] for r in results if r.get("oracle_ratio") is not None]
         out.update(oracle_ratio_of_means=oracle / zero if zero > 0 else None,
                    oracle_mean_ratio=float(np.mean(o_ratios)) if o_ratios else None)
+    if all(r.get("smoothed_mse") is not None for r in results):
+        s_mse = float(np.mean([r["smoothed_mse"] for r in results]))
+        s_zero = float(np.mean([r["smoothed_zero_mse"] for r in results]))
+        out.update(smoothed_ratio_of_means=s_mse / s_zero if s_zero > 0 else None,
+                   smoothed_mean_ratio=_mean(r.get("smoothed_ratio") for r in results),
+                   **{k: _mean(r.get(k) for r in results) for k in INTENT_MEANS},
+                   **{k: int(sum(r.get(k) or 0 for r in results)) for k in ("n_curve", "n_left", "n_right")})
     return out
 
 
-__all__ = ["evaluate_udacity", "summarize_recordings", "predict_recording", "score_stream", "stream_outputs"]
+def summarize_by_track(results: list[dict]) -> dict:
+    """:func:`summarize_recordings` per track: ``{track: summary}`` for each ``track`` entry of the
+    results in sorted order (a result without one counts as track "-"), then "all" (every result)."""
+    out = {}
+    for name in sorted({r.get("track", "-") for r in results}) + (["all"] if results else []):
+        out[name] = summarize_recordings([r for r in results if name == "all" or r.get("track", "-") == name])
+    return out
+
+
+__all__ = ["INTENT_MEANS", "evaluate_udacity", "predict_recording", "score_stream", "stream_outputs",
+           "summarize_by_track", "summarize_recordings"]
