@@ -3,6 +3,7 @@
 - :mod:`agent.drive.config`: the options (:class:`~agent.drive.config.DriveConfig`, parsed by tyro), their
   checks and the run's constants.
 - :mod:`agent.drive.session`: one run (:class:`~agent.drive.session.DriveSession`), its loop and ``run_drive``.
+- :mod:`agent.drive.replay`: ``--replay``: a Udacity recording played through the bridge, scored against the driver.
 - :mod:`agent.drive.explain`: the per-run interpretability (Grad-CAM, NAC traces, their history and dump).
 - :mod:`agent.drive.hud`: the per-step view and the HUD renderer.
 - :mod:`agent.drive.overlays`: the pygame drawers of the heat map and the trace panel.

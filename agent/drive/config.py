@@ -47,7 +47,8 @@ Live interpretability: a saliency heat map over the frame (HiResCAM at the CNN's
 by default: the most faithful live method measured) and the NAC neuron traces (phi, omega,
 logits, weights, NCP neuron groups) in the right panel. Keys in the window: P/space pause, N/.
 single step, S saliency, T traces, H next head, [ and ] heat-map opacity, R restart the episode,
-Q/Esc quit."""
+Q/Esc quit. With --env udacity, --replay DIR plays a recorded drive through the bridge and scores
+the policy's steering against the driver's."""
 
 TEACHER_HELP = ("CarRacing: label every step with what the PPO expert would do in the same state (the DAgger "
                 "teacher's view of the run): the HUD shows its action beside the policy's, each episode's line prints "
@@ -136,6 +137,15 @@ class DriveConfig:
     """start with the NAC trace panel on"""
     cam_opacity: float = 0.5
     """peak opacity of the Grad-CAM heat map, 0..1"""
+    replay: str | None = None
+    """--env udacity: play this recorded drive (a folder of the simulator's training mode: driving_log.csv beside
+    IMG/) as the simulator, over the bridge's wire protocol on a free loopback port (--udacity.host and
+    --udacity.port are not used): its center-camera frames in capture-time order, each with its capture time as the
+    policy's time input, steered by the policy with the overlays on; the car does not follow the policy. The HUD adds
+    the driver's steering and the running scores against the driver's intent; at the end of the recording (or on
+    Escape / Ctrl-C) it prints the frames, the FPS and the scores of `agent evaluate --env udacity` (smoothed ratio,
+    Pearson r, share of curve frames turned the right way, left / right, mean |steering| on curves against the
+    driver's)"""
     udacity: UdacityOptions = UdacityOptions()
     teacher: Annotated[TeacherSection, tyro.conf.arg(help=TEACHER_HELP)] = DRIVE_TEACHER
 
@@ -165,7 +175,7 @@ class DriveConfig:
             ConfigError: a teacher for the Udacity simulator or that is not an expert .zip, teacher
                 rules without a teacher, a brake floor without the start rule, a teacher with
                 ``--env-worker on``, or an existing ``--record`` / ``--dump-traces`` file without
-                ``--overwrite``.
+                ``--overwrite``; ``--replay`` without ``--env udacity`` or with ``--episodes``.
         """
         t = self.teacher
         if t.expert is None:
@@ -182,6 +192,9 @@ class DriveConfig:
                                                          "--teacher.no-start-rule or the floor")
             _need(self.env_worker != "on", "--teacher.expert reads the env's state in this process; use --env-worker "
                                            "auto or off with it")
+        if self.replay is not None:
+            _need(self.env == "udacity", "--replay plays a Udacity simulator recording; add --env udacity")
+            _need(self.episodes == 1, "--replay plays the recording once; drop --episodes")
         partial = None if self.dump_traces is None else self.dump_traces + ".partial.h5"  # a .npz dump's stream
         for option, path in (("--record", self.record), ("--dump-traces", self.dump_traces), ("--dump-traces", partial)):
             _need(path is None or self.overwrite or not Path(path).exists(),

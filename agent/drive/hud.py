@@ -43,6 +43,9 @@ class StepView:
         off_road_steps: steps so far with all four wheels off the road (None: the env has no wheels).
         teacher_class: ``drive --teacher.expert``: the class of the expert's action for this frame (an
             action index, or the steering class of a steering policy); None without a teacher.
+        driver_steering: ``drive --replay``: the recording's steering label of this frame (normalised),
+            marked on the steering gauge; None otherwise.
+        notes: further HUD lines (``drive --replay``: the frame and the running scores against the driver).
     """
 
     frame: np.ndarray
@@ -66,6 +69,8 @@ class StepView:
     longest_standstill: int | None = None
     off_road_steps: int | None = None
     teacher_class: int | None = None
+    driver_steering: float | None = None
+    notes: tuple[str, ...] = ()
 
 
 #: An overlay: draws onto its region (a subsurface of the composed Surface) for one step.
@@ -84,6 +89,7 @@ _ACCENT = (255, 196, 64)
 _BAR = (80, 150, 235)
 _BAR_TAKEN = (255, 196, 64)
 _BAR_BG = (48, 51, 60)
+_DRIVER = (90, 220, 120)  # the recorded driver's steering (drive --replay)
 
 
 #: Rendered strings kept by each :class:`TextCache` (about 5-30 KB of pixels each).
@@ -368,6 +374,10 @@ class Renderer:
         if stalls:
             color = _ACCENT if v.standstill_steps > 0 else _DIM  # highlighted while the car stands
             c.blit(self._text(self.font_small, "steps: " + "   ".join(stalls), color), (x, y + 2))
+            y += lh
+        for i, line in enumerate(v.notes):  # the first (the replay's frame and driver) in the driver's colour
+            c.blit(self._text(self.font_small, line, _DRIVER if i == 0 and v.driver_steering is not None else _TEXT),
+                   (x, y + 2 + 18 * i))
         if v.paused:
             c.blit(self._text(self.font_big, "PAUSED", _ACCENT), (x + 150, self._text_y))
         if v.status:  # up to two lines, left of the probability bars
@@ -387,6 +397,10 @@ class Renderer:
                 if tw:
                     pg.draw.rect(c, _BAR if th >= 0 else (235, 90, 80), (self._bars_x, self._bars_y + 80, tw, self._bar_h))
                 c.blit(self._text(self.font_small, f"{th:+.2f}"), (self._bars_x + 64, self._bars_y + 62))
+        if self.steering and v.driver_steering is not None:  # the driver's label: a mark across the gauge
+            w, cx = self._gauge_w, self._bars_x + self._gauge_w // 2
+            dx = cx + int(round(float(np.clip(v.driver_steering, -1.0, 1.0)) * w / 2))
+            pg.draw.line(c, _DRIVER, (dx, self._bars_y + 2), (dx, self._bars_y + 8 + self._bar_h + 4), 3)
         if self.show_probs and v.probs is not None:
             bx = self._bars_x + self._bar_label_w
             for i, p in enumerate(np.asarray(v.probs, dtype=np.float64)[: len(self.action_names)]):

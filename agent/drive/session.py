@@ -14,6 +14,9 @@ a window (:mod:`agent.drive.window`) shows it, ``--record`` writes it to an mp4
 display is available, no window is opened (``SDL_VIDEODRIVER=dummy``) and the run is never
 rate-limited; without ``--record`` a headless run skips drawing entirely.
 
+``drive --env udacity --replay DIR`` plays a recording as the simulator through the bridge and
+scores the policy's steering against the driver's (:mod:`agent.drive.replay`).
+
 The options are :class:`agent.drive.config.DriveConfig`; the policy acts through :mod:`agent.actors.rollout`
 (one actor interface) and is explained by :mod:`agent.drive.explain`. Heavy modules (pygame, torch, imageio, gymnasium) are
 imported lazily.
@@ -37,6 +40,8 @@ from agent.drive.config import ENV_FPS, DriveConfig
 from agent.drive.envworker import EnvWorker, use_env_worker
 from agent.drive.explain import Overlays
 from agent.drive.hud import STEERING_CLASSES, Renderer, StepView
+from agent.drive.replay import (ReplayClock, ReplayError, ReplayRecording, ReplayScore, final_scores, load_replay,
+                                skipped_text, summary_lines)
 from agent.drive.teacher import Teacher
 from agent.drive.traces import TraceWriter, action_number
 from agent.drive.video import VideoWriter
@@ -63,6 +68,15 @@ def run_drive(cfg: DriveConfig) -> int:
     0 (done, or the window was closed / Escape / Q), 2 (a policy file that cannot be driven: a
     message on stderr), 130 (Ctrl-C; the video and the traces so far are still written).
     """
+    replay = None
+    if cfg.replay is not None:  # the recording first: a wrong folder is reported before the policy loads
+        try:
+            replay = load_replay(cfg.replay)
+        except ReplayError as exc:
+            _err(str(exc))
+            return EXIT_ERROR
+        if replay.bad_rows:
+            print(f"drive: note: {skipped_text(replay)}", file=sys.stderr)
     try:
         path = resolve_policy_path(cfg.policy)
         policy = load_policy(path, torch_device(cfg.device))
@@ -82,13 +96,15 @@ def run_drive(cfg: DriveConfig) -> int:
         if not pygame.display.get_init():
             os.environ["SDL_VIDEODRIVER"] = "dummy"  # never open a window, even if something inits the display
     try:
-        session = DriveSession(cfg, policy, path.name, headless=headless)
+        session = DriveSession(cfg, policy, path.name, headless=headless, replay=replay)
     except (ValueError, OSError) as exc:  # a policy for another simulator; the port is taken
         _err(str(exc))
         return EXIT_ERROR
     try:
+        url = session.env.unwrapped.url if cfg.env == "udacity" else ""
         where = (f"tracks {cfg.track_seed}..{cfg.track_seed + cfg.episodes - 1}" if cfg.env == "carracing" else
-                 f"serving {session.env.unwrapped.url}: start the simulator and choose Autonomous mode")
+                 f"serving {url}: start the simulator and choose Autonomous mode" if replay is None else
+                 f"replaying {replay.folder} ({len(replay)} frames) as the simulator on {url}")
         print(f"policy {path} ({session.driver.label}); env {cfg.env}; {where}"
               f"{'; headless' if session.window is None else ''}"
               f"{'; env in a worker process' if session.env_worker else ''}"
@@ -186,10 +202,19 @@ class DriveSession:
             last) episode's agreement (:class:`agent.drive.teacher.Teacher`); else None.
     """
 
-    def __init__(self, cfg: DriveConfig, policy, name: str, headless: bool, force_draw: bool = False):
+    def __init__(self, cfg: DriveConfig, policy, name: str, headless: bool, force_draw: bool = False,
+                 replay: ReplayRecording | None = None):
         import torch
 
         self.cfg = cfg
+        if replay is not None and cfg.env != "udacity":
+            raise ValueError("a replay plays a Udacity simulator recording; drive it with --env udacity")
+        #: ``--replay``: the recording played as the simulator, the policy's steering per frame and the
+        #: running scores (:class:`agent.drive.replay.ReplayScore`), and the simulator playing it
+        #: (:class:`envs.udacity.replay.ReplaySimulator`, connected by :meth:`run`); else None.
+        self.replay = replay
+        self.replay_score = ReplayScore(replay) if replay is not None else None
+        self.replay_sim = None
         policy_env = getattr(getattr(policy, "config", None), "env", "carracing")
         if policy_env != cfg.env:
             raise ValueError(f"{name} is a {policy_env} policy; drive it with --env {policy_env} "
@@ -214,7 +239,7 @@ class DriveSession:
                 cfg.dump_traces, action_names=tuple(getattr(getattr(policy, "config", None), "action_names", ())),
                 class_names=self.class_names, policy=self.driver.label, env=cfg.env, overwrite=cfg.overwrite,
                 teacher=self.teacher.name if self.teacher is not None else "")
-        self.env = self._make_env(cfg, policy, self.env_worker)
+        self.env = self._make_env(cfg, policy, self.env_worker, replay)
         self.env_fps = int(self.env.metadata.get("render_fps", ENV_FPS))
         obs_shape = self.env.observation_space.shape  # (H, W, C)
         scale = cfg.frame_scale
@@ -264,18 +289,22 @@ class DriveSession:
         self.stalls = StallMeter()
 
     @staticmethod
-    def _make_env(cfg: DriveConfig, policy=None, worker: bool = False):
+    def _make_env(cfg: DriveConfig, policy=None, worker: bool = False, replay: ReplayRecording | None = None):
         """CarRacing (one episode per track seed; the continuous configuration for a policy with
         continuous actions, :func:`agent.actors.loading.make_carracing_for`), in a worker process with
         ``worker`` (:class:`agent.drive.envworker.EnvWorker`), or the Udacity bridge (started at
-        once, so its address is known; an episode lasts until the simulator disconnects or --max-steps)."""
+        once, so its address is known; an episode lasts until the simulator disconnects or --max-steps).
+        With ``replay`` the bridge listens on a free loopback port and gives each frame its capture
+        time (:class:`agent.drive.replay.ReplayClock`)."""
         if cfg.env == "udacity":
             from gymnasium.wrappers import TimeLimit
 
             ud = cfg.udacity
-            env = UdacityEnv(host=ud.host, port=ud.port, target_speed=ud.target_speed,
-                             connect_timeout=ud.connect_timeout)
+            host, port = (ud.host, ud.port) if replay is None else ("127.0.0.1", 0)
+            env = UdacityEnv(host=host, port=port, target_speed=ud.target_speed, connect_timeout=ud.connect_timeout)
             env.start()
+            if replay is not None:
+                env = ReplayClock(env, replay)
             return TimeLimit(env, cfg.max_steps) if cfg.max_steps else env
 
         if worker:
@@ -339,6 +368,9 @@ class DriveSession:
             speed = self._speed_of(info)
             t_action = teacher.label(env) if teacher is not None else None  # the state the policy acts on
             d = driver.act(obs, None if self.env_worker else env, info)
+            replay_frame = info.get("replay_frame")
+            if self.replay_score is not None and replay_frame is not None:
+                self.replay_score.observe(replay_frame, float(np.asarray(d.action).reshape(-1)[0]))
             t_class = None
             if teacher is not None:
                 t_class = teacher.action_class(t_action)
@@ -360,7 +392,10 @@ class DriveSession:
                                 throttle=info.get("throttle_command", info.get("throttle", _throttle_of(d.action))),
                                 standstill_steps=self.stalls.standstill_run,
                                 longest_standstill=self.stalls.longest_standstill,
-                                off_road_steps=self.stalls.off_road_steps, teacher_class=t_class)
+                                off_road_steps=self.stalls.off_road_steps, teacher_class=t_class,
+                                driver_steering=info.get("driver_steering"),
+                                notes=self.replay_score.hud_lines(replay_frame) if self.replay_score is not None
+                                else ())
                 canvas = renderer.compose(view)
                 if self.writer is not None:
                     self.writer.append(renderer.to_rgb())
@@ -417,6 +452,8 @@ class DriveSession:
         quiet_gc()
         ep_return, steps = 0.0, 0
         try:
+            if self.replay is not None and self.replay_sim is None:
+                self._start_replay()
             while ep < cfg.episodes:
                 seed = cfg.track_seed + ep
                 how, ep_return, steps = self.play_episode(seed, ep + 1)
@@ -441,7 +478,33 @@ class DriveSession:
                   f"{float(np.mean(returns)):.1f} (std {float(np.std(returns)):.1f})", flush=True)
         else:
             print("no episode finished", flush=True)
+        if self.replay_sim is not None:
+            for line in self.replay_summary():
+                print(line, flush=True)
         return code
+
+    # ------------------------------------------------------------------ replay
+    def _start_replay(self) -> None:
+        """Connect the simulator that plays ``--replay``'s recording to the bridge (its own threads send the
+        frames, one per reply, and close the connection after the last; :mod:`envs.udacity.replay`)."""
+        from envs.udacity.replay import ReplaySimulator
+
+        rec, bridge = self.replay, self.env.unwrapped
+        self.replay_sim = ReplaySimulator(bridge.port, rec.images, rec.steering, rec.throttle, rec.speed,
+                                          host=bridge.host)
+        self.replay_sim.connect()
+
+    def replay_summary(self) -> list[str]:
+        """The closing lines of ``--replay`` (:func:`agent.drive.replay.summary_lines`): the frames sent and
+        answered, the answers' rate (from the first frame sent to the last answer), and
+        :func:`agent.eval.steering.intent_scores` of the steering the simulator received against the
+        recording's labels."""
+        sim = self.replay_sim
+        answered = sim.answered
+        span = (sim.t_last_answer or 0.0) - (sim.t_first_sent or 0.0)
+        fps = answered / span if answered and span > 0 else float("nan")
+        return summary_lines(self.replay, sim.frames_sent, answered, sim.resent, fps,
+                             final_scores(sim.answers, self.replay))
 
     def _close_traces(self) -> None:
         """Write the rest of ``--dump-traces`` and close its file (nothing to do without it)."""
@@ -463,6 +526,8 @@ class DriveSession:
 
         try:
             try:
+                if self.replay_sim is not None:
+                    self.replay_sim.close()
                 if self.writer is not None:
                     before = os.times()
                     self.writer.close()  # finalises the mp4, also after Ctrl-C; waits for ffmpeg

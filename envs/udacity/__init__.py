@@ -8,6 +8,7 @@
 - :mod:`envs.udacity.throttle`: the PI speed controller that sets the throttle (:class:`ThrottleController`).
 - :mod:`envs.udacity.env`: the gymnasium env (:class:`UdacityEnv`, ``agent/Udacity-v0``).
 - :mod:`envs.udacity.fake`: a wire-level fake simulator for tests and benchmarks (:class:`FakeSimulator`).
+- :mod:`envs.udacity.replay`: a recorded drive played as the simulator (:class:`ReplaySimulator`, ``drive --replay``).
 
 Importing this package is cheap: the names above are imported on first use
 (``envs.udacity.UdacityEnv`` loads aiohttp then).
@@ -18,6 +19,7 @@ _LAZY = {
     "ThrottleController": "envs.udacity.throttle",
     "UdacityBridge": "envs.udacity.bridge",
     "FakeSimulator": "envs.udacity.fake",
+    "ReplaySimulator": "envs.udacity.replay",
 }
 
 
@@ -29,4 +31,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'envs.udacity' has no attribute {name!r}")
 
 
-__all__ = ["FakeSimulator", "ThrottleController", "UdacityBridge", "UdacityEnv"]
+__all__ = ["FakeSimulator", "ReplaySimulator", "ThrottleController", "UdacityBridge", "UdacityEnv"]

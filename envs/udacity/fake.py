@@ -139,7 +139,7 @@ class FakeSimulator:
             t.start()
             self._threads.append(t)
         if self.autoreply:  # the simulator's OnOpen emits telemetry once
-            self._send_next_telemetry()
+            self.send_next()
         return self
 
     def close(self) -> None:
@@ -204,7 +204,10 @@ class FakeSimulator:
         self.send_event("telemetry", {})
         return t
 
-    def _send_next_telemetry(self) -> None:
+    def send_next(self) -> None:
+        """What the simulator sends next in autoreply mode (on connecting and after each reply): the
+        toy car's telemetry on the next frame of the cycle, or ``{}`` while :attr:`manual_driving`.
+        A subclass that plays other frames (:class:`envs.udacity.replay.ReplaySimulator`) overrides it."""
         if self.manual_driving:
             time.sleep(0.002)  # the simulator answers once per rendered frame
             self.send_manual()
@@ -255,10 +258,8 @@ class FakeSimulator:
                     self._history[name].append(payload)
                     self._cond.notify_all()
                 if self.autoreply and name in ("steer", "manual"):
-                    if name == "steer":
-                        self._drive(payload)
                     try:
-                        self._send_next_telemetry()
+                        self.answer(name, payload)
                     except Exception:  # noqa: BLE001 - closed meanwhile
                         break
             else:
@@ -272,6 +273,14 @@ class FakeSimulator:
         with self._cond:
             self.counts["disconnected"] += 1
             self._cond.notify_all()
+
+    def answer(self, name: str, payload: Any) -> None:
+        """Autoreply mode, in the reader thread: the bridge replied ``name`` ("steer" or "manual") with
+        ``payload`` to the last telemetry. The simulator drives the toy car on ``steer``, then sends its
+        next telemetry (:meth:`send_next`); a subclass may override it (an error ends the reader)."""
+        if name == "steer":
+            self._drive(payload)
+        self.send_next()
 
     def _drive(self, payload: Any) -> None:
         """A toy car: the steer command sets the wheel; throttle accelerates, negative brakes."""
