@@ -121,3 +121,10 @@ def test_teacher_tracks_stay_below_dagger_and_evaluation_tracks():
         CollectSection(episodes=10, track_seed=499_995)
     with pytest.raises(ConfigError, match="collect.chunk >= 1"):
         CollectSection(episodes=10, chunk=0)
+
+
+def test_an_existing_out_is_refused_before_anything_is_recorded(tmp_path, capsys):
+    (tmp_path / "p.pt").write_text("x")
+    rc, err = run_cli(_args(tmp_path), capsys)
+    assert rc == 2 and "p.pt already exists; choose another --out or pass --overwrite" in err
+    assert not (tmp_path / "recs").exists()  # nothing recorded, nothing trained

@@ -20,7 +20,7 @@ import tyro
 from agent.actors.loading import is_continuous, load_policy, make_carracing_for, reads_speedometer, resolve_policy_path
 from agent.actors.vector import envs_for
 from agent.cli.common import udacity_loader, CLIError, check_udacity_folders, driver_tracks, write_json
-from agent.cli.recipe import parse_stages, resolved_text, run_stages, split_config, write_resolved
+from agent.cli.recipe import parse_stages, resolved_text, run_stages, split_config, stage_done, write_resolved
 from agent.data.recordings import load_demonstrations
 from agent.data.udacity import AugmentConfig
 from agent.data.windows import DemonstrationSource, UdacitySource
@@ -72,6 +72,10 @@ def main(argv: list[str]) -> int:
         run, state = parse_resume(argv)
         return run_one(run, resume=state)
     stages = parse_stages(TrainRun, argv, prog="agent train", description=DESCRIPTION)
+    last = stages[-1][1]  # refused now, not after hours of the earlier stages
+    if last.lodo.out is None and last.out_path.exists() and not last.overwrite and \
+            not stage_done(last, last.run_path / "config.toml"):
+        raise CLIError(f"{last.out_path} already exists; choose another --out or pass --overwrite")
     return run_stages(stages, run_or_continue, lambda run: run.run_path / "config.toml")
 
 
