@@ -17,19 +17,26 @@ def test_bench_nac_tiny_rows_and_table():
         ("ours-exact", "forward", 8), ("ours-torch", "forward", 8), ("ours-blocks", "forward", 8), ("mha", "forward", 8),
         ("lstm", "forward", 8), ("ours-blocks", "forward", 24),
         ("ours-exact", "train", 6), ("ours-torch", "train", 6), ("mha", "train", 6), ("lstm", "train", 6),
-        ("ours-exact", "step", 5), ("mha", "step", 5), ("lstm", "step", 5)]
+        ("ours-exact", "step", 5), ("mha", "step", 5), ("lstm", "step", 5),
+        # the threads rows: ours and MHA in one process, at 1 thread, then at torch's default
+        ("ours-exact", "forward", 8), ("mha", "forward", 8), ("ours-exact", "train", 6), ("mha", "train", 6),
+        ("ours-exact", "forward", 8), ("mha", "forward", 8), ("ours-exact", "train", 6), ("mha", "train", 6)]
+    assert [r["paired"] for r in rows] == [False] * 13 + [True] * 8
     for r in rows:
         assert set(r) == set(ROW_KEYS), r
         assert r["error"] is None, r["error"]
         assert len(r["times_ms"]) == r["repeats"] == (20 if r["task"] == "step" else 2)
         assert all(t > 0 for t in r["times_ms"])
         assert min(r["times_ms"]) <= r["time_ms"] <= max(r["times_ms"])
-        assert r["threads"] == 1 and r["clock"] == "wall"
+        assert r["clock"] == "wall"
         if r["task"] == "step":
             assert r["time_ms"] <= r["p99_ms"] <= max(r["times_ms"])
-        else:
+        elif not r["paired"]:
             assert r["peak_mb"] is not None and r["peak_mb"] >= 0 and r["mem_method"]
         assert r["B"] == (8 if r["task"] == "train" else 1)
+    assert all(r["threads"] == 1 for r in rows[:17])
+    default = rows[-1]["threads"]  # torch's default in a fresh process
+    assert default >= 1 and all(r["threads"] == default for r in rows[17:])
     buf = io.StringIO()
     print_table(rows, file=buf)
     out = buf.getvalue()
@@ -38,6 +45,8 @@ def test_bench_nac_tiny_rows_and_table():
     assert any(line.strip().startswith("24 |") for line in out.splitlines())
     assert "forward + backward, B=8, T=6" in out and "streaming step, ours-exact, window 5" in out
     assert "forward at most 1.5x MHA (T=8):" in out and "streaming step under 1 ms at p99" in out
+    assert "threads: ours (exact) and MHA in one process, interleaved" in out and "ours/MHA @1" in out
+    assert f"ours/MHA @{default}" in out
 
 
 def test_bench_nac_cpu_clock_needs_one_thread():

@@ -316,3 +316,147 @@ def test_environment_variable_switches_the_kernels_off():
     env["NAC_DRIVE_KERNELS"] = "numba"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
+
+
+# --------------------------------------------------------------------------------------------
+# Threads: the kernels' parallel builds give bit-identical results
+# --------------------------------------------------------------------------------------------
+
+needs_two_threads = pytest.mark.skipif(nac_kernels.numba is None or nac_kernels.numba.config.NUMBA_NUM_THREADS < 2,
+                                       reason="Numba runs at most one thread here")
+
+
+def _chunk_counts(monkeypatch) -> list[int]:
+    """Let even these small calls run in parallel, and record each call's number of chunks (> 1:
+    the parallel build ran)."""
+    monkeypatch.setattr(nac_kernels, "PARALLEL_MIN_PAIRS", 0)
+    monkeypatch.setattr(nac_kernels, "PARALLEL_MIN_SCORES", 0)
+    chunks, real = [], nac_kernels._call
+
+    def spy(kernels, n, items, *args):
+        chunks.append(min(n, items))
+        return real(kernels, n, items, *args)
+
+    monkeypatch.setattr(nac_kernels, "_call", spy)
+    return chunks
+
+
+def _assert_bit_identical(one, two):
+    assert len(one) == len(two)
+    for i, (a, b) in enumerate(zip(one, two)):
+        assert a.dtype == b.dtype and a.shape == b.shape, i
+        assert torch.equal(a, b), f"result {i} differs: max |diff| {(a.double() - b.double()).abs().max()}"
+
+
+@needs_two_threads
+@pytest.mark.parametrize("B,H,T", [(1, 4, 70), (1, 1, 45), (3, 2, 33), (2, 4, 130)])
+def test_kernels_give_bit_identical_results_on_one_and_two_threads(B, H, T, monkeypatch):
+    """Both selectors, and PairAttention's forward and every gradient of its backward (each ODE mode,
+    with and without timestamps), at torch.set_num_threads(1) and (2): the same bits (the parallel
+    builds split the work into independent items and add every sum in the serial order)."""
+    chunks = _chunk_counts(monkeypatch)
+    g = torch.Generator().manual_seed(100 * B + T)
+    d, K, Ni, Nc, Nm = 8, 5, 6, 5, 4
+    r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
+    q, k, q_half, k_half, v = r(B, H, T, d), r(B, H, T, d), r(B, H, T, Ni + 2), r(B, H, T, Ni + 2), r(B, H, T, d)
+    Wc = r(Ni, Nc) * (torch.rand(Ni, Nc, generator=g) > 0.4)  # masked-out weights, as the NCP wiring's
+    backbone = (Wc, r(Nc), r(Nc, Nm), r(Nm), r(Nm, 2), r(2))
+    mask = torch.rand(B, T, generator=g) > 0.2
+    mask[:, 0] = True
+    times = torch.cumsum(0.02 + 0.1 * torch.rand(B, T, generator=g, dtype=torch.float64), 1)
+    qpos = torch.arange(T)
+    w = torch.linspace(-1, 1, B * T * H * d, dtype=torch.float64).view(B, T, H, d)
+    for dtype in (torch.float32, torch.float64):
+        def run():
+            out = []
+            for causal in (True, False):
+                out += nac_kernels.topk_exact(q.to(dtype), k.to(dtype), K, qpos, mask, causal)
+                out += nac_kernels.topk_blocks(q.to(dtype), k.to(dtype), K, qpos, mask, causal, 8, 3)
+            idx, valid = out[0], out[1]
+            for mode in MODES:
+                for qt, kt in ((None, None), (times, times)):
+                    leaves = [a.to(dtype).requires_grad_() for a in (q_half, k_half, v, *backbone)]
+                    o = nac_kernels.pair_attention(*leaves[:3], idx, valid, leaves[3:], qt, kt, mode, 0.8, 0.01, 4)
+                    out += [o.detach(), *torch.autograd.grad((o * w.to(dtype)).sum(), leaves)]
+            return out
+
+        torch.set_num_threads(1)
+        one = run()
+        torch.set_num_threads(2)
+        try:
+            two = run()
+        finally:
+            torch.set_num_threads(1)
+        _assert_bit_identical(one, two)
+    if nac_kernels._LAYER:  # a threading layer runs here: the parallel builds did run
+        assert max(chunks) == 2
+
+
+@needs_two_threads
+@pytest.mark.parametrize("selector", ("exact", "blocks"))
+def test_layer_gives_bit_identical_results_with_its_kernels_on_one_and_two_threads(selector, monkeypatch):
+    """The whole layer through the kernels: the one-call no-grad forward, and forward + backward
+    (every gradient), B = 1 and B = 3. The kernels take their thread count from
+    torch.get_num_threads (1, then 2 here); torch's own operations stay on one thread, since
+    their sums (the GEMMs' backward) may depend on torch's thread count."""
+    chunks = _chunk_counts(monkeypatch)
+    for dtype in (torch.float32, torch.float64):
+        for B, T in ((1, 70), (3, 40)):
+            m = _layer(dtype, mode="euler", selector=selector)
+            x, t, mask = _inputs(dtype, B=B, T=T)
+            res = []
+            for n in (1, 2):
+                with monkeypatch.context() as mp:
+                    mp.setattr(torch, "get_num_threads", lambda n=n: n)
+                    with torch.no_grad():
+                        y_fused = m(x, t, mask)
+                    y, gx, gp = _run(m, x, t, mask, kernels=True)
+                res.append([y_fused, y, gx, *gp.values()])
+            _assert_bit_identical(*res)
+    if nac_kernels._LAYER:
+        assert max(chunks) == 2
+
+
+@needs_two_threads
+@pytest.mark.parametrize("layer", ("workqueue", "no-such-layer"))
+def test_kernels_with_workqueue_or_without_a_threading_layer(layer):
+    """NUMBA_THREADING_LAYER=workqueue (not thread-safe): four Python threads calling the layer at
+    once do not crash it (one call at a time runs in parallel, the others serially) and get the
+    one-thread results; a layer that cannot start: one log line, then everything on one thread."""
+    import os
+    import subprocess
+    import sys
+
+    code = """
+import logging, threading
+logging.basicConfig(level=logging.INFO, format="LOG %(message)s")
+import torch
+from agent.nn import nac_kernels as nk
+from agent.nn.nac import NAC
+nk.PARALLEL_MIN_PAIRS = nk.PARALLEL_MIN_SCORES = 0
+torch.manual_seed(0)
+m = NAC(input_dim=12, d_model=16, num_heads=4, topk=4).eval()
+x = torch.randn(2, 70, 12)
+with torch.no_grad():
+    ref = m(x)
+torch.set_num_threads(2)
+outs = [None] * 4
+def work(i):
+    with torch.no_grad():
+        for _ in range(10):
+            outs[i] = m(x)
+ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+print("LAYER", repr(nk._LAYER), all(torch.equal(o, ref) for o in outs))
+"""
+    env = {**os.environ, "NUMBA_THREADING_LAYER": layer}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    logs = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("LOG NAC kernels")]
+    if layer == "workqueue":
+        assert "LAYER 'workqueue' True" in out.stdout
+        assert len(logs) == 1 and "workqueue" in logs[0]
+    else:
+        assert "LAYER '' True" in out.stdout
+        assert len(logs) == 1 and "no Numba threading layer could start" in logs[0] and "one thread" in logs[0]

@@ -33,7 +33,8 @@ class BenchNac:
     Our NAC layer side by side with torch.nn.MultiheadAttention (causal, same width and heads),
     torch.nn.LSTM and torch-nac 0.0.2 (the authors' PyTorch port, installed on demand into a private
     folder): forward time and peak memory (B=1, input and d_model 64, 4 heads, top-k 8, exact mode),
-    forward+backward (B=8), streaming step p50/p99, with ratios and issue 12's layer targets.
+    forward+backward (B=8), streaming step p50/p99, with ratios and issue 12's layer targets; and ours
+    against MHA in one process at 1 thread and at torch's default thread count.
     """
 
     sizes: tuple[int, ...] = (16, 256, 1024)
@@ -56,6 +57,9 @@ class BenchNac:
     """cached frames of the streaming-step rows; 0 skips them"""
     threads: int = 1
     """torch CPU threads per measurement (0: torch's default)"""
+    paired: bool = True
+    """also ours and MHA interleaved in one process at 1 thread and at torch's default thread count,
+    with ratios at each (--no-paired: skip)"""
     clock: Literal["wall", "cpu"] = "wall"
     """wall time, or the measuring thread's CPU time (with --threads 1; steadier on a busy CPU)"""
     json: str | None = None

@@ -20,12 +20,18 @@ selector at ``sizes`` and ``block_sizes``; MHA and LSTM at the ``sizes``; torch-
   ours (exact selector) against MHA and LSTM;
 - streaming: one :meth:`agent.nn.nac.NAC.step` with a cache of ``step_window`` frames (the newest
   query over the cached keys), p50 and p99 over ``step_count`` steps, against one LSTM step and
-  MHA on the newest query over the same window.
+  MHA on the newest query over the same window;
+- threads (``paired_threads``): ours (exact selector) and MHA side by side in one process, the
+  forward at the ``sizes`` and forward + backward at ``train_T``, at one thread and at torch's
+  default thread count (every core). Our kernels take torch's thread count
+  (:mod:`agent.nn.nac_kernels`), so the default-thread rows show whether the layer keeps its ratio
+  to MHA when both may use every core; the one-thread rows, measured the same way, sit beside them.
 
 How it is measured
 ------------------
 Every (model, T) runs in a fresh Python subprocess, so one run's allocations, caches and imports
-cannot leak into another's numbers. In the subprocess: imports, model construction, the input
+cannot leak into another's numbers (the threads rows: one subprocess per (thread count, task, T),
+holding both models, see below). In the subprocess: imports, model construction, the input
 tensor and one run (forward, or forward + backward for the train rows) on one sequence's first 4
 steps (it absorbs the one-time allocations: torch's, about 7 MB, and the tens of MB of Numba's JIT
 loading our layer's compiled kernels, which would otherwise dominate short T) come first; then the resident-set high-water mark is reset (Linux ``/proc/self/clear_refs``
@@ -66,6 +72,14 @@ another torch; the benchmark refuses a target folder that contains its own ``tor
 - Its q, k, v projections are NCP recurrent cells unrolled by a Python loop over T (3 T tiny
   steps); its backbone is one recurrent NCP step from a zero state over the B H T K pairs.
 
+The threads rows: one subprocess per (thread count, task, T) builds ours and MHA, runs each once on
+a short input (the one-time allocations and loads), then ``WARMUP`` + ``repeats`` rounds; in each
+round both models run once, in alternating order (ours first in even rounds), each call on a fresh
+input (the same inputs for both models, drawn before the timing), so that both see the same state of
+the machine (its load, its clock speed, the caches' warmth). Time is the median per model, by
+``time.perf_counter`` (wall time: at several threads the measuring thread's CPU time would miss
+the others'); no peak memory.
+
 Entry points: :func:`bench_nac` (returns rows), :func:`print_table` (prints them), and
 ``agent bench nac`` (its options: :class:`agent.bench.config.BenchNac`) for a quick run.
 """
@@ -98,7 +112,9 @@ WARMUP = 3
 TASKS = ("forward", "train", "step")
 TRAIN_BATCH = 8
 ROW_KEYS = ("model", "task", "T", "B", "time_ms", "times_ms", "p99_ms", "repeats", "peak_mb", "mem_method",
-            "threads", "clock", "load1", "error")
+            "threads", "clock", "load1", "error", "paired")
+#: the models of the threads rows, measured together in one process (see the module docstring)
+PAIRED_MODELS = ("ours-exact", "mha")
 _PROJECT_ROOT = Path(__file__).resolve().parents[1]
 _RESULT_TAG = "BENCH_RESULT "
 
@@ -231,7 +247,7 @@ def _worker(spec: dict) -> None:
     task = spec.get("task", "forward")
     B = TRAIN_BATCH if task == "train" else 1
     row.update(model=spec["model"], task=task, T=spec["T"], B=B, repeats=spec["repeats"], times_ms=[],
-               clock=spec.get("clock", "wall"))
+               clock=spec.get("clock", "wall"), paired=False)
     clock = time.thread_time if row["clock"] == "cpu" else time.perf_counter
     try:
         import torch
@@ -304,6 +320,62 @@ def _worker(spec: dict) -> None:
     print(_RESULT_TAG + json.dumps(row), flush=True)
 
 
+def _paired_worker(spec: dict) -> None:
+    """Measure ours and MHA together, interleaved, at one (task, T, thread count) and print one
+    tagged JSON line per model. Called in a fresh interpreter (see the module docstring)."""
+    import time
+
+    task = spec.get("task", "forward")
+    B = TRAIN_BATCH if task == "train" else 1
+    rows = {}
+    for name in PAIRED_MODELS:
+        row = {k: None for k in ROW_KEYS}
+        row.update(model=name, task=task, T=spec["T"], B=B, repeats=spec["repeats"], times_ms=[], clock="wall",
+                   paired=True)
+        rows[name] = row
+    try:
+        import torch
+
+        if spec["threads"]:
+            torch.set_num_threads(spec["threads"])
+        for row in rows.values():
+            row["threads"] = torch.get_num_threads()
+        torch.manual_seed(0)
+        T = spec["T"]
+        calls = {}
+        for name in PAIRED_MODELS:
+            model, call = _build(name, T)
+            model.train(task == "train")
+            calls[name] = call
+        g = torch.Generator().manual_seed(1)
+        with torch.set_grad_enabled(task == "train"):
+            for name in PAIRED_MODELS:  # the one-time allocations and loads (our compiled kernels)
+                y = calls[name](torch.randn(B, T, 64, generator=g))
+                if task == "train":
+                    y.sum().backward()
+            rounds = spec["repeats"] + WARMUP
+            xs = [torch.randn(B, T, 64, generator=g) for _ in range(rounds)]  # a fresh input per round
+            for i in range(rounds):
+                for name in (PAIRED_MODELS if i % 2 == 0 else PAIRED_MODELS[::-1]):
+                    t0 = time.perf_counter()
+                    y = calls[name](xs[i])
+                    if task == "train":
+                        y.sum().backward()
+                    dt = (time.perf_counter() - t0) * 1e3
+                    if tuple(y.shape) != (B, T, 64):
+                        raise RuntimeError(f"{name}: unexpected output shape {tuple(y.shape)}")
+                    del y
+                    if i >= WARMUP:
+                        rows[name]["times_ms"].append(dt)
+        for row in rows.values():
+            row["time_ms"] = statistics.median(row["times_ms"])
+    except Exception as e:  # reported in the rows, the benchmark goes on
+        for row in rows.values():
+            row["error"] = f"{type(e).__name__}: {e}"
+    for row in rows.values():
+        print(_RESULT_TAG + json.dumps(row), flush=True)
+
+
 def _child_env(threads: int) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_PROJECT_ROOT), env.get("PYTHONPATH")) if p)
@@ -313,20 +385,34 @@ def _child_env(threads: int) -> dict:
 
 
 def _run_one(spec: dict, timeout_s: float) -> dict:
-    code = "import json, sys; from agent.bench.nac import _worker; _worker(json.loads(sys.argv[1]))"
-    base = {k: None for k in ROW_KEYS}
-    base.update(model=spec["model"], task=spec.get("task", "forward"), T=spec["T"], repeats=spec["repeats"],
-                times_ms=[], clock=spec.get("clock", "wall"))
+    return _run_worker("_worker", spec, timeout_s, (spec["model"],))[0]
+
+
+def _run_paired(spec: dict, timeout_s: float) -> list[dict]:
+    return _run_worker("_paired_worker", spec, timeout_s, PAIRED_MODELS)
+
+
+def _run_worker(worker: str, spec: dict, timeout_s: float, models: tuple[str, ...]) -> list[dict]:
+    """Run a worker of this module in a fresh interpreter; its rows (one per model; on failure,
+    rows carrying the error)."""
+    code = f"import json, sys; from agent.bench.nac import {worker}; {worker}(json.loads(sys.argv[1]))"
+    paired = worker == "_paired_worker"
+    bases = []
+    for model in models:
+        base = {k: None for k in ROW_KEYS}
+        base.update(model=model, task=spec.get("task", "forward"), T=spec["T"], repeats=spec["repeats"],
+                    times_ms=[], clock="wall" if paired else spec.get("clock", "wall"), paired=paired)
+        bases.append(base)
     try:
         res = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True,
                              timeout=timeout_s, env=_child_env(spec["threads"]), cwd=str(_PROJECT_ROOT))
     except subprocess.TimeoutExpired:
-        return {**base, "error": f"timed out after {timeout_s:.0f} s"}
-    for line in reversed(res.stdout.splitlines()):
-        if line.startswith(_RESULT_TAG):
-            return json.loads(line[len(_RESULT_TAG):])
+        return [{**base, "error": f"timed out after {timeout_s:.0f} s"} for base in bases]
+    found = [json.loads(line[len(_RESULT_TAG):]) for line in res.stdout.splitlines() if line.startswith(_RESULT_TAG)]
+    if len(found) == len(models):
+        return found
     tail = (res.stderr.strip().splitlines() or [f"exit code {res.returncode}"])[-1]
-    return {**base, "error": f"subprocess failed: {tail}"}
+    return [{**base, "error": f"subprocess failed: {tail}"} for base in bases]
 
 
 # --------------------------------------------------------------------------------------------
@@ -338,7 +424,8 @@ def bench_nac(sizes=(16, 256, 1024), block_sizes=(4096, 16384), repeats: int = 3
               peer_max_T: int = 1024, peer_repeats: int | None = None, threads: int = 0,
               peer_dir: str | Path | None = None, peer_install: bool = True, timeout_s: float = 1800.0,
               verbose: bool = True, baselines=("mha", "lstm"), train_T: int | None = 256,
-              step_window: int | None = 16, step_count: int = 300, clock: str = "wall") -> list[dict]:
+              step_window: int | None = 16, step_count: int = 300, clock: str = "wall",
+              paired_threads=(1, 0)) -> list[dict]:
     """Benchmark our NAC against torch's MHA and LSTM and ``torch-nac`` 0.0.2, side by side.
 
     Each (model, task, T) runs in its own subprocess (see the module docstring for the method).
@@ -365,14 +452,18 @@ def bench_nac(sizes=(16, 256, 1024), block_sizes=(4096, 16384), repeats: int = 3
         clock: "wall" (``time.perf_counter``) or "cpu" (the measuring thread's CPU time,
             ``time.thread_time``; needs threads=1). On a CPU shared with other work, "cpu"
             leaves out the time the process waited for a core.
+        paired_threads: torch thread counts (0: torch's default) of the threads rows: ours (exact)
+            and MHA interleaved in one process, the forward at ``sizes`` and forward + backward at
+            ``train_T`` (``baselines`` without "mha" skips them, as does an empty tuple); always
+            wall time.
 
     Returns:
         One dict per run with keys ``model`` (one of :data:`MODELS`), ``task`` ("forward",
         "train" or "step"), ``T``, ``B``, ``time_ms`` (median; None on failure), ``times_ms``,
         ``p99_ms`` (step rows), ``repeats``, ``peak_mb`` and ``mem_method`` (forward and train
         rows), ``threads``, ``clock``, ``load1`` (the 1-min load average when the benchmark
-        started) and ``error`` (None, or why the run has no numbers; when the peer is
-        unavailable its rows carry the reason).
+        started), ``error`` (None, or why the run has no numbers; when the peer is
+        unavailable its rows carry the reason) and ``paired`` (True for the threads rows).
 
     Raises:
         ValueError: for repeats or step_count < 1, T < 1, an unknown baseline or clock, or clock
@@ -387,6 +478,8 @@ def bench_nac(sizes=(16, 256, 1024), block_sizes=(4096, 16384), repeats: int = 3
     unknown = set(baselines) - {"mha", "lstm"}
     if unknown:
         raise ValueError(f"unknown baselines {sorted(unknown)}; choose from mha, lstm")
+    if any(int(n) < 0 for n in paired_threads):
+        raise ValueError(f"paired_threads must be >= 0 (0: torch's default), got {list(paired_threads)}")
     sizes = sorted({int(T) for T in sizes})
     all_T = sorted(set(sizes) | {int(T) for T in block_sizes})
     extra_T = [t for t in (train_T, step_window) if t is not None]
@@ -419,6 +512,12 @@ def bench_nac(sizes=(16, 256, 1024), block_sizes=(4096, 16384), repeats: int = 3
     if step_window is not None:
         plan += [(m, "step", step_window, step_count) for m in ["ours-exact", *[b for b in ("mha", "lstm")
                                                                                 if b in baselines]]]
+    paired_plan = []  # (threads, task, T): ours and MHA in one process
+    if "mha" in baselines:
+        for n in dict.fromkeys(int(n) for n in paired_threads):
+            paired_plan += [(n, "forward", T) for T in sizes]
+            if train_T is not None:
+                paired_plan.append((n, "train", train_T))
     rows = []
     for model, task, T, reps in plan:
         if model == "torch-nac" and peer_path is None:
@@ -439,6 +538,16 @@ def bench_nac(sizes=(16, 256, 1024), block_sizes=(4096, 16384), repeats: int = 3
             else:
                 msg = f"{row['time_ms']:.2f} ms, peak {row['peak_mb']:.1f} MB"
             print(f"[bench] {model:11s} {task:7s} T={T:<6d} {msg}", file=sys.stderr, flush=True)
+    for n, task, T in paired_plan:
+        spec = dict(task=task, T=T, repeats=max(1, int(repeats)), threads=n)
+        pair = _run_paired(spec, timeout_s)
+        for row in pair:
+            row["load1"] = load1
+        rows += pair
+        if verbose:
+            msg = pair[0]["error"] or ", ".join(f"{r['model']} {r['time_ms']:.2f} ms" for r in pair)
+            print(f"[bench] paired      {task:7s} T={T:<6d} threads {pair[0]['threads'] or n}: {msg}", file=sys.stderr,
+                  flush=True)
     return rows
 
 
@@ -453,8 +562,11 @@ TARGETS = (("forward at most 1.5x MHA", "ours-exact", "mha", "forward", None, 1.
 
 def print_table(rows: list[dict], file=None) -> None:
     """Print the rows of :func:`bench_nac`: forward per T with ratios against MHA and torch-nac,
-    forward + backward, streaming step latency, and which of issue 12's layer targets are met."""
+    forward + backward, streaming step latency, which of issue 12's layer targets are met, and the
+    threads rows (ours and MHA interleaved at each thread count, with their ratios)."""
     file = file or sys.stdout
+    paired = [r for r in rows if r.get("paired")]
+    rows = [r for r in rows if not r.get("paired")]
     by = {(r["model"], r.get("task", "forward"), r["T"]): r for r in rows}
     fwd = [r for r in rows if r.get("task", "forward") == "forward"]
     Ts = sorted({r["T"] for r in fwd})
@@ -535,6 +647,8 @@ def print_table(rows: list[dict], file=None) -> None:
         p("targets (issue 12):")
         for v in verdicts:
             p("  " + v)
+    if paired:
+        _print_paired(paired, p)
     errors = [r for r in rows if r.get("error")]
     peer_errors = {r["error"] for r in errors if r["model"] == "torch-nac" and r["error"].startswith("peer unavailable")}
     for e in sorted(peer_errors):
@@ -542,3 +656,39 @@ def print_table(rows: list[dict], file=None) -> None:
     for r in errors:
         if r["error"] not in peer_errors:
             p(f"{r['model']} {r.get('task', 'forward')} at T={r['T']}: {r['error']}")
+
+
+def _print_paired(rows: list[dict], p) -> None:
+    """The threads rows of :func:`print_table`: per (task, T), ours and MHA at each thread count,
+    ours / MHA at each, and each model's speed-up from the fewest to the most threads."""
+    by = {(r["model"], r["task"], r["T"], r["threads"]): r["time_ms"] for r in rows if r.get("time_ms") is not None}
+    counts = sorted({r["threads"] for r in rows if r.get("threads")})
+    reps = sorted({r["repeats"] for r in rows if r.get("time_ms") is not None})
+    p(f"threads: ours (exact) and MHA in one process, interleaved, a fresh input per call, median wall ms of "
+      f"{'/'.join(map(str, reps)) or '?'} rounds after {WARMUP}, at {', '.join(map(str, counts)) or '?'} threads "
+      f"(torch's default: the most); forward B=1, forward + backward B={TRAIN_BATCH}; @n: at n threads, "
+      f"a/@b: the time at a threads over the time at b (the speed-up)")
+    cols = [("task", 7), ("T", 6)]
+    for n in counts:
+        cols += [(f"ours ms @{n}", 11), (f"MHA ms @{n}", 10), (f"ours/MHA @{n}", 12)]
+    if len(counts) > 1:
+        cols += [(f"ours @{counts[0]}/@{counts[-1]}", 14), (f"MHA @{counts[0]}/@{counts[-1]}", 13)]
+    p(" | ".join(name.rjust(w) for name, w in cols))
+    p("-+-".join("-" * w for _, w in cols))
+    keys = sorted({(r["task"], r["T"]) for r in rows}, key=lambda k: (k[0] != "forward", k[1]))
+    for task, T in keys:
+        vals = [task, str(T)]
+        for n in counts:
+            a, b = by.get(("ours-exact", task, T, n)), by.get(("mha", task, T, n))
+            vals += [_fmt(a, ".2f"), _fmt(b, ".2f"), f"{a / b:.2f}x" if a is not None and b else "-"]
+        if len(counts) > 1:
+            for m in PAIRED_MODELS:
+                a, b = by.get((m, task, T, counts[0])), by.get((m, task, T, counts[-1]))
+                vals.append(f"{a / b:.2f}x" if a is not None and b else "-")
+        p(" | ".join(v.rjust(w) for v, (_, w) in zip(vals, cols)))
+    seen = set()
+    for r in rows:
+        key = (r["task"], r["T"], r.get("threads"), r.get("error"))
+        if r.get("error") and key not in seen:
+            seen.add(key)
+            p(f"threads row {r['task']} at T={r['T']} ({r.get('threads') or '?'} threads): {r['error']}")

@@ -59,7 +59,8 @@ def _nac(cfg: BenchNac) -> list[dict]:
     rows = bench.bench_nac(sizes=cfg.sizes, block_sizes=cfg.block_sizes, repeats=cfg.repeats, peer=cfg.peer,
                            peer_max_T=cfg.peer_max_T, peer_repeats=cfg.peer_repeats, threads=cfg.threads,
                            clock=cfg.clock, baselines=("mha", "lstm") if cfg.baselines else (),
-                           train_T=cfg.train_T or None, step_window=cfg.step_window or None)
+                           train_T=cfg.train_T or None, step_window=cfg.step_window or None,
+                           paired_threads=(1, 0) if cfg.paired else ())
     bench.print_table(rows)
     return rows
 

@@ -36,11 +36,48 @@ tanh and exp (see ``_tanh``), well inside float32's precision.
 When they run: on CPU tensors of float32 or float64, when Numba is importable, and unless the
 environment variable ``NAC_DRIVE_KERNELS=torch`` (or :func:`use_kernels` / :func:`set_enabled`)
 turns them off. Elsewhere (CUDA, half precision, intermediates for the runner's traces) the layer
-uses its torch path. The kernels run on the calling thread (no thread pool of their own;
-``nogil``). The first use on a machine compiles them (about 16 s for float32 and float64 on the
-2-core development CPU); Numba caches the machine code on disk (``cache=True``: in ``__pycache__``
-beside this file, or Numba's user cache folder when that is read-only), and later processes load
-it in about 0.3 s.
+uses its torch path.
+
+Threads: each kernel call runs on as many threads as torch uses (``torch.get_num_threads()``,
+capped by ``numba.config.NUMBA_NUM_THREADS``, and set for the calling thread with
+``numba.set_num_threads`` at each call), over work that is independent, split the way
+FlashAttention splits attention (Dao et al. 2022, "FlashAttention: Fast and Memory-Efficient Exact
+Attention with IO-Awareness", Section 3.1 and its parallelism over batch, heads and blocks of
+queries), with Numba's explicit parallel loops (``numba.prange`` in a function compiled with
+``parallel=True``; Numba's documentation, "Automatic parallelization with @jit", "Explicit
+Parallel Loops"):
+
+- the selectors and :func:`fused_forward`: first each head (batch x head) on its own (its key
+  norms or block centroids; for :func:`fused_forward` also its heads' layout and first-layer
+  halves), then (head, block of queries) items; the blocks are whole heads unless B H gives fewer
+  than ``ITEMS_PER_THREAD`` items a thread (B = 1 with 4 heads), and whole groups of four
+  queries (the score loop's) or whole tiles;
+- :class:`PairAttention`'s forward: its tiles of ``TILE_QUERIES`` query rows (of B H Tq);
+- its backward: the tiles too, each writing only its own buffers (per pair: the gradients at the
+  first layer and the factor on v; per tile: the sums of the backbone weights' gradients); then
+  each head adds its pairs' gradients into its own query, key and value rows (only a head's
+  queries select its keys), query after query and slot after slot; then the weights' per-tile
+  sums are added serially in tile order.
+
+Every output element is thus computed by the same float operations in the same order on any
+number of threads, the serial kernels' order (tests/test_nn_nac_kernels.py checks bit-identical
+results at 1 and 2 threads). One thread, and calls with little work (under
+``PARALLEL_MIN_PAIRS`` pairs or ``PARALLEL_MIN_SCORES`` scores, such as the streaming step)
+run a serial build of the same drivers, which never touches a thread pool (``nogil``).
+
+The threading layer: Numba's parallel loops need one (tbb, omp or workqueue). Unless
+``NUMBA_THREADING_LAYER`` names one, the kernels ask for a thread-safe one (``threadsafe``:
+tbb if installed, else OpenMP, which Numba's Linux wheels bring), since the caller's or the
+DataLoader's threads may call them at the same time; if none starts, ``workqueue`` (built in, not
+thread-safe), on which one call at a time runs in parallel and a concurrent one serially; if no
+layer starts at all, one thread and a one-line warning in the log. GNU OpenMP is not fork-safe:
+in a process forked after it started, the kernels run serially.
+
+The first use on a machine compiles them (the serial build took about 16 s for float32 and float64
+on the 2-core development CPU; each driver's parallel build compiles on its first multi-threaded
+call, and the compiled helpers are shared); Numba caches the machine code on disk (``cache=True``,
+the parallel builds included: in ``__pycache__`` beside this file, or Numba's user cache folder
+when that is read-only), and later processes load it in about 0.3 s.
 
 Notation as in :mod:`agent.nn.nac`: B batch, H heads, Tq queries, Tk keys, K kept keys per query,
 d head width, F = N_inter + 2 (inter pre-activations, then the time gate's alpha and beta),
@@ -50,8 +87,11 @@ N_i inter, N_c command and N_m motor neurons, P = TILE_QUERIES * K pairs per til
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
+import threading
+import types
 
 import numpy as np
 import torch
@@ -59,8 +99,12 @@ from torch import Tensor
 
 try:  # Numba is a dependency; without it (or on a platform it lacks) the layer keeps its torch path
     import numba
+    from numba import prange
 except ImportError:  # pragma: no cover - exercised only where numba is missing
     numba = None
+    prange = range
+
+_log = logging.getLogger(__name__)
 
 #: ODE modes, as the kernels number them
 MODE_IDS = {"steady": 0, "exact": 1, "euler": 2}
@@ -121,6 +165,148 @@ def _jit(fn=None, *, inline: bool = False):
         return fn
     return numba.njit(cache=True, nogil=True, error_model="numpy", fastmath=_FASTMATH,
                       inline="always" if inline else "never")(fn)
+
+
+#: what ``parallel`` may do in the drivers (:func:`_variants`): run their ``prange`` loops on threads,
+#: nothing else (no automatic parallelisation of array expressions, no fusion of loops, no
+#: reductions across threads: those would change the order of the float operations)
+_PARALLEL = dict(comprehension=False, reduction=False, inplace_binop=False, setitem=False, numpy=False, stencil=False,
+                 fusion=False, prange=True)
+
+
+def _variants(fn):
+    """A driver's two compiled forms, (parallel, serial): the parallel one runs its ``prange`` loops
+    on the threads of Numba's threading layer (``parallel=True``, see :data:`_PARALLEL`), the serial
+    one runs them as plain loops. Both call the same serial helpers, so they do the same float
+    operations in the same order for every output (tests/test_nn_nac_kernels.py checks that the
+    results are bit-identical). The serial one compiles a copy of the function under another name:
+    Numba's disk cache files a function by its qualified name and its key has no compile options,
+    so the two would otherwise overwrite each other's cache. Each compiles on its first call."""
+    if numba is None:  # pragma: no cover
+        return fn, fn
+    opts = dict(cache=True, nogil=True, error_model="numpy", fastmath=_FASTMATH)
+    par = numba.njit(parallel=dict(_PARALLEL), **opts)(fn)
+    copy = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_serial", fn.__defaults__, fn.__closure__)
+    copy.__qualname__ = fn.__qualname__ + "_serial"
+    copy.__module__, copy.__doc__ = fn.__module__, fn.__doc__
+    return par, numba.njit(**opts)(copy)
+
+
+# --------------------------------------------------------------------------------------------
+# Threads: how many a call runs on, and the threading layer
+# --------------------------------------------------------------------------------------------
+
+#: a pair kernel call (:class:`PairAttention`, :func:`fused_forward`) with fewer selected pairs
+#: (B H Tq K) than this runs on one thread: waking the threading layer's threads costs some
+#: microseconds, about the work of this many pairs (the streaming step, B H K pairs, stays serial)
+PARALLEL_MIN_PAIRS = 2048
+
+#: the same for the selectors (:func:`topk_exact`, :func:`topk_blocks`), counted in query-key
+#: scores (B H Tq Tk)
+PARALLEL_MIN_SCORES = 65536
+
+#: work items per thread the selectors and :func:`fused_forward` aim at when B H alone gives fewer:
+#: each head's queries are then split into blocks (the results do not depend on the split)
+ITEMS_PER_THREAD = 4
+
+_LAYER: str | None = None  # the threading layer in use: None before the first parallel call, "" if none started
+_LAYER_PID = 0  # the process that started it
+_LAYER_LOCK = threading.Lock()  # one thread starts the layer
+_WORKQUEUE_LOCK = threading.Lock()  # workqueue: one parallel call at a time (it is not thread-safe)
+_NOTED: set[str] = set()
+
+
+def _note(key: str, level: int, msg: str, *args) -> None:
+    """Log msg once per process and key."""
+    if key not in _NOTED:
+        _NOTED.add(key)
+        _log.log(level, msg, *args)
+
+
+def _start_layer() -> str:
+    """Start Numba's threading layer (once) and return its name, or "" when none could start.
+
+    Unless the user chose one (``NUMBA_THREADING_LAYER``), a thread-safe layer is asked for first
+    (``threadsafe``: tbb, else OpenMP), since the DataLoader's or the caller's threads may call
+    the kernels at the same time; failing that, ``workqueue`` (always built in), which is not
+    thread-safe: :func:`_call` then lets one call at a time use it. A layer already started by
+    other code in this process is kept."""
+    global _LAYER, _LAYER_PID
+    with _LAYER_LOCK:
+        if _LAYER is not None:
+            return _LAYER
+        layer, err = "", ""
+        try:
+            layer = numba.threading_layer()  # started already (by other code in this process)
+        except ValueError:
+            asked = numba.config.THREADING_LAYER
+            for choice in (("threadsafe", "workqueue") if asked == "default" else (asked,)):
+                numba.config.THREADING_LAYER = choice  # read when the layer starts, and only then
+                try:
+                    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)  # starts the layer
+                    layer = numba.threading_layer()
+                    break
+                except (ValueError, ImportError, OSError) as e:
+                    err = str(e).splitlines()[0] if str(e) else type(e).__name__
+                finally:
+                    numba.config.THREADING_LAYER = asked
+        if not layer:
+            _log.warning("NAC kernels: no Numba threading layer could start (%s); they run on one thread", err)
+        elif layer == "workqueue":
+            _log.info("NAC kernels: Numba's threading layer is workqueue (not thread-safe): one call at a time "
+                      "runs on threads, a concurrent one on its caller's thread")
+        _LAYER, _LAYER_PID = layer, os.getpid()
+        return layer
+
+
+def _threads(work: int, floor: int) -> int:
+    """The threads a kernel call with this much work runs on: torch's thread count
+    (``torch.get_num_threads()``, capped by ``numba.config.NUMBA_NUM_THREADS``) when the work is at
+    least floor and a threading layer runs here, else 1."""
+    if work < floor:
+        return 1
+    n = min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)
+    if n <= 1:
+        return 1
+    layer = _LAYER if _LAYER is not None else _start_layer()
+    if not layer:
+        return 1
+    if layer == "omp" and os.getpid() != _LAYER_PID:
+        # GNU OpenMP is not fork-safe: Numba would end a forked child that uses it
+        _note("fork", logging.INFO, "NAC kernels: this process was forked after OpenMP started; they run on one "
+                                    "thread here")
+        return 1
+    return n
+
+
+def _query_block(heads: int, Tq: int, n: int, unit: int) -> int:
+    """Queries per work item (a multiple of unit): a head's all when there are at least
+    ITEMS_PER_THREAD items per thread (n threads) without splitting, else fewer."""
+    if n <= 1:
+        return max(Tq, 1)
+    per_head = -(-ITEMS_PER_THREAD * n // max(heads, 1))
+    qb = -(-Tq // per_head)
+    return max(-(-qb // unit) * unit, unit)
+
+
+def _call(kernels, n: int, items: int, *args) -> None:
+    """Run a driver (its (parallel, serial) pair from :func:`_variants`) on n threads, in
+    min(n, items) chunks of its independent work items (the chunk count goes last in its
+    arguments): the parallel form sets Numba's thread count for this thread
+    (``numba.set_num_threads``) first; with one thread or one chunk, or while another thread runs
+    a workqueue call, the serial form."""
+    chunks = max(1, min(n, items))
+    if chunks > 1:
+        guard = _WORKQUEUE_LOCK if _LAYER == "workqueue" else None
+        if guard is None or guard.acquire(blocking=False):
+            try:
+                numba.set_num_threads(n)
+                kernels[0](*args, chunks)
+                return
+            finally:
+                if guard is not None:
+                    guard.release()
+    kernels[1](*args, 1)
 
 
 #: :func:`_row_topk` ranks up to this many times K candidates by counting (branch-free, O(m^2));
@@ -260,183 +446,273 @@ def _row_topk(buf, L, K, bound, keys, vals, cand, zt, slots, cv):  # pragma: no 
 
 
 @_jit
-def _topk_exact_kernel(q, kT, qpos, key_mask, has_mask, causal, K, idx, valid):  # pragma: no cover - compiled
-    """q (B, H, Tq, d), kT (B, H, d, Tk) (keys transposed); qpos (Tq,) int64; key_mask (B, Tk) bool
-    (read when has_mask). For every query, its scores q . k over the allowed keys and their K
-    highest: writes idx (B, H, Tq, K) int64 (highest first, 0 in empty slots) and valid
-    (B, H, Tq, K) bool. NaN and -inf scores are never kept. The scores are computed for four
-    queries at a time (each key feature read once for the four: about half the time of one query
-    at a time at Tk = 1024, where the keys no longer fit the L1 cache), in four rows of O(Tk)."""
-    B, H, Tq, d = q.shape
-    Tk = kT.shape[3]
-    QB = 4
-    bufs = np.empty((QB, Tk), q.dtype)  # the four queries' scores, a row each
-    b0, b1, b2, b3 = bufs[0], bufs[1], bufs[2], bufs[3]
-    cand = np.empty(Tk, dtype=np.int64)
-    vals = np.empty(K, dtype=q.dtype)
-    keys = np.empty(K, dtype=np.int64)
-    slots = np.empty(RANK_SLOTS * K, dtype=np.int64)
-    cv = np.empty(RANK_SLOTS * K, dtype=q.dtype)
-    Ls = np.empty(QB, np.int64)
-    zt = _guess_z(Tk, K)
-    for b in range(B):
-        for h in range(H):
-            kb = kT[b, h]
-            # |q . k| <= |q| max |k| (Cauchy-Schwarz) bounds every score of this head
-            b0[:Tk] = 0.0  # the keys' squared norms (in b0 before the scores use it), feature by
-            for e in range(d):  # feature, along the keys (a loop over a key's features is strided)
-                for j in range(Tk):
-                    b0[j] += kb[e, j] * kb[e, j]
-            k2max = 0.0
-            for j in range(Tk):
-                k2max = max(k2max, b0[j])
-            for i0 in range(0, Tq, QB):
-                nb = min(QB, Tq - i0)
-                Lmax = 0
-                for u in range(QB):  # the block's queries (the last one repeated to fill it)
-                    i = i0 + min(u, nb - 1)
-                    Ls[u] = min(Tk, qpos[i] + 1) if causal else Tk
-                    Lmax = max(Lmax, Ls[u])
-                q0, q1, q2, q3 = q[b, h, i0], q[b, h, i0 + min(1, nb - 1)], q[b, h, i0 + min(2, nb - 1)], \
-                    q[b, h, i0 + min(3, nb - 1)]
-                b0[:Lmax] = 0.0
-                b1[:Lmax] = 0.0
-                b2[:Lmax] = 0.0
-                b3[:Lmax] = 0.0
-                e = 0
-                while e + 4 <= d:  # the scores, vectorised over the keys, four features a pass
-                    ka, kb_, kc, kd = kb[e], kb[e + 1], kb[e + 2], kb[e + 3]
-                    a0, c0, d0, f0 = q0[e], q0[e + 1], q0[e + 2], q0[e + 3]
-                    a1, c1, d1, f1 = q1[e], q1[e + 1], q1[e + 2], q1[e + 3]
-                    a2, c2, d2, f2 = q2[e], q2[e + 1], q2[e + 2], q2[e + 3]
-                    a3, c3, d3, f3 = q3[e], q3[e + 1], q3[e + 2], q3[e + 3]
-                    for j in range(Lmax):
-                        x, y, z, w = ka[j], kb_[j], kc[j], kd[j]
-                        b0[j] += a0 * x + c0 * y + d0 * z + f0 * w
-                        b1[j] += a1 * x + c1 * y + d1 * z + f1 * w
-                        b2[j] += a2 * x + c2 * y + d2 * z + f2 * w
-                        b3[j] += a3 * x + c3 * y + d3 * z + f3 * w
-                    e += 4
-                while e < d:
-                    ke = kb[e]
-                    a0, a1, a2, a3 = q0[e], q1[e], q2[e], q3[e]
-                    for j in range(Lmax):
-                        x = ke[j]
-                        b0[j] += a0 * x
-                        b1[j] += a1 * x
-                        b2[j] += a2 * x
-                        b3[j] += a3 * x
-                    e += 1
-                for u in range(nb):
-                    i = i0 + u
-                    L = Ls[u]
-                    q2n = 0.0
-                    for e in range(d):
-                        q2n += q[b, h, i, e] * q[b, h, i, e]
-                    if has_mask:
-                        for j in range(L):
-                            if not key_mask[b, j]:
-                                bufs[u, j] = -np.inf
-                    bound = math.sqrt(q2n * k2max) * (1.0 + 1e-4)
-                    n = _row_topk(bufs[u], L, K, bound, keys, vals, cand, zt, slots, cv)
-                    for t in range(K):
-                        valid[b, h, i, t] = t < n
-                        idx[b, h, i, t] = keys[t] if t < n else 0
+def _key_norms_max(kb, like):  # pragma: no cover - compiled
+    """The largest squared norm of the keys of one head, kb (d, Tk) (keys transposed), summed feature
+    by feature along the keys (a loop over a key's features is strided) in an (Tk,) row of like's dtype."""
+    d, Tk = kb.shape
+    row = np.empty(Tk, like.dtype)
+    row[:Tk] = 0.0
+    for e in range(d):
+        for j in range(Tk):
+            row[j] += kb[e, j] * kb[e, j]
+    k2max = 0.0
+    for j in range(Tk):
+        k2max = max(k2max, row[j])
+    return k2max
 
 
 @_jit
-def _topk_blocks_kernel(q, kT, qpos, key_mask, has_mask, causal, K, bs, m, idx, valid):  # pragma: no cover
-    """The blocks selector (see :func:`topk_blocks`) for q (B, H, Tq, d) and kT (B, H, d, Tk):
-    writes idx / valid (B, H, Tq, K)."""
-    B, H, Tq, d = q.shape
+def _topk_exact_work(like, Tk, K):  # pragma: no cover - compiled
+    """The work arrays of :func:`_topk_exact_rows` (one set per thread)."""
+    dt = like.dtype
+    return (np.empty((4, Tk), dt), np.empty(Tk, np.int64), np.empty(K, dt), np.empty(K, np.int64),
+            np.empty(RANK_SLOTS * K, np.int64), np.empty(RANK_SLOTS * K, dt), np.empty(4, np.int64))
+
+
+@_jit
+def _topk_exact_rows(q, kT, qpos, key_mask, has_mask, causal, K, b, h, i_start, i_end, k2max, zt, bufs, cand,
+                     vals, keys, slots, cv, Ls, idx, valid):  # pragma: no cover - compiled
+    """The exact selector for queries i_start .. i_end - 1 (i_start a multiple of 4) of head (b, h):
+    q (B, H, Tq, d), kT (B, H, d, Tk) (keys transposed); qpos (Tq,) int64; key_mask (B, Tk) bool
+    (read when has_mask); k2max: the head's largest squared key norm (:func:`_key_norms_max`); zt:
+    :func:`_guess_z` (Tk, K); bufs .. Ls: :func:`_topk_exact_work`. For every query, its scores
+    q . k over the allowed keys and their K highest: writes idx[b, h, i] (K,) int64 (highest first, 0
+    in empty slots) and valid[b, h, i] (K,) bool. NaN and -inf scores are never kept. The scores are
+    computed for four queries at a time (each key feature read once for the four: about half the
+    time of one query at a time at Tk = 1024, where the keys no longer fit the L1 cache), in four
+    rows of O(Tk)."""
+    d = q.shape[3]
+    Tk = kT.shape[3]
+    QB = 4
+    b0, b1, b2, b3 = bufs[0], bufs[1], bufs[2], bufs[3]
+    kb = kT[b, h]
+    for i0 in range(i_start, i_end, QB):
+        nb = min(QB, i_end - i0)
+        Lmax = 0
+        for u in range(QB):  # the block's queries (the last one repeated to fill it)
+            i = i0 + min(u, nb - 1)
+            Ls[u] = min(Tk, qpos[i] + 1) if causal else Tk
+            Lmax = max(Lmax, Ls[u])
+        q0, q1, q2, q3 = q[b, h, i0], q[b, h, i0 + min(1, nb - 1)], q[b, h, i0 + min(2, nb - 1)], \
+            q[b, h, i0 + min(3, nb - 1)]
+        b0[:Lmax] = 0.0
+        b1[:Lmax] = 0.0
+        b2[:Lmax] = 0.0
+        b3[:Lmax] = 0.0
+        e = 0
+        while e + 4 <= d:  # the scores, vectorised over the keys, four features a pass
+            ka, kb_, kc, kd = kb[e], kb[e + 1], kb[e + 2], kb[e + 3]
+            a0, c0, d0, f0 = q0[e], q0[e + 1], q0[e + 2], q0[e + 3]
+            a1, c1, d1, f1 = q1[e], q1[e + 1], q1[e + 2], q1[e + 3]
+            a2, c2, d2, f2 = q2[e], q2[e + 1], q2[e + 2], q2[e + 3]
+            a3, c3, d3, f3 = q3[e], q3[e + 1], q3[e + 2], q3[e + 3]
+            for j in range(Lmax):
+                x, y, z, w = ka[j], kb_[j], kc[j], kd[j]
+                b0[j] += a0 * x + c0 * y + d0 * z + f0 * w
+                b1[j] += a1 * x + c1 * y + d1 * z + f1 * w
+                b2[j] += a2 * x + c2 * y + d2 * z + f2 * w
+                b3[j] += a3 * x + c3 * y + d3 * z + f3 * w
+            e += 4
+        while e < d:
+            ke = kb[e]
+            a0, a1, a2, a3 = q0[e], q1[e], q2[e], q3[e]
+            for j in range(Lmax):
+                x = ke[j]
+                b0[j] += a0 * x
+                b1[j] += a1 * x
+                b2[j] += a2 * x
+                b3[j] += a3 * x
+            e += 1
+        for u in range(nb):
+            i = i0 + u
+            L = Ls[u]
+            q2n = 0.0
+            for e in range(d):
+                q2n += q[b, h, i, e] * q[b, h, i, e]
+            if has_mask:
+                for j in range(L):
+                    if not key_mask[b, j]:
+                        bufs[u, j] = -np.inf
+            # |q . k| <= |q| max |k| (Cauchy-Schwarz) bounds every score of this head
+            bound = math.sqrt(q2n * k2max) * (1.0 + 1e-4)
+            n = _row_topk(bufs[u], L, K, bound, keys, vals, cand, zt, slots, cv)
+            for t in range(K):
+                valid[b, h, i, t] = t < n
+                idx[b, h, i, t] = keys[t] if t < n else 0
+
+
+@_jit
+def _topk_exact_chunk(c, n_chunks, q, kT, qpos, key_mask, has_mask, causal, K, qb, k2max, zt, idx,
+                      valid):  # pragma: no cover - compiled
+    """Chunk c of n_chunks of the exact selector: the items (head, block of qb queries) c,
+    c + n_chunks, ... (every n_chunks-th, so a chunk gets early and late blocks alike: under the
+    causal rule late queries score more keys), with one set of work arrays."""
+    B, H, Tq, _ = q.shape
+    bufs, cand, vals, keys, slots, cv, Ls = _topk_exact_work(q, kT.shape[3], K)
+    n_qb = (Tq + qb - 1) // qb
+    for it in range(c, B * H * n_qb, n_chunks):
+        bh = it // n_qb
+        i0 = (it - bh * n_qb) * qb
+        _topk_exact_rows(q, kT, qpos, key_mask, has_mask, causal, K, bh // H, bh % H, i0, min(Tq, i0 + qb),
+                         k2max[bh], zt, bufs, cand, vals, keys, slots, cv, Ls, idx, valid)
+
+
+def _topk_exact_run(q, kT, qpos, key_mask, has_mask, causal, K, qb, idx, valid, n_chunks):  # pragma: no cover
+    """Driver of the exact selector (see :func:`topk_exact`): each head's largest key norm, then
+    n_chunks chunks of (head, query block) items (:func:`_topk_exact_chunk`); each loop's
+    iterations are independent, so ``prange`` may run them on threads."""
+    B, H = q.shape[0], q.shape[1]
+    k2max = np.empty(B * H)
+    for bh in prange(B * H):
+        k2max[bh] = _key_norms_max(kT[bh // H, bh % H], q)
+    zt = _guess_z(kT.shape[3], K)
+    for c in prange(n_chunks):
+        _topk_exact_chunk(c, n_chunks, q, kT, qpos, key_mask, has_mask, causal, K, qb, k2max, zt, idx, valid)
+
+
+_TOPK_EXACT = _variants(_topk_exact_run)
+
+
+@_jit
+def _block_centroids(kb, key_mask, has_mask, b, bs, cent, count):  # pragma: no cover - compiled
+    """For one head's keys kb (d, Tk) in blocks of bs: cent (n_blocks, d), the mean of each block's
+    valid keys, and count (n_blocks,) how many; returns (the largest squared centroid norm, the
+    largest squared key norm)."""
+    d, Tk = kb.shape
+    nb = cent.shape[0]
+    c2max = 0.0
+    k2max = 0.0
+    for blk in range(nb):
+        n = 0
+        for e in range(d):
+            cent[blk, e] = 0.0
+        for j in range(blk * bs, min(Tk, blk * bs + bs)):
+            if has_mask and not key_mask[b, j]:
+                continue
+            n += 1
+            s2 = 0.0
+            for e in range(d):
+                cent[blk, e] += kb[e, j]
+                s2 += kb[e, j] * kb[e, j]
+            k2max = max(k2max, s2)
+        count[blk] = n
+        s2 = 0.0
+        for e in range(d):
+            cent[blk, e] /= max(n, 1)
+            s2 += cent[blk, e] * cent[blk, e]
+        c2max = max(c2max, s2)
+    return c2max, k2max
+
+
+@_jit
+def _topk_blocks_work(like, nb, bs, m, K):  # pragma: no cover - compiled
+    """The work arrays of :func:`_topk_blocks_rows` (one set per thread)."""
+    dt = like.dtype
+    return (np.empty(nb, dt), np.empty(max(m, 1), dt), np.empty(max(m, 1), np.int64), np.empty(m * bs, dt),
+            np.empty(m * bs, np.int64), np.empty(max(nb, m * bs), np.int64), np.empty(K, dt), np.empty(K, np.int64),
+            np.empty(RANK_SLOTS * max(K, m), np.int64), np.empty(RANK_SLOTS * max(K, m), dt))
+
+
+@_jit
+def _topk_blocks_rows(q, kT, qpos, key_mask, has_mask, causal, K, bs, m, b, h, i_start, i_end, cent, count, c2max,
+                      k2max, zt_blocks, zt, bbuf, bvals, bkeys, cbuf, cpos, cand, vals, keys, slots, cv, idx,
+                      valid):  # pragma: no cover - compiled
+    """The blocks selector (see :func:`topk_blocks`) for queries i_start .. i_end - 1 of head (b, h):
+    q (B, H, Tq, d), kT (B, H, d, Tk); cent, count, c2max, k2max: the head's
+    :func:`_block_centroids`; zt_blocks, zt: :func:`_guess_z` tables for the blocks and the keys;
+    bbuf .. cv: :func:`_topk_blocks_work`. Writes idx[b, h, i] / valid[b, h, i] (K,)."""
+    d = q.shape[3]
+    Tk = kT.shape[3]
+    nb = cent.shape[0]
+    kb = kT[b, h]
+    for i in range(i_start, i_end):
+        qi = q[b, h, i]
+        q2 = 0.0
+        for e in range(d):
+            q2 += qi[e] * qi[e]
+        pos = qpos[i]
+        own = pos // bs
+        # the blocks: a query's own block when causal, plus the best n_other by centroid score
+        for blk in range(nb):
+            ok = count[blk] > 0 and (not causal or blk < own)
+            if ok:
+                acc = 0.0
+                for e in range(d):
+                    acc += qi[e] * cent[blk, e]
+                bbuf[blk] = acc
+            else:
+                bbuf[blk] = -np.inf
+        nsel = 0
+        if causal:
+            bkeys[0] = own
+            nsel = 1
+        n_other = m - 1 if causal else m
+        if n_other > 0:
+            nfound = _row_topk(bbuf, nb, n_other, math.sqrt(q2 * c2max) * (1.0 + 1e-4) + 1e-30,
+                               bkeys[nsel:], bvals[nsel:], cand, zt_blocks, slots, cv)
+            nsel += nfound
+        # the candidate keys of the chosen blocks, scored; then the K best of them
+        nc = 0
+        for t in range(nsel):
+            blk = bkeys[t]
+            for j in range(blk * bs, min(Tk, blk * bs + bs)):
+                cpos[nc] = j
+                if (has_mask and not key_mask[b, j]) or (causal and j > pos):
+                    cbuf[nc] = -np.inf
+                else:
+                    acc = 0.0
+                    for e in range(d):
+                        acc += qi[e] * kb[e, j]
+                    cbuf[nc] = acc if acc == acc else -np.inf
+                nc += 1
+        n = _row_topk(cbuf, nc, K, math.sqrt(q2 * k2max) * (1.0 + 1e-4) + 1e-30, keys, vals, cand, zt,
+                      slots, cv)
+        out_i = idx[b, h, i]
+        out_v = valid[b, h, i]
+        for t in range(K):
+            out_v[t] = t < n
+            out_i[t] = cpos[keys[t]] if t < n else 0
+
+
+@_jit
+def _topk_blocks_chunk(c, n_chunks, q, kT, qpos, key_mask, has_mask, causal, K, bs, m, qb, cent, count, c2max,
+                       k2max, zt_blocks, zt, idx, valid):  # pragma: no cover - compiled
+    """Chunk c of n_chunks of the blocks selector: the items (head, block of qb queries) c,
+    c + n_chunks, ..., with one set of work arrays."""
+    B, H, Tq, _ = q.shape
+    bbuf, bvals, bkeys, cbuf, cpos, cand, vals, keys, slots, cv = _topk_blocks_work(q, cent.shape[1], bs, m, K)
+    n_qb = (Tq + qb - 1) // qb
+    for it in range(c, B * H * n_qb, n_chunks):
+        bh = it // n_qb
+        i0 = (it - bh * n_qb) * qb
+        _topk_blocks_rows(q, kT, qpos, key_mask, has_mask, causal, K, bs, m, bh // H, bh % H, i0, min(Tq, i0 + qb),
+                          cent[bh], count[bh], c2max[bh], k2max[bh], zt_blocks, zt, bbuf, bvals, bkeys, cbuf, cpos,
+                          cand, vals, keys, slots, cv, idx, valid)
+
+
+def _topk_blocks_run(q, kT, qpos, key_mask, has_mask, causal, K, bs, m, qb, idx, valid,
+                     n_chunks):  # pragma: no cover - compiled
+    """Driver of the blocks selector (see :func:`topk_blocks`) for q (B, H, Tq, d) and kT
+    (B, H, d, Tk): each head's block centroids, then n_chunks chunks of (head, query block) items."""
+    B, H, _, d = q.shape
     Tk = kT.shape[3]
     nb = (Tk + bs - 1) // bs
-    cent = np.empty((nb, d), dtype=q.dtype)
-    count = np.empty(nb, dtype=np.int64)
-    bbuf = np.empty(nb, dtype=q.dtype)
-    bvals = np.empty(max(m, 1), dtype=q.dtype)
-    bkeys = np.empty(max(m, 1), dtype=np.int64)
-    cbuf = np.empty(m * bs, dtype=q.dtype)
-    cpos = np.empty(m * bs, dtype=np.int64)
-    cand = np.empty(max(nb, m * bs), dtype=np.int64)
-    vals = np.empty(K, dtype=q.dtype)
-    keys = np.empty(K, dtype=np.int64)
-    slots = np.empty(RANK_SLOTS * max(K, m), dtype=np.int64)
-    cv = np.empty(RANK_SLOTS * max(K, m), dtype=q.dtype)
+    cent = np.empty((B * H, nb, d), dtype=q.dtype)
+    count = np.empty((B * H, nb), dtype=np.int64)
+    c2max = np.empty(B * H)
+    k2max = np.empty(B * H)
+    for bh in prange(B * H):
+        cm, km = _block_centroids(kT[bh // H, bh % H], key_mask, has_mask, bh // H, bs, cent[bh], count[bh])
+        c2max[bh] = cm
+        k2max[bh] = km
     zt_blocks = _guess_z(nb, m - 1 if causal else m)
     zt = _guess_z(m * bs, K)
-    for b in range(B):
-        for h in range(H):
-            kb = kT[b, h]
-            # block centroids: the mean of each block's valid keys; |q . c| <= |q| max |c|
-            c2max = 0.0
-            k2max = 0.0
-            for blk in range(nb):
-                n = 0
-                for e in range(d):
-                    cent[blk, e] = 0.0
-                for j in range(blk * bs, min(Tk, blk * bs + bs)):
-                    if has_mask and not key_mask[b, j]:
-                        continue
-                    n += 1
-                    s2 = 0.0
-                    for e in range(d):
-                        cent[blk, e] += kb[e, j]
-                        s2 += kb[e, j] * kb[e, j]
-                    k2max = max(k2max, s2)
-                count[blk] = n
-                s2 = 0.0
-                for e in range(d):
-                    cent[blk, e] /= max(n, 1)
-                    s2 += cent[blk, e] * cent[blk, e]
-                c2max = max(c2max, s2)
-            for i in range(Tq):
-                qi = q[b, h, i]
-                q2 = 0.0
-                for e in range(d):
-                    q2 += qi[e] * qi[e]
-                pos = qpos[i]
-                own = pos // bs
-                # the blocks: a query's own block when causal, plus the best n_other by centroid score
-                for blk in range(nb):
-                    ok = count[blk] > 0 and (not causal or blk < own)
-                    if ok:
-                        acc = 0.0
-                        for e in range(d):
-                            acc += qi[e] * cent[blk, e]
-                        bbuf[blk] = acc
-                    else:
-                        bbuf[blk] = -np.inf
-                nsel = 0
-                if causal:
-                    bkeys[0] = own
-                    nsel = 1
-                n_other = m - 1 if causal else m
-                if n_other > 0:
-                    nfound = _row_topk(bbuf, nb, n_other, math.sqrt(q2 * c2max) * (1.0 + 1e-4) + 1e-30,
-                                       bkeys[nsel:], bvals[nsel:], cand, zt_blocks, slots, cv)
-                    nsel += nfound
-                # the candidate keys of the chosen blocks, scored; then the K best of them
-                nc = 0
-                for t in range(nsel):
-                    blk = bkeys[t]
-                    for j in range(blk * bs, min(Tk, blk * bs + bs)):
-                        cpos[nc] = j
-                        if (has_mask and not key_mask[b, j]) or (causal and j > pos):
-                            cbuf[nc] = -np.inf
-                        else:
-                            acc = 0.0
-                            for e in range(d):
-                                acc += qi[e] * kb[e, j]
-                            cbuf[nc] = acc if acc == acc else -np.inf
-                        nc += 1
-                n = _row_topk(cbuf, nc, K, math.sqrt(q2 * k2max) * (1.0 + 1e-4) + 1e-30, keys, vals, cand, zt,
-                              slots, cv)
-                out_i = idx[b, h, i]
-                out_v = valid[b, h, i]
-                for t in range(K):
-                    out_v[t] = t < n
-                    out_i[t] = cpos[keys[t]] if t < n else 0
+    for c in prange(n_chunks):
+        _topk_blocks_chunk(c, n_chunks, q, kT, qpos, key_mask, has_mask, causal, K, bs, m, qb, cent, count, c2max,
+                           k2max, zt_blocks, zt, idx, valid)
+
+
+_TOPK_BLOCKS = _variants(_topk_blocks_run)
 
 
 # Scalar math of the kernels. Each function takes ``like``, an array of the compute dtype: for
@@ -766,16 +1042,6 @@ def _tile_softmax(r0, nq, valid2, logit, shift, keep, weight, like):  # pragma: 
 
 
 @_jit
-def _scratch(like, P, F, Ni, Nc, Nm):  # pragma: no cover - compiled
-    """Per-tile work arrays for the backward: six (N, P) arrays in the compute dtype, then six (P,)
-    float64 arrays."""
-    dt = like.dtype
-    return (np.empty((F, P), dt), np.empty((Ni, P), dt), np.empty((Nc, P), dt), np.empty((Nm, P), dt),
-            np.empty((2, P), dt), np.empty((1, P), dt), np.empty(P), np.empty(P), np.empty(P), np.empty(P),
-            np.empty(P), np.empty(P))
-
-
-@_jit
 def _activations(like, n_tiles, P, F, Ni, Nc, Nm):  # pragma: no cover - compiled
     """The forward's per-pair activations, tile by tile: krow (n_tiles, P) int64; inter, command,
     motor, gates (n_tiles, N, P) in the compute dtype; phi, omega, t_gate, age, logit (n_tiles, P)
@@ -789,26 +1055,32 @@ def _activations(like, n_tiles, P, F, Ni, Nc, Nm):  # pragma: no cover - compile
 
 
 @_jit
-def _forward_kernel(q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_times, has_t,
-                    mode, delta_t, eps, n_euler, store, krow_a, pre_a, inter_a, command_a, motor_a, gates_a,
-                    phi_a, omega_a, tg_a, age_a, logit_a, out):  # pragma: no cover - compiled
-    """out (B, Tq, H, d) = per head, the sum over kept keys of softmax(logit) * t_gate * v_j.
-    q2 (B H Tq, F), k2 (B H Tk, F), v2 (B H Tk, d), idx2 and valid2 (B H Tq, K). The *_a arrays
-    come from :func:`_activations`: with ``store``, one tile each (kept for the backward), else
-    one tile's work arrays."""
+def _forward_chunk(c, n_chunks, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_times,
+                   has_t, mode, delta_t, eps, n_euler, store, krow_a, inter_a, command_a, motor_a, gates_a, phi_a,
+                   omega_a, tg_a, age_a, logit_a, out):  # pragma: no cover - compiled
+    """Chunk c of n_chunks of :func:`_forward_run`: the tiles c, c + n_chunks, ... (a tile: TILE_QUERIES
+    rows of q2), with one set of work arrays. With ``store`` a tile's activations go to its own
+    entries of the *_a arrays (kept for the backward), else to this chunk's one-tile work arrays."""
     R, F = q2.shape
     K = idx2.shape[1]
     d = v2.shape[1]
-    weight, shift, keep = np.empty(TILE_QUERIES * K), np.empty(TILE_QUERIES * K), np.empty(TILE_QUERIES * K)
+    P = TILE_QUERIES * K
+    weight, shift, keep = np.empty(P), np.empty(P), np.empty(P)
     cast = np.empty(1, dtype=q2.dtype)
     nzk, nzw = _nz_work(Wc, Wm, Wh)
     acc = np.empty(d)
-    for r0 in range(0, R, TILE_QUERIES):
+    wk, pre_w, wi, wc, wm, wg, wphi, wom, wtg, wage, wlog = _activations(q2, 1, P, F, Wc.shape[0], Wc.shape[1],
+                                                                         Wm.shape[1])
+    pre = pre_w[0]
+    ka, ia, ca, ma, ga, pa, oa, ta, aa, la = (krow_a, inter_a, command_a, motor_a, gates_a, phi_a, omega_a, tg_a,
+                                              age_a, logit_a) if store else (wk, wi, wc, wm, wg, wphi, wom, wtg,
+                                                                             wage, wlog)
+    for t_ in range(c, (R + TILE_QUERIES - 1) // TILE_QUERIES, n_chunks):
+        r0 = t_ * TILE_QUERIES
         nq = min(TILE_QUERIES, R - r0)
-        t = r0 // TILE_QUERIES if store else 0
-        krow, pre, inter, command, motor, gates = krow_a[t], pre_a[0], inter_a[t], command_a[t], motor_a[t], \
-            gates_a[t]
-        phi, omega, tg, age, logit = phi_a[t], omega_a[t], tg_a[t], age_a[t], logit_a[t]
+        t = t_ if store else 0
+        krow, inter, command, motor, gates = ka[t], ia[t], ca[t], ma[t], ga[t]
+        phi, omega, tg, age, logit = pa[t], oa[t], ta[t], aa[t], la[t]
         _tile_forward(r0, nq, q2, k2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_times, has_t,
                       mode, delta_t, eps, n_euler, krow, pre, inter, command, motor, gates, cast, nzk, nzw,
                       phi, omega, tg, age, logit)
@@ -827,30 +1099,53 @@ def _forward_kernel(q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh,
                 out[bh_ // H, r - bh_ * Tq, bh_ % H, e] = acc[e]
 
 
+def _forward_run(q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_times, has_t,
+                 mode, delta_t, eps, n_euler, store, krow_a, inter_a, command_a, motor_a, gates_a, phi_a, omega_a,
+                 tg_a, age_a, logit_a, out, n_chunks):  # pragma: no cover - compiled
+    """out (B, Tq, H, d) = per head, the sum over kept keys of softmax(logit) * t_gate * v_j.
+    q2 (B H Tq, F), k2 (B H Tk, F), v2 (B H Tk, d), idx2 and valid2 (B H Tq, K). The *_a arrays
+    come from :func:`_activations` (with ``store``, one entry per tile, kept for the backward). The
+    tiles are independent (each writes its own rows of out and its own activations): n_chunks
+    chunks of them (:func:`_forward_chunk`), which ``prange`` may run on threads."""
+    for c in prange(n_chunks):
+        _forward_chunk(c, n_chunks, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_times,
+                       has_t, mode, delta_t, eps, n_euler, store, krow_a, inter_a, command_a, motor_a, gates_a,
+                       phi_a, omega_a, tg_a, age_a, logit_a, out)
+
+
+_FORWARD = _variants(_forward_run)
+
+
 @_jit
-def _backward_kernel(grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_times,
-                     has_t, mode, delta_t, eps, n_euler, krow_a, pre_a, inter_a, command_a, motor_a,
-                     gates_a, phi_a, omega_a, tg_a, age_a, logit_a,
-                     d_q2, d_k2, d_v2, dWc, dbc, dWm, dbm, dWh, dbh):  # pragma: no cover - compiled
-    """Gradients of sum(grad_out * out) with respect to q2, k2, v2 and the backbone's weights
-    (accumulated into the zeroed d_* arrays; float64 accumulators for the weights), from the
-    forward's activations of every tile (the *_a arrays, kept by :func:`_forward_kernel`)."""
-    R, F = q2.shape
-    K = idx2.shape[1]
+def _backward_chunk(c, n_chunks, grad_out, q2, v2, valid2, Tq, H, Wc, Wm, Wh, mode, delta_t, n_euler, krow_a,
+                    inter_a, command_a, motor_a, gates_a, phi_a, omega_a, tg_a, age_a, logit_a, g_a, row_ok, dpre_a,
+                    dalpha_a, dbeta_a, pWc, pbc, pWm, pbm, pWh, pbh):  # pragma: no cover - compiled
+    """The backward of the tiles c, c + n_chunks, ... (chunk c of n_chunks), each on its own: from
+    the forward's activations (the *_a arrays of :func:`_activations`) and grad_out (B, Tq, H, d),
+    per pair of tile t: g_a[t] = weight * t_gate (the pair's factor on v), dpre_a[t] (N_i, P) the
+    gradient at the first layer's inter pre-activations, dalpha_a[t] / dbeta_a[t] at the time
+    affine's alpha and beta; per query row, row_ok (whether it has a valid key); and the tile's
+    sums of the backbone's weight gradients, pWc[t] .. pbh[t] (zeroed, float64). Nothing here is
+    shared between tiles: :func:`_backward_scatter` and :func:`_sum_tiles` add them up after."""
+    R = q2.shape[0]
+    K = valid2.shape[1]
     d = v2.shape[1]
     Ni, Nc = Wc.shape
     Nm = Wm.shape[1]
     P = TILE_QUERIES * K
-    d_pre, d_pc, d_pm, _, _, _, d_w, d_tg, d_alpha, d_beta, d_aphi, d_aom = _scratch(q2, P, Ni, Nc, Nm, 1)
+    dt = q2.dtype
+    d_pc, d_pm = np.empty((Nc, P), dt), np.empty((Nm, P), dt)
+    d_w, d_tg, d_aphi, d_aom = np.empty(P), np.empty(P), np.empty(P), np.empty(P)
     weight, shift, keep = np.empty(P), np.empty(P), np.empty(P)
     wdw_all = np.empty(P)
     euler_a = np.empty(max(n_euler, 1))
-    for r0 in range(0, R, TILE_QUERIES):
+    for t in range(c, (R + TILE_QUERIES - 1) // TILE_QUERIES, n_chunks):
+        r0 = t * TILE_QUERIES
         nq = min(TILE_QUERIES, R - r0)
         n = nq * K
-        t = r0 // TILE_QUERIES
         krow, inter, command, motor, gates = krow_a[t], inter_a[t], command_a[t], motor_a[t], gates_a[t]
         phi, omega, tg, age, logit = phi_a[t], omega_a[t], tg_a[t], age_a[t], logit_a[t]
+        d_pre, d_alpha, d_beta, gv = dpre_a[t], dalpha_a[t], dbeta_a[t], g_a[t]
         _tile_softmax(r0, nq, valid2, logit, shift, keep, weight, q2)
         for qi in range(nq):
             r = r0 + qi
@@ -861,12 +1156,14 @@ def _backward_kernel(grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, 
                 d_tg[p] = 0.0
                 wdw_all[p] = 0.0
                 wsum += weight[p]
+            row_ok[r] = wsum != 0.0
             if wsum == 0.0:  # no valid key
                 continue
             bh_ = r // Tq
             b_, t_, h_ = bh_ // H, r - bh_ * Tq, bh_ % H  # grad_out's row (d,)
-            # o_r = sum_p w_p tg_p v_j: gradients of w_p, tg_p and v_j (indexed in place: a row
-            # view per pair cost more than its d multiply-adds)
+            # o_r = sum_p w_p tg_p v_j: gradients of w_p and tg_p here; v_j's (g * grad_out) is added
+            # by _backward_scatter (indexed in place: a row view per pair cost more than its d
+            # multiply-adds)
             wdw = 0.0
             for p in range(p0, p0 + K):
                 if not valid2[r, p - p0]:
@@ -877,7 +1174,7 @@ def _backward_kernel(grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, 
                 for e in range(d):
                     go = grad_out[b_, t_, h_, e]
                     dg += go * v2[kr, e]
-                    d_v2[kr, e] += g * go
+                gv[p] = g
                 d_w[p] = dg * tg[p]
                 d_tg[p] = dg * weight[p]
                 wdw += weight[p] * d_w[p]
@@ -926,20 +1223,21 @@ def _backward_kernel(grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, 
                 d_alpha[p] = dhs / n_euler
         # d_aphi, d_aom, d_alpha hold d phi, d omega, d tau: on to the pre-activations
         for p in range(n):
-            pp, t = phi[p], tg[p]
-            d_pre_t = (d_tg[p] + d_alpha[p] * delta_t) * t * (1.0 - t)  # the time gate's sigmoid
+            pp, t_g = phi[p], tg[p]
+            d_pre_t = (d_tg[p] + d_alpha[p] * delta_t) * t_g * (1.0 - t_g)  # the time gate's sigmoid
             d_alpha[p] = d_pre_t * age[p]
             d_beta[p] = d_pre_t
             d_aphi[p] = d_aphi[p] * pp * (1.0 - pp)
             d_aom[p] = d_aom[p] * _sigmoid(gates[1, p], q2)  # softplus' derivative
-        # the heads, then the backbone, vectorised over the tile's pairs
+        # the heads, then the backbone, vectorised over the tile's pairs (the tile's own sums)
         a0 = 0.0
         a1 = 0.0
         for p in range(n):
             a0 += d_aphi[p]
             a1 += d_aom[p]
-        dbh[0] += a0
-        dbh[1] += a1
+        pbh[t, 0] += a0
+        pbh[t, 1] += a1
+        dWh = pWh[t]
         for m in range(Nm):
             wh0 = Wh[m, 0]
             wh1 = Wh[m, 1]
@@ -952,11 +1250,36 @@ def _backward_kernel(grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, 
                 d_pm[m, p] = (d_aphi[p] * wh0 + d_aom[p] * wh1) * (1.0 - mo * mo)
             dWh[m, 0] += a0
             dWh[m, 1] += a1
-        _dense_backward(command, Wm, d_pm, dWm, dbm, d_pc, n)
-        _dense_backward(inter, Wc, d_pc, dWc, dbc, d_pre, n)
-        # the first layer's halves: one query row and one key row per pair
-        for p in range(n):
-            r = r0 + p // K
+        _dense_backward(command, Wm, d_pm, pWm[t], pbm[t], d_pc, n)
+        _dense_backward(inter, Wc, d_pc, pWc[t], pbc[t], d_pre, n)
+
+
+@_jit
+def _backward_scatter(bh, grad_out, v2, valid2, Tq, H, krow_a, g_a, row_ok, dpre_a, dalpha_a, dbeta_a, d_q2, d_k2,
+                      d_v2):  # pragma: no cover - compiled
+    """The gradients of head bh's (a row of (B H)) query rows, key rows and values from its pairs'
+    (:func:`_backward_chunk`): g * grad_out into d_v2, and the first layer's gradients into d_q2
+    and d_k2, query row after query row and slot after slot, the order the serial kernel added
+    them in. Only the head's own query rows touch its key rows, so heads may run on threads."""
+    K = valid2.shape[1]
+    d = v2.shape[1]
+    Ni = dpre_a.shape[1]
+    b_, h_ = bh // H, bh % H
+    for t_ in range(Tq):
+        r = bh * Tq + t_
+        t = r // TILE_QUERIES
+        p0 = (r - t * TILE_QUERIES) * K
+        krow, gv = krow_a[t], g_a[t]
+        if row_ok[r]:
+            for s in range(K):
+                if valid2[r, s]:
+                    g = gv[p0 + s]
+                    kr = krow[p0 + s]
+                    for e in range(d):
+                        go = grad_out[b_, t_, h_, e]
+                        d_v2[kr, e] += g * go
+        d_pre, d_alpha, d_beta = dpre_a[t], dalpha_a[t], dbeta_a[t]
+        for p in range(p0, p0 + K):  # the first layer's halves: one query row and one key row per pair
             kr = krow[p]
             for f in range(Ni):
                 d_q2[r, f] += d_pre[f, p]
@@ -965,6 +1288,61 @@ def _backward_kernel(grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, 
             d_k2[kr, Ni] += d_alpha[p]
             d_q2[r, Ni + 1] += d_beta[p]
             d_k2[kr, Ni + 1] += d_beta[p]
+
+
+@_jit
+def _sum_tiles(parts, out):  # pragma: no cover - compiled
+    """out += parts[0] + parts[1] + ..., element by element in tile order (the order in which the
+    serial kernel added each tile's sum): parts (n_tiles, *out.shape) float64."""
+    n = parts.shape[0]
+    if n == 0:
+        return
+    flat = parts.reshape(n, out.size)
+    o = out.reshape(out.size)
+    for t in range(n):
+        for i in range(out.size):
+            o[i] += flat[t, i]
+
+
+def _backward_run(grad_out, q2, v2, idx2, valid2, Tq, H, Wc, Wm, Wh, mode, delta_t, n_euler, krow_a, inter_a,
+                  command_a, motor_a, gates_a, phi_a, omega_a, tg_a, age_a, logit_a, d_q2, d_k2, d_v2, dWc, dbc,
+                  dWm, dbm, dWh, dbh, n_chunks):  # pragma: no cover - compiled
+    """Gradients of sum(grad_out * out) with respect to q2, k2, v2 and the backbone's weights
+    (accumulated into the zeroed d_* arrays; float64 accumulators for the weights), from the
+    forward's activations of every tile (the *_a arrays, kept by :func:`_forward_run`). Three
+    steps: every tile's own work (:func:`_backward_chunk`, in n_chunks chunks), then each head's
+    sums into its query and key rows (:func:`_backward_scatter`), then the weights' sums over the
+    tiles (:func:`_sum_tiles`, serial and in tile order). The first two may run on threads; every
+    sum is added in the order of the serial kernel, so the result does not depend on the threads."""
+    R = q2.shape[0]
+    K = idx2.shape[1]
+    Ni, Nc = Wc.shape
+    Nm = Wm.shape[1]
+    P = TILE_QUERIES * K
+    n_tiles = (R + TILE_QUERIES - 1) // TILE_QUERIES
+    g_a = np.empty((n_tiles, P))
+    row_ok = np.empty(R, np.bool_)
+    dpre_a = np.empty((n_tiles, Ni, P), q2.dtype)
+    dalpha_a, dbeta_a = np.empty((n_tiles, P)), np.empty((n_tiles, P))
+    pWc, pbc = np.zeros((n_tiles, Ni, Nc)), np.zeros((n_tiles, Nc))
+    pWm, pbm = np.zeros((n_tiles, Nc, Nm)), np.zeros((n_tiles, Nm))
+    pWh, pbh = np.zeros((n_tiles, Nm, 2)), np.zeros((n_tiles, 2))
+    for c in prange(n_chunks):
+        _backward_chunk(c, n_chunks, grad_out, q2, v2, valid2, Tq, H, Wc, Wm, Wh, mode, delta_t, n_euler, krow_a,
+                        inter_a, command_a, motor_a, gates_a, phi_a, omega_a, tg_a, age_a, logit_a, g_a, row_ok,
+                        dpre_a, dalpha_a, dbeta_a, pWc, pbc, pWm, pbm, pWh, pbh)
+    for bh_ in prange(R // Tq if Tq > 0 else 0):
+        _backward_scatter(bh_, grad_out, v2, valid2, Tq, H, krow_a, g_a, row_ok, dpre_a, dalpha_a, dbeta_a, d_q2,
+                          d_k2, d_v2)
+    _sum_tiles(pWc, dWc)
+    _sum_tiles(pbc, dbc)
+    _sum_tiles(pWm, dWm)
+    _sum_tiles(pbm, dbm)
+    _sum_tiles(pWh, dWh)
+    _sum_tiles(pbh, dbh)
+
+
+_BACKWARD = _variants(_backward_run)
 
 
 #: positions in :meth:`agent.nn.nac.NAC.fused_weights` of the weights torch's GEMM reads (Wqkv, bqkv,
@@ -977,79 +1355,72 @@ FUSED_MAX_T = 1024
 
 
 @_jit
-def _fused_forward_kernel(qkv, wq, bq, wk, Wc, bc, Wm, bm, Wh, bh, B, T, H, K, bs, n_blocks, causal, key_mask,
-                          has_mask, q_times, k_times, has_t, mode, delta_t, eps, n_euler,
-                          o):  # pragma: no cover - compiled
-    """Steps 2-8 of the no-grad forward of the layer in one call: the heads, the ranking (exact,
-    or the blocks selector with bs keys a block and n_blocks blocks kept when bs > 0), the first
-    backbone layer's halves, the pairs, their weights and the weighted values.
-
-    qkv (B T, 3 d_model): the three sensory gates side by side (computed by the caller); wq (d, F),
-    bq (F,), wk (d, F): the first backbone layer's query and key halves; Wc, bc, Wm, bm, Wh, bh: the
-    rest of the backbone (as :class:`PairAttention`). Writes o (B, T, H, d), the heads' outputs
-    before the output map."""
-    C3 = qkv.shape[1]
-    dm = C3 // 3
+def _fused_heads(bh_, qkv, wq, bq, wk, T, H, qT, kT, q, v2, qhT, khT):  # pragma: no cover - compiled
+    """Step 2 and the first backbone layer's halves of :func:`_fused_forward_run` for one head
+    (bh_, a row of (B H)): its queries and keys transposed into qT / kT (B, H, d, T) (rows over
+    time, written contiguously), its queries by row into q (B, H, T, d) (the score loop ran 25 %
+    slower on a strided view of qT), its values by row of (B H T) into v2, and qhT / khT[bh_]
+    (F, T): the query and key halves, once per query and key, transposed (rows over time, so
+    these loops and the tiles' gathers run along contiguous memory)."""
+    dm = qkv.shape[1] // 3
     d = dm // H
     F = wq.shape[1]
-    dt = qkv.dtype
-    qT = np.empty((B, H, d, T), dt)  # 2. heads: queries and keys transposed (rows over time,
-    kT = np.empty((B, H, d, T), dt)  # written contiguously), values by row of (B H T)
-    v2 = np.empty((B * H * T, d), dt)
-    for b in range(B):
-        for t in range(T):
-            r = b * T + t
-            for h in range(H):
-                for e in range(d):
-                    v2[(b * H + h) * T + t, e] = qkv[r, 2 * dm + h * d + e]
-        for t0 in range(0, T, 32):  # transposed a block of 32 steps at a time (their rows stay cached)
-            t1 = min(t0 + 32, T)
-            for h in range(H):
-                for e in range(d):
-                    c = h * d + e
-                    for t in range(t0, t1):
-                        qT[b, h, e, t] = qkv[b * T + t, c]
-                        kT[b, h, e, t] = qkv[b * T + t, dm + c]
-    qpos = np.arange(T)
-    idx = np.empty((B, H, T, K), np.int64)  # 3. the exact top-K
-    valid = np.empty((B, H, T, K), np.bool_)
-    q = np.ascontiguousarray(qT.transpose(0, 1, 3, 2))  # the queries by row (B, H, T, d): a copy (the
-    if bs > 0:  # score loop ran 25 % slower on a strided view of qT)
-        _topk_blocks_kernel(q, kT, qpos, key_mask, has_mask, causal, K, bs, n_blocks, idx, valid)
-    else:
-        _topk_exact_kernel(q, kT, qpos, key_mask, has_mask, causal, K, idx, valid)
-    # the first backbone layer's halves, once per query and key, transposed (BH, F, T): rows
-    # over time, so these loops and the tiles' gathers below run along contiguous memory
+    b = bh_ // H
+    h = bh_ - b * H
+    for t in range(T):
+        r = b * T + t
+        for e in range(d):
+            v2[bh_ * T + t, e] = qkv[r, 2 * dm + h * d + e]
+            q[b, h, t, e] = qkv[r, h * d + e]
+    for t0 in range(0, T, 32):  # transposed a block of 32 steps at a time (their rows stay cached)
+        t1 = min(t0 + 32, T)
+        for e in range(d):
+            c = h * d + e
+            for t in range(t0, t1):
+                qT[b, h, e, t] = qkv[b * T + t, c]
+                kT[b, h, e, t] = qkv[b * T + t, dm + c]
+    for f in range(F):
+        qrow = qhT[bh_, f]
+        krow_ = khT[bh_, f]
+        qrow[:] = bq[f]
+        krow_[:] = 0.0
+        e = 0
+        while e + 4 <= d:  # four features a pass: a quarter of the loads and stores of the rows
+            a0, a1, a2, a3 = wq[e, f], wq[e + 1, f], wq[e + 2, f], wq[e + 3, f]
+            c0, c1, c2, c3 = wk[e, f], wk[e + 1, f], wk[e + 2, f], wk[e + 3, f]
+            for t in range(T):
+                qrow[t] += (a0 * qT[b, h, e, t] + a1 * qT[b, h, e + 1, t] + a2 * qT[b, h, e + 2, t]
+                            + a3 * qT[b, h, e + 3, t])
+                krow_[t] += (c0 * kT[b, h, e, t] + c1 * kT[b, h, e + 1, t] + c2 * kT[b, h, e + 2, t]
+                             + c3 * kT[b, h, e + 3, t])
+            e += 4
+        while e < d:
+            wqe = wq[e, f]
+            wke = wk[e, f]
+            for t in range(T):
+                qrow[t] += wqe * qT[b, h, e, t]
+                krow_[t] += wke * kT[b, h, e, t]
+            e += 1
+
+
+@_jit
+def _fused_chunk(c, n_chunks, q, kT, qhT, khT, v2, Wc, bc, Wm, bm, Wh, bh, B, T, H, K, bs, n_blocks, causal, key_mask,
+                 has_mask, q_times, k_times, has_t, mode, delta_t, eps, n_euler, qb, qpos, cent, count, c2max, k2max,
+                 zt_blocks, zt, idx, valid, o):  # pragma: no cover - compiled
+    """Chunk c of n_chunks of :func:`_fused_forward_run`: the items (head, block of qb queries, qb a
+    multiple of TILE_QUERIES) c, c + n_chunks, ...: each one's ranking (the exact selector, or the
+    blocks selector when bs > 0), then its pairs a tile at a time, their weights and the weighted
+    values into o; one set of work arrays for the chunk."""
+    d = v2.shape[1]
+    F = qhT.shape[1]
+    dt = v2.dtype
     BH = B * H
-    qhT = np.empty((BH, F, T), dt)
-    khT = np.empty((BH, F, T), dt)
-    for b in range(B):
-        for h in range(H):
-            bh_ = b * H + h
-            for f in range(F):
-                qrow = qhT[bh_, f]
-                krow_ = khT[bh_, f]
-                qrow[:] = bq[f]
-                krow_[:] = 0.0
-                e = 0
-                while e + 4 <= d:  # four features a pass: a quarter of the loads and stores of the rows
-                    a0, a1, a2, a3 = wq[e, f], wq[e + 1, f], wq[e + 2, f], wq[e + 3, f]
-                    c0, c1, c2, c3 = wk[e, f], wk[e + 1, f], wk[e + 2, f], wk[e + 3, f]
-                    for t in range(T):
-                        qrow[t] += (a0 * qT[b, h, e, t] + a1 * qT[b, h, e + 1, t] + a2 * qT[b, h, e + 2, t]
-                                    + a3 * qT[b, h, e + 3, t])
-                        krow_[t] += (c0 * kT[b, h, e, t] + c1 * kT[b, h, e + 1, t] + c2 * kT[b, h, e + 2, t]
-                                     + c3 * kT[b, h, e + 3, t])
-                    e += 4
-                while e < d:
-                    wqe = wq[e, f]
-                    wke = wk[e, f]
-                    for t in range(T):
-                        qrow[t] += wqe * qT[b, h, e, t]
-                        krow_[t] += wke * kT[b, h, e, t]
-                    e += 1
     Ni, Nc, Nm = Wc.shape[0], Wc.shape[1], Wm.shape[1]
     P = TILE_QUERIES * K
+    # the selectors' work arrays (the one not in use gets empty ones)
+    bufs, cand, vals, keys, slots, cv, Ls = _topk_exact_work(q, T if bs == 0 else 0, K)
+    bbuf, bvals, bkeys, cbuf, cpos, bcand, bvals_k, bkeys_k, bslots, bcv = _topk_blocks_work(
+        q, cent.shape[1] if bs > 0 else 0, bs, n_blocks if bs > 0 else 0, K)
     krow, pre, inter, command, motor, gates, phi, omega, tg, age, logit = _activations(qhT, 1, P, F, Ni, Nc, Nm)
     krow, pre, inter, command, motor, gates = krow[0], pre[0], inter[0], command[0], motor[0], gates[0]
     phi, omega, tg, age, logit = phi[0], omega[0], tg[0], age[0], logit[0]
@@ -1060,12 +1431,24 @@ def _fused_forward_kernel(qkv, wq, bq, wk, Wc, bc, Wm, bm, Wh, bh, B, T, H, K, b
     acc = np.empty(d, dt)
     idx2 = idx.reshape(BH * T, K)
     valid2 = valid.reshape(BH * T, K)
-    # 4.-8. the pairs, their weights and the weighted values, a tile of one head's queries at a time
-    for bh_ in range(BH):
+    n_qb = (T + qb - 1) // qb
+    for it in range(c, BH * n_qb, n_chunks):
+        bh_ = it // n_qb
         b = bh_ // H
         h = bh_ - b * H
-        for t0 in range(0, T, TILE_QUERIES):
-            nq = min(TILE_QUERIES, T - t0)
+        i0 = (it - bh_ * n_qb) * qb
+        i1 = min(T, i0 + qb)
+        # 3. the ranking of the block's queries
+        if bs > 0:
+            _topk_blocks_rows(q, kT, qpos, key_mask, has_mask, causal, K, bs, n_blocks, b, h, i0, i1, cent[bh_],
+                              count[bh_], c2max[bh_], k2max[bh_], zt_blocks, zt, bbuf, bvals, bkeys, cbuf, cpos,
+                              bcand, bvals_k, bkeys_k, bslots, bcv, idx, valid)
+        else:
+            _topk_exact_rows(q, kT, qpos, key_mask, has_mask, causal, K, b, h, i0, i1, k2max[bh_], zt, bufs, cand,
+                             vals, keys, slots, cv, Ls, idx, valid)
+        # 4.-8. the pairs, their weights and the weighted values, a tile of the head's queries at a time
+        for t0 in range(i0, i1, TILE_QUERIES):
+            nq = min(TILE_QUERIES, i1 - t0)
             r0 = bh_ * T + t0
             n = nq * K
             for qi in range(nq):  # the pairs' keys: local (kloc) and as rows of (B H T) (krow)
@@ -1098,6 +1481,61 @@ def _fused_forward_kernel(qkv, wq, bq, wk, Wc, bc, Wm, bm, Wh, bh, B, T, H, K, b
                     o[b, t0 + qi, h, e] = acc[e]
 
 
+def _fused_forward_run(qkv, wq, bq, wk, Wc, bc, Wm, bm, Wh, bh, B, T, H, K, bs, n_blocks, causal, key_mask,
+                       has_mask, q_times, k_times, has_t, mode, delta_t, eps, n_euler, qb, o,
+                       n_chunks):  # pragma: no cover - compiled
+    """Steps 2-8 of the no-grad forward of the layer in one call: the heads, the ranking (exact,
+    or the blocks selector with bs keys a block and n_blocks blocks kept when bs > 0), the first
+    backbone layer's halves, the pairs, their weights and the weighted values.
+
+    qkv (B T, 3 d_model): the three sensory gates side by side (computed by the caller); wq (d, F),
+    bq (F,), wk (d, F): the first backbone layer's query and key halves; Wc, bc, Wm, bm, Wh, bh: the
+    rest of the backbone (as :class:`PairAttention`). Writes o (B, T, H, d), the heads' outputs
+    before the output map. Two loops whose iterations are independent (``prange`` may run them on
+    threads): the heads (:func:`_fused_heads`, and each head's key norms or block centroids), then
+    n_chunks chunks of (head, query block) items (:func:`_fused_chunk`)."""
+    dm = qkv.shape[1] // 3
+    d = dm // H
+    F = wq.shape[1]
+    dt = qkv.dtype
+    BH = B * H
+    qT = np.empty((B, H, d, T), dt)
+    kT = np.empty((B, H, d, T), dt)
+    q = np.empty((B, H, T, d), dt)
+    v2 = np.empty((BH * T, d), dt)
+    qhT = np.empty((BH, F, T), dt)
+    khT = np.empty((BH, F, T), dt)
+    nb = (T + bs - 1) // bs if bs > 0 else 0
+    cent = np.empty((BH, nb, d), dt)
+    count = np.empty((BH, nb), np.int64)
+    c2max = np.empty(BH)
+    k2max = np.empty(BH)
+    for i in prange(BH):
+        _fused_heads(i, qkv, wq, bq, wk, T, H, qT, kT, q, v2, qhT, khT)
+        if bs > 0:
+            cm, km = _block_centroids(kT[i // H, i % H], key_mask, has_mask, i // H, bs, cent[i], count[i])
+            c2max[i] = cm
+            k2max[i] = km
+        else:
+            k2max[i] = _key_norms_max(kT[i // H, i % H], q)
+    if bs > 0:
+        zt_blocks = _guess_z(nb, n_blocks - 1 if causal else n_blocks)
+        zt = _guess_z(n_blocks * bs, K)
+    else:
+        zt_blocks = _guess_z(0, K)
+        zt = _guess_z(T, K)
+    qpos = np.arange(T)
+    idx = np.empty((B, H, T, K), np.int64)
+    valid = np.empty((B, H, T, K), np.bool_)
+    for c in prange(n_chunks):
+        _fused_chunk(c, n_chunks, q, kT, qhT, khT, v2, Wc, bc, Wm, bm, Wh, bh, B, T, H, K, bs, n_blocks, causal,
+                     key_mask, has_mask, q_times, k_times, has_t, mode, delta_t, eps, n_euler, qb, qpos, cent, count,
+                     c2max, k2max, zt_blocks, zt, idx, valid, o)
+
+
+_FUSED = _variants(_fused_forward_run)
+
+
 # --------------------------------------------------------------------------------------------
 # Torch-facing functions
 # --------------------------------------------------------------------------------------------
@@ -1126,8 +1564,11 @@ def topk_exact(q: Tensor, k: Tensor, K: int, qpos: Tensor, key_mask: Tensor | No
     idx = np.empty((B, H, Tq, K), dtype=np.int64)
     valid = np.empty((B, H, Tq, K), dtype=np.bool_)
     mask = _np(key_mask.to(torch.bool)) if key_mask is not None else np.ones((1, 1), dtype=np.bool_)
-    _topk_exact_kernel(_np(q), _np(k.transpose(-1, -2)), _np(qpos.to(torch.int64)), mask, key_mask is not None,
-                       bool(causal), int(K), idx, valid)
+    Tk = k.shape[2]
+    n = _threads(B * H * Tq * Tk, PARALLEL_MIN_SCORES)
+    qb = _query_block(B * H, Tq, n, 4)  # blocks of whole groups of four queries (the score loop's)
+    _call(_TOPK_EXACT, n, B * H * -(-Tq // qb), _np(q), _np(k.transpose(-1, -2)), _np(qpos.to(torch.int64)), mask,
+          key_mask is not None, bool(causal), int(K), qb, idx, valid)
     return torch.from_numpy(idx), torch.from_numpy(valid)
 
 
@@ -1156,8 +1597,11 @@ def topk_blocks(q: Tensor, k: Tensor, K: int, qpos: Tensor, key_mask: Tensor | N
     idx = np.empty((B, H, Tq, K), dtype=np.int64)
     valid = np.empty((B, H, Tq, K), dtype=np.bool_)
     mask = _np(key_mask.to(torch.bool)) if key_mask is not None else np.ones((1, 1), dtype=np.bool_)
-    _topk_blocks_kernel(_np(q), _np(k.transpose(-1, -2)), _np(qpos.to(torch.int64)), mask, key_mask is not None,
-                        bool(causal), int(K), int(block_size), int(n_blocks), idx, valid)
+    Tk = k.shape[2]
+    n = _threads(B * H * Tq * Tk, PARALLEL_MIN_SCORES)
+    qb = _query_block(B * H, Tq, n, 1)
+    _call(_TOPK_BLOCKS, n, B * H * -(-Tq // qb), _np(q), _np(k.transpose(-1, -2)), _np(qpos.to(torch.int64)), mask,
+          key_mask is not None, bool(causal), int(K), int(block_size), int(n_blocks), qb, idx, valid)
     return torch.from_numpy(idx), torch.from_numpy(valid)
 
 
@@ -1213,9 +1657,12 @@ class PairAttention(torch.autograd.Function):
         # under autograd the per-pair activations are kept for the backward (B H Tq K (N_i + N_c
         # + N_m + 2) values of the compute dtype and 5 float64 values per pair); else one tile's
         store = any(ctx.needs_input_grad)
-        n_tiles = -(-(B * H * Tq) // TILE_QUERIES) if store else 1
-        acts = _activations(q2, n_tiles, TILE_QUERIES * ix.shape[1], F, Wc.shape[0], Wc.shape[1], Wm.shape[1])
-        _forward_kernel(q2, k2, v2, ix, ok, Tq, Tk, H, *weights, qt, kt, has_t, *args, store, *acts, out)
+        tiles = -(-(B * H * Tq) // TILE_QUERIES)
+        acts = _activations(q2, tiles if store else 1, TILE_QUERIES * ix.shape[1], F, Wc.shape[0], Wc.shape[1],
+                            Wm.shape[1])
+        krow_a, _, *acts_rest = acts  # pre (one tile's work array) is each chunk's own
+        _call(_FORWARD, _threads(ix.size, PARALLEL_MIN_PAIRS), tiles, q2, k2, v2, ix, ok, Tq, Tk, H, *weights, qt,
+              kt, has_t, *args, store, krow_a, *acts_rest, out)
         ctx.save_for_backward(q_half, k_half, v, idx, valid, Wc, bc, Wm, bm, Wh, bh)
         ctx.kernel = (qt, kt, has_t, args, acts if store else None)
         return torch.from_numpy(out)
@@ -1236,9 +1683,13 @@ class PairAttention(torch.autograd.Function):
         weights = [_np(a.to(dtype)) for a in (Wc, bc, Wm, bm, Wh, bh)]
         d_in = [np.zeros(a.shape, dtype=a.dtype) for a in (q2, k2, v2)]
         d_w = [np.zeros(a.shape, dtype=np.float64) for a in weights]  # float64 sums
-        _backward_kernel(_np(grad_out.to(dtype)), q2, k2, v2, _np(idx).reshape(B * H * Tq, -1),
-                         _np(valid).reshape(B * H * Tq, -1), Tq, Tk, H, *weights, qt, kt, has_t, *args, *acts,
-                         *d_in, *d_w)
+        ix = _np(idx).reshape(B * H * Tq, -1)
+        mode, delta_t, _, n_euler = args
+        krow_a, _, *acts_rest = acts
+        Wc_, _, Wm_, _, Wh_, _ = weights
+        _call(_BACKWARD, _threads(ix.size, PARALLEL_MIN_PAIRS), -(-(B * H * Tq) // TILE_QUERIES),
+              _np(grad_out.to(dtype)), q2, v2, ix, _np(valid).reshape(B * H * Tq, -1), Tq, H, Wc_, Wm_, Wh_, mode,
+              delta_t, n_euler, krow_a, *acts_rest, *d_in, *d_w)
         shapes = (q_half.shape, k_half.shape, v.shape)
         grads = [torch.from_numpy(g).view(shape) for g, shape in zip(d_in, shapes)] + [None, None]
         grads += [torch.from_numpy(g).to(dtype) for g in d_w]
@@ -1295,12 +1746,15 @@ def fused_forward(weights: tuple[np.ndarray, ...], x: Tensor, t: Tensor | None, 
     o = np.empty((B, T, int(num_heads), dm // int(num_heads)), dtype=qkv.dtype)
     qt, kt, has_t = _times(t, t)
     m = _np(mask.to(torch.bool)) if mask is not None else np.ones((1, 1), dtype=np.bool_)
-    _fused_forward_kernel(qkv, *weights[2:11], B, T, int(num_heads), int(K), int(bs), int(n_blocks), bool(causal), m,
-                          mask is not None, qt, kt, has_t, MODE_IDS[mode], float(delta_t), float(eps), int(euler_steps),
-                          o)
+    H = int(num_heads)
+    n = max(_threads(B * H * T * K, PARALLEL_MIN_PAIRS), _threads(B * H * T * T, PARALLEL_MIN_SCORES))
+    qb = _query_block(B * H, T, n, TILE_QUERIES)  # blocks of whole tiles
+    _call(_FUSED, n, B * H * -(-T // qb), qkv, *weights[2:11], B, T, H, int(K), int(bs), int(n_blocks), bool(causal),
+          m, mask is not None, qt, kt, has_t, MODE_IDS[mode], float(delta_t), float(eps), int(euler_steps), qb, o)
     # the heads concatenated, then the output map
     return torch.addmm(bout, torch.from_numpy(o).view(B * T, dm), WoutT).view(B, T, dm)
 
 
-__all__ = ["FUSED_MAX_T", "FUSED_TORCH_WEIGHTS", "MODE_IDS", "PairAttention", "applies", "available", "float32_math", "fused_forward",
+__all__ = ["FUSED_MAX_T", "FUSED_TORCH_WEIGHTS", "ITEMS_PER_THREAD", "MODE_IDS", "PARALLEL_MIN_PAIRS",
+           "PARALLEL_MIN_SCORES", "PairAttention", "applies", "available", "float32_math", "fused_forward",
            "pair_attention", "set_enabled", "topk_blocks", "topk_exact", "use_kernels"]
