@@ -270,9 +270,9 @@ def test_report_reads_the_cells_that_exist(tmp_path):
                                                      "nac-steady@T=8__s0", "gru__s0"])
     rng = np.random.default_rng(0)
     base = rng.normal(800, 60, 30)
-    for s in (0, 1):
-        _fake_cell(tmp_path, "nac-steady", s, base)
-        _fake_cell(tmp_path, "lstm", s, base - 100)  # 100 worse on every episode: a real difference
+    for s in (0, 1):  # two training runs 10 apart
+        _fake_cell(tmp_path, "nac-steady", s, base + 10 * s - 5)
+        _fake_cell(tmp_path, "lstm", s, base - 100 + 10 * s - 5)  # 100 worse on every episode: a real difference
     _fake_cell(tmp_path, "nac-steady@T=8", 0, base + 1, window=8)
     rep = write_report(tmp_path)
     summary = rep["summary"]
@@ -281,13 +281,16 @@ def test_report_reads_the_cells_that_exist(tmp_path):
     assert summary["missing"] == ["gru__s0"]
     lstm = rows["lstm"]
     assert lstm["episodes"] == 60 and lstm["mean"] == pytest.approx(base.mean() - 100)
-    d = lstm["difference_from_reference"]
-    assert d["episodes"] == 60 and d["mean"] == pytest.approx(-100) and d["real"]
-    assert rows["nac-steady@T=8"]["difference_from_reference"]["episodes"] == 30  # seed 0 only
+    d = lstm["difference_from_reference"]  # the training run is the unit: 2 runs each, sd 7.07 pooled (2 df)
+    assert d["seeds"] == [2, 2] and d["df"] == 2 and d["mean"] == pytest.approx(-100) and d["real"]
+    assert summary["runs"]["pooled_sd"] == pytest.approx(np.sqrt(50.0))
+    assert lstm["difference_from_reference_bootstrap"]["episodes"] == 60
+    t8d = rows["nac-steady@T=8"]["difference_from_reference"]  # one run against two
+    assert t8d["seeds"] == [1, 2] and t8d["mean"] == pytest.approx(1.0) and not t8d["real"]
     assert rows["nac-steady"]["episodes_with_stall"] == 2 and rows["nac-steady"]["bc_mean"] == pytest.approx(
         base.mean() - 50)
-    # the best variant (T=8, +1 on every episode) has one training seed: its difference is not called real
-    assert "nac-steady" in summary["headline"] and "one training seed only" in summary["headline"]
+    # the best variant (T=8, +1 against the mean of the two runs, one run of its own) is inside the noise
+    assert "nac-steady" in summary["headline"] and "no difference detected" in summary["headline"]
     sweeps = window_sweeps(summary["rows"])
     assert list(sweeps) == ["nac-steady"] and [w for w, _ in sweeps["nac-steady"]] == [4, 8]
     md = (tmp_path / "report.md").read_text()
@@ -297,12 +300,12 @@ def test_report_reads_the_cells_that_exist(tmp_path):
     # a variant with options is also set against its base core, on the episodes both have
     t8 = rows["nac-steady@T=8"]
     assert t8["base"] == "nac-steady" and rows["lstm"]["base"] is None
-    assert t8["difference_from_base"]["mean"] == pytest.approx(1.0) and t8["difference_from_base"]["episodes"] == 30
+    assert t8["difference_from_base"]["mean"] == pytest.approx(1.0) and t8["difference_from_base"]["seeds"] == [1, 2]
     assert "## Variants against their base core" in md and "| nac-steady@T=8 | nac-steady |" in md
     # the window sweep is scored on the seeds all its points share: the base ran seeds 0 and 1, T=8 seed 0 only
     sp = summary["window_sweeps"]["nac-steady"]
     assert [q["window"] for q in sp] == [4, 8] and all(q["seeds"] == [0] and q["episodes"] == 30 for q in sp)
-    assert sp[0]["mean"] == pytest.approx(base.mean()) and sp[1]["mean"] == pytest.approx(base.mean() + 1)
+    assert sp[0]["mean"] == pytest.approx(base.mean() - 5) and sp[1]["mean"] == pytest.approx(base.mean() + 1)  # seed 0
     assert sp[0]["ci95"][0] < sp[0]["mean"] < sp[0]["ci95"][1]
     assert "## Return against window T" in md and "| variant | seeds | T=4 | T=8 |" in md and f"| nac-steady | 0 | {sp[0]['mean']:.1f} [" in md
 
