@@ -128,13 +128,12 @@ def teacher_recordings(collect, teacher, device: str = "cpu") -> list[str]:
     from agent.actors.loading import load_policy, make_actor, make_carracing_for, resolve_policy_path
     from agent.actors.record import collect as collect_one
     from agent.actors.vector import BatchExpertActor, collect as collect_vector, envs_for
+    from agent.eval.card import file_sha256
     from agent.experts.policy import ExpertPolicy
-
-    import hashlib
 
     chunks = chunk_paths(collect, teacher)
     expert_path = resolve_policy_path(teacher.expert)
-    expert_sha = hashlib.sha256(expert_path.read_bytes()).hexdigest()
+    expert_sha = file_sha256(expert_path)
     todo = []
     for folder, first, n in chunks:
         want = _stamp(teacher, expert_path, expert_sha, first, n, collect.max_steps)
