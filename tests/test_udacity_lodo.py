@@ -187,6 +187,20 @@ def test_cli_leave_one_driver_out(tmp_path, capsys):
     assert table["tracks"]["all"]["folds"] == 3 and "reference_mse" in table["drivers"][0]
     md = (out / "lodo.md").read_text()
     assert "| driver2 | jungle | 14 |" in md and "**mean, lake** (2 folds)" in md
+    # the scores against the driver's intent, per fold and as means per track (issue 41, item 2)
+    from agent.eval.steering import intent_scores
+    folds = [json.loads((out / "folds" / f"driver{k}.json").read_text()) for k in range(3)]
+    for f in folds:
+        assert np.isclose(f["smoothed_ratio"], f["smoothed_mse"] / f["smoothed_zero_mse"])
+        assert f["n_curve"] == f["n_left"] + f["n_right"]
+    rec0 = load_recording(data[0], progress=False)
+    want = intent_scores(np.zeros(len(rec0)), rec0.steering, rec0.timestamps, segments=rec0.segments)["scores"]
+    assert np.isclose(folds[0]["smoothed_zero_mse"], want["smoothed_zero_mse"])  # the same smoothed labels
+    assert np.isclose(lake["smoothed_ratio_of_means"], np.mean([f["smoothed_mse"] for f in folds[:2]]) /
+                      np.mean([f["smoothed_zero_mse"] for f in folds[:2]]))
+    rw = [f["right_way_left"] for f in folds[:2] if f["right_way_left"] is not None]
+    assert lake["right_way_left"] == (pytest.approx(np.mean(rw)) if rw else None)
+    assert "smoothed ratio | r | right way" in md
     # resumable: finished folds are skipped (files untouched); other settings are refused
     stamps = {p.name: p.stat().st_mtime_ns for p in (out / "folds").glob("*.json")}
     capsys.readouterr()

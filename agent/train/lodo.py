@@ -41,7 +41,7 @@ import numpy as np
 
 from agent.data.windows import UdacitySource, smooth_steering
 from agent.eval.label_floor import FLOOR_HALF_WIDTH_S, recording_floor, width_key
-from agent.eval.offline import evaluate_udacity
+from agent.eval.offline import INTENT_MEANS, evaluate_udacity, summarize_recordings
 from agent.log import get_logger
 from agent.train.run import train
 
@@ -108,10 +108,16 @@ def _write_json_atomic(path: Path, obj) -> None:
     os.replace(tmp, path)
 
 
+#: the scores against the driver's intent that a fold keeps (:func:`agent.eval.offline.evaluate_udacity`)
+INTENT_KEYS = ("intent_half_width_s", "smoothed_mse", "smoothed_zero_mse", "smoothed_ratio", "smoothed_corr",
+               "right_way", "right_way_left", "right_way_right", "n_curve", "n_left", "n_right",
+               "curve_mean_abs_pred", "curve_mean_abs_label", "curve_abs_ratio")
+
+
 def _scores(res: dict) -> dict:
     keep = ("mse", "mae", "zero_mse", "zero_mae", "n_frames", "n_segments", "rmse_degrees", "n_moving", "moving_mse",
             "moving_mae", "moving_zero_mse", "n_bad_rows_skipped", "data", "oracle_half_width_s", "oracle_mse",
-            "oracle_ratio")
+            "oracle_ratio", *INTENT_KEYS)
     out = {k: res[k] for k in keep if k in res}
     out["ratio"] = res["mse"] / res["zero_mse"] if res["zero_mse"] > 0 else None
     return out
@@ -201,9 +207,13 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
                 "n_train_frames": report.n_train_frames, "n_val_frames": report.n_val_frames,
                 "train_mean_steering": report.baselines.get("train_mean_steering"), "settings": settings}
         _write_json_atomic(fold_path, fold)
-        log.info("fold %s: MSE %.4f, MAE %.4f, predict-0 MSE %.4f, ratio %.3f (label floor %.2f) (%.0f s)", test,
-                 res["mse"], res["mae"], res["zero_mse"], fold["ratio"] or float("nan"),
-                 fold.get("oracle_ratio") or float("nan"), time.time() - t0)
+        nan = float("nan")
+        log.info("fold %s: MSE %.4f, MAE %.4f, predict-0 MSE %.4f, ratio %.3f (label floor %.2f); smoothed ratio "
+                 "%.2f, r %.2f, right way %.2f (left %.2f, right %.2f), |steer| in curves %.3f vs %.3f (%.0f s)", test,
+                 res["mse"], res["mae"], res["zero_mse"], fold["ratio"] or nan, fold.get("oracle_ratio") or nan,
+                 *(nan if fold.get(k) is None else fold[k] for k in (
+                     "smoothed_ratio", "smoothed_corr", "right_way", "right_way_left", "right_way_right",
+                     "curve_mean_abs_pred", "curve_mean_abs_label")), time.time() - t0)
         write_table(out)
     return write_table(out)
 
@@ -244,14 +254,17 @@ def lodo_table(out: str | Path) -> dict:
     when present, else None) and the reference policy's MSE and ratio where scored. Per track (and
     "all"): the number of folds, mean MSE, mean predict-0 MSE, their ratio (the target's measure),
     the mean of the per-driver ratios, the floor's ``oracle_ratio_of_means`` and
-    ``oracle_mean_ratio`` (None unless every fold of the group has a floor), and the reference's.
+    ``oracle_mean_ratio`` (None unless every fold of the group has a floor), the reference's, and the
+    scores against the driver's intent (:func:`_intent_means`: ``smoothed_ratio_of_means``,
+    ``smoothed_corr``, ``right_way_left``, ``right_way_right``, ``curve_mean_abs_pred`` ...; issue
+    "Udacity steering that turns", item 1).
     """
     out = Path(out)
     rows = []
     for f in sorted((out / "folds").glob("*.json"), key=lambda p: p.stem.lower()):
         d = json.loads(f.read_text())
         row = {k: d.get(k) for k in ("driver", "track", "n_frames", "mse", "mae", "zero_mse", "ratio",
-                                     "n_train_frames")}
+                                     "n_train_frames", *INTENT_KEYS[1:])}
         row["oracle_mse"], row["oracle_ratio"] = _fold_floor(d)
         row["train_seconds"] = (d.get("seconds") or {}).get("train")
         ref = out / "reference" / f"{d['driver']}.json"
@@ -271,8 +284,20 @@ def lodo_table(out: str | Path) -> dict:
                         "oracle_ratio_of_means": oracle / zero if (oracle is not None and zero) else None,
                         "oracle_mean_ratio": _mean([r["oracle_ratio"] for r in g]) if whole else None,
                         "reference_mse": ref,
-                        "reference_ratio_of_means": ref / zero if (ref is not None and zero) else None}
+                        "reference_ratio_of_means": ref / zero if (ref is not None and zero) else None,
+                        **_intent_means(g)}
     return {"drivers": rows, "tracks": groups}
+
+
+def _intent_means(rows: list[dict]) -> dict:
+    """The means against the driver's intent of a group of folds (:func:`agent.eval.offline.summarize_recordings`):
+    ``smoothed_ratio_of_means``, ``smoothed_mean_ratio`` and :data:`agent.eval.offline.INTENT_MEANS`; all None
+    unless every fold of the group has intent scores (folds written before they existed have none)."""
+    keys = ("smoothed_ratio_of_means", "smoothed_mean_ratio", *INTENT_MEANS)
+    if not rows or any(r.get("smoothed_mse") is None for r in rows):
+        return dict.fromkeys(keys)
+    summary = summarize_recordings(rows)
+    return {k: summary.get(k) for k in keys}
 
 
 def _f(x, fmt=".4f", missing="-"):
@@ -299,6 +324,24 @@ def write_table(out: str | Path) -> dict:
                      ("" if floor is None else f"{floor:.2f} (mean of ratios {_f(g.get('oracle_mean_ratio'), '.2f', '')})") +
                      " |" +
                      (f" {_f(g['reference_mse'])} | {_f(g['reference_ratio_of_means'], '.2f')} |" if ref else ""))
+    lines += ["", "Against the driver's intent: the held-out labels smoothed over ±0.5 s (centred, the label included). "
+              "Smoothed ratio = MSE / predict-0 MSE on them; r = Pearson correlation with them; right way = share of "
+              "curve frames (|smoothed| > 0.05) steered the smoothed label's way, left and right apart; |pred| vs "
+              "|label| = mean magnitudes on curve frames. Means per track: mean smoothed MSE / mean predict-0, and "
+              "the other columns' means over the folds.", "",
+              "| held-out driver | track | smoothed ratio | r | right way | left | right | \\|pred\\| vs \\|label\\| in curves |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in table["drivers"]:
+        lines.append(f"| {r['driver']} | {r['track']} | {_f(r.get('smoothed_ratio'), '.2f')} | "
+                     f"{_f(r.get('smoothed_corr'), '.2f')} | {_f(r.get('right_way'), '.2f')} | "
+                     f"{_f(r.get('right_way_left'), '.2f')} | {_f(r.get('right_way_right'), '.2f')} | "
+                     f"{_f(r.get('curve_mean_abs_pred'), '.3f')} vs {_f(r.get('curve_mean_abs_label'), '.3f')} |")
+    for name, g in table["tracks"].items():
+        lines.append(f"| **mean, {name}** ({g['folds']} folds) | {name} | "
+                     f"**{_f(g.get('smoothed_ratio_of_means'), '.2f')}** | {_f(g.get('smoothed_corr'), '.2f')} | "
+                     f"{_f(g.get('right_way'), '.2f')} | {_f(g.get('right_way_left'), '.2f')} | "
+                     f"{_f(g.get('right_way_right'), '.2f')} | {_f(g.get('curve_mean_abs_pred'), '.3f')} vs "
+                     f"{_f(g.get('curve_mean_abs_label'), '.3f')} |")
     md = ("Leave-one-driver-out: each row is a policy trained on the other drivers and scored on this one "
           "(center camera, every frame, streaming; raw labels). ratio = MSE / predict-0 MSE (< 1 beats driving "
           "straight); the means' ratio is mean MSE / mean predict-0 MSE. The smoothed-oracle ratio is the "
