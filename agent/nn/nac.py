@@ -31,6 +31,10 @@ d = d_model / H head width, K keys kept per query.
 7. Weights: softmax over the K kept keys; masked or missing keys are excluded (zero weight).
    (The authors multiply logits by a 0/1 mask, so masked keys keep weight.)
 8. Output o_i = sum_j w_ij t_ij v_j per head; heads concatenated; a linear map to d_model.
+
+Steps 4-8 have three implementations of the same function: the torch path below, fused CPU kernels
+(:mod:`agent.nn.nac_kernels`, Numba) and fused CUDA kernels (:mod:`agent.nn.nac_triton`, Triton, an
+optional extra); :meth:`NAC.attend` picks one by the tensors' device and dtype.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from agent.nn import nac_kernels
+from agent.nn import nac_kernels, nac_triton
 
 MODES = ("steady", "exact", "euler")
 SELECTORS = ("exact", "blocks")
@@ -622,10 +626,23 @@ class NAC(DerivedWeights, nn.Module):
         at a time (the key side once), so the per-pair tensors, (B, H, chunk, K, ...), and the
         selectors' working memory bound the memory instead of (B, H, Tq, K, ...); the output is
         the same. Without intermediates, on CPU float32/float64 tensors, steps 4-8 run in the fused
-        kernels of :mod:`agent.nn.nac_kernels` (the same function, no per-pair tensor at all).
+        kernels of :mod:`agent.nn.nac_kernels` (the same function, no per-pair tensor at all), and
+        on CUDA float32 tensors, when triton is installed, in the Triton kernels of
+        :mod:`agent.nn.nac_triton` (``NAC_TRITON=off`` keeps the torch path; ``NAC_TRITON=on`` asks
+        for them on any float32 tensors, CPU ones through Triton's interpreter).
+
+        Raises:
+            ImportError: ``NAC_TRITON=on`` without triton installed.
         """
         wq, bq, wk = self._pair_weights()
-        if not return_intermediates and nac_kernels.applies(q, k, v, wq):
+        if not return_intermediates and nac_triton.applies(q, k, v, wq):
+            # CUDA float32 (or NAC_TRITON=on): steps 4-8 in the Triton kernels of agent.nn.nac_triton
+            k_half = k @ wk  # (B, H, Tk, F): the key half of the first layer
+
+            def one(qc, pc, tc, _intermediates=False):
+                return self._attend_kernels(qc, k, v, k_half, wq, bq, pc, key_mask, tc, k_times,
+                                            nac_triton.pair_attention), None
+        elif not return_intermediates and nac_kernels.applies(q, k, v, wq):
             # the key side laid out once for every chunk of queries: v contiguous, and k as a view
             # of its contiguous transpose (B, H, d, Tk), which the ranking kernels read
             k = k.transpose(-1, -2).contiguous().transpose(-1, -2)
@@ -647,18 +664,20 @@ class NAC(DerivedWeights, nn.Module):
                 for s in range(0, Tq, C)]
         return torch.cat(outs, 1), None
 
-    def _attend_kernels(self, q, k, v, k_half, wq, bq, qpos, key_mask, q_times, k_times) -> Tensor:
-        """:meth:`attend` for one block of queries through the fused CPU kernels of
-        :mod:`agent.nn.nac_kernels`; k_half (B, H, Tk, F) is the key half of the first layer.
-        Returns o (B, Tq, d_model)."""
+    def _attend_kernels(self, q, k, v, k_half, wq, bq, qpos, key_mask, q_times, k_times,
+                        pair_attention=nac_kernels.pair_attention) -> Tensor:
+        """:meth:`attend` for one block of queries through fused kernels: the CPU kernels of
+        :mod:`agent.nn.nac_kernels`, or ``pair_attention=nac_triton.pair_attention`` (the Triton
+        kernels of :mod:`agent.nn.nac_triton`); k_half (B, H, Tk, F) is the key half of the first
+        layer. Returns o (B, Tq, d_model)."""
         B, H, Tq, d = q.shape
         idx, valid = self._select(q, k, qpos, key_mask)  # (B, H, Tq, K)
         q_half = q @ wq + bq  # (B, H, Tq, F)
         wh, bh = self._gate_heads()
         backbone = (self.to_command.masked_weight(), self.to_command.bias, self.to_motor.masked_weight(),
                     self.to_motor.bias, wh, bh)
-        o = nac_kernels.pair_attention(q_half, k_half, v, idx, valid, backbone, q_times, k_times, self.mode,
-                                       self.delta_t, self.eps, self.euler_steps)  # (B, Tq, H, d)
+        o = pair_attention(q_half, k_half, v, idx, valid, backbone, q_times, k_times, self.mode, self.delta_t,
+                           self.eps, self.euler_steps)  # (B, Tq, H, d)
         return self.out(o.reshape(B, Tq, H * d))
 
     def _attend_queries(self, q, k, kv, wq, bq, qpos, key_mask, q_times, k_times, return_intermediates):
@@ -734,7 +753,7 @@ class NAC(DerivedWeights, nn.Module):
             if a is not None and tuple(a.shape) != (B, T):
                 raise ValueError(f"{name} must be (B, T) = ({B}, {T}), got {tuple(a.shape)}")
         if (not return_intermediates and T <= nac_kernels.FUSED_MAX_T and not torch.is_grad_enabled()
-                and nac_kernels.applies(x, self.out.weight)):
+                and nac_kernels.applies(x, self.out.weight) and not nac_triton.applies(x, self.out.weight)):
             # no gradient asked for: the whole layer in one kernel call (the same function)
             blocks = blocks_layout(T, self.topk) if self.selector == "blocks" else None
             return nac_kernels.fused_forward(self.fused_weights(), x, t, mask, self.num_heads, min(self.topk, T),

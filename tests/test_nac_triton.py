@@ -1,0 +1,325 @@
+"""The NAC layer's Triton kernels (agent/nn/nac_triton.py) against its torch path.
+
+On the CPU they run in Triton's interpreter (``TRITON_INTERPRET=1``, set below before triton is first
+imported when no GPU is there) at small sizes: outputs and the gradients w.r.t. the input and every
+parameter are compared in float32 for each ODE mode and selector, with and without timestamps and
+key masks, causal and not, at T = 1, T not a multiple of the query block, K not a power of two and a
+query without any valid key; the streaming step, the dispatch switch and the errors are tested too.
+The ``cuda`` suite (``pytest -m cuda``) runs the same comparisons with the compiled kernels on a GPU,
+and is skipped without one. Without triton installed only the import/fallback test runs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import torch
+
+if not torch.cuda.is_available():  # the CPU runs the kernels only in Triton's interpreter
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+
+from agent.nn import nac_kernels, nac_triton  # noqa: E402
+from agent.nn.nac import NAC  # noqa: E402
+
+MODES = ("steady", "exact", "euler")
+SELECTORS = ("exact", "blocks")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+needs_triton = pytest.mark.skipif(not nac_triton.installed(),
+                                  reason=f"triton is not installed ({nac_triton.INSTALL_HINT})")
+
+
+def _interpreter_reason() -> str | None:
+    if not nac_triton.installed():
+        return f"triton is not installed ({nac_triton.INSTALL_HINT})"
+    if not nac_triton.interpreted():
+        return ("Triton's interpreter is off (TRITON_INTERPRET was not 1 when triton was first imported, as on a "
+                "machine with CUDA): the CPU tests need it; `pytest -m cuda` runs the compiled kernels")
+    return None
+
+
+_INTERP_SKIP = _interpreter_reason()
+needs_interpreter = pytest.mark.skipif(_INTERP_SKIP is not None, reason=_INTERP_SKIP or "")
+
+
+def _layer(device, seed=0, **kw) -> NAC:
+    torch.manual_seed(seed)
+    cfg = dict(input_dim=12, d_model=16, num_heads=4, topk=4, mode="exact", seed=3)
+    cfg.update(kw)
+    return NAC(**cfg).to(device)
+
+
+def _inputs(device, B=2, T=19, seed=1, with_t=True, with_mask=True, first_masked=False):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(B, T, 12, generator=g)
+    t = torch.cumsum(0.02 + 0.1 * torch.rand(B, T, generator=g, dtype=torch.float64), 1) if with_t else None
+    mask = None
+    if with_mask:
+        mask = torch.rand(B, T, generator=g) > 0.25
+        mask[:, 0] = not first_masked  # first_masked: the first query of each row has no valid key
+    mv = lambda a: None if a is None else a.to(device)  # noqa: E731
+    return x.to(device), mv(t), mv(mask)
+
+
+class _Spy:
+    """Counts the calls of nac_triton.pair_attention (which agent.nn.nac looks up at each call)."""
+
+    def __init__(self, monkeypatch):
+        self.calls = 0
+        real = nac_triton.pair_attention
+
+        def spy(*a, **kw):
+            self.calls += 1
+            return real(*a, **kw)
+
+        monkeypatch.setattr(nac_triton, "pair_attention", spy)
+
+
+def _run(m: NAC, x, t, mask, triton: bool):
+    """Output and the gradients of a fixed scalar of it w.r.t. x and every parameter."""
+    m.zero_grad()
+    x = x.clone().requires_grad_()
+    with nac_triton.use_triton("on" if triton else "off"), nac_kernels.use_kernels(False):
+        y = m(x, t, mask)
+    w = torch.linspace(-1, 1, y.numel(), dtype=y.dtype, device=y.device).view_as(y)
+    (y * w).sum().backward()
+    return y.detach(), x.grad, {n: p.grad.clone() for n, p in m.named_parameters()}
+
+
+def _compare(m, x, t, mask, monkeypatch):
+    spy = _Spy(monkeypatch)
+    y_k, gx_k, gp_k = _run(m, x, t, mask, triton=True)
+    assert spy.calls > 0  # the Triton kernels ran
+    calls = spy.calls
+    y_t, gx_t, gp_t = _run(m, x, t, mask, triton=False)
+    assert spy.calls == calls  # ... and the reference did not use them
+    torch.testing.assert_close(y_k, y_t, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(gx_k, gx_t, atol=1e-5, rtol=1e-4)
+    assert gp_k.keys() == gp_t.keys()
+    for name in gp_t:
+        torch.testing.assert_close(gp_k[name], gp_t[name], atol=1e-5, rtol=1e-4, msg=name)
+    # the comparison is not trivial: the gradients are not all zero (with one key per query the
+    # softmax weight is 1 whatever the logit, so only the time gate's path then has gradients)
+    names = ["time_affine.weight", "sensory.v.weight"]
+    if x.shape[1] > 1:
+        names += ["to_command.weight", "to_motor.weight", "head_phi.weight", "head_omega.weight"]
+    for name in names:
+        assert gp_k[name].abs().max() > 0, name
+    return y_k
+
+
+# ------------------------------------------------------------------ without triton
+
+
+def test_layer_imports_and_runs_without_triton():
+    """With triton hidden: agent.nn.nac_triton imports, the layer keeps its torch path in "auto" mode,
+    and asking for the Triton path fails with the install hint."""
+    code = """
+import sys
+sys.modules["triton"] = None  # as if it were not installed
+import torch
+from agent.nn import nac_triton
+from agent.nn.nac import NAC
+assert not nac_triton.installed()
+m = NAC(input_dim=6, d_model=8, num_heads=2, topk=2, seed=3)
+x = torch.randn(1, 5, 6, requires_grad=True)
+m(x).sum().backward()
+assert x.grad is not None
+with nac_triton.use_triton("on"):
+    try:
+        m(x)
+    except ImportError as e:
+        assert "pip install -e .[triton]" in str(e), e
+    else:
+        raise SystemExit("no ImportError")
+try:
+    nac_triton.kernels()
+except ImportError as e:
+    assert "pip install -e .[triton]" in str(e), e
+else:
+    raise SystemExit("no ImportError")
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "NAC_TRITON": "auto"})
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
+
+
+def test_mode_switch_rejects_unknown_values():
+    with pytest.raises(ValueError, match="NAC Triton mode"):
+        nac_triton.set_mode("sometimes")
+    assert nac_triton.mode() in nac_triton.BACKEND_MODES
+
+
+# ------------------------------------------------------------------ interpreter (CPU)
+
+
+@needs_interpreter
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("selector", SELECTORS)
+def test_triton_equals_the_torch_path(mode, selector, monkeypatch):
+    """T = 19: two blocks of 16 queries, the second partial; timestamps and a key mask."""
+    m = _layer("cpu", mode=mode, selector=selector)
+    _compare(m, *_inputs("cpu", T=19), monkeypatch)
+
+
+@needs_interpreter
+@pytest.mark.parametrize("mode,selector,T,topk,with_t,with_mask,causal,first_masked", [
+    ("exact", "exact", 1, 4, True, False, True, False),  # one frame: one key, K = 1
+    ("euler", "blocks", 1, 4, False, True, True, False),
+    ("steady", "exact", 6, 3, False, True, True, True),  # K = 3 (padded to 4); a query with no valid key
+    ("euler", "exact", 10, 3, True, True, False, False),  # not causal
+    ("exact", "blocks", 10, 8, False, False, True, False),  # K > most queries' causal keys
+])
+def test_triton_edge_cases_equal_the_torch_path(mode, selector, T, topk, with_t, with_mask, causal, first_masked,
+                                                monkeypatch):
+    monkeypatch.setattr(nac_triton, "BLOCK_Q", 4)  # several query blocks, the last partial (P >= 16 pairs)
+    m = _layer("cpu", mode=mode, selector=selector, topk=topk, causal=causal, euler_steps=3)
+    y = _compare(m, *_inputs("cpu", T=T, with_t=with_t, with_mask=with_mask, first_masked=first_masked),
+                 monkeypatch)
+    if first_masked:  # no valid key: the attention is 0 and the output the output map's bias
+        torch.testing.assert_close(y[:, 0], m.out.bias.detach().expand(y.shape[0], -1))
+
+
+@needs_interpreter
+def test_pair_attention_is_independent_of_the_query_block():
+    torch.manual_seed(0)
+    B, H, Tq, Tk, K, F, d = 1, 2, 7, 9, 3, 6, 4
+    q_half, k_half, v = torch.randn(B, H, Tq, F), torch.randn(B, H, Tk, F), torch.randn(B, H, Tk, d)
+    idx = torch.randint(0, Tk, (B, H, Tq, K))
+    valid = torch.rand(B, H, Tq, K) > 0.3
+    backbone = (torch.randn(4, 5), torch.randn(5), torch.randn(5, 3), torch.randn(3), torch.randn(3, 2),
+                torch.randn(2))
+    outs = [nac_triton.pair_attention(q_half, k_half, v, idx, valid, backbone, None, None, "exact", 1.0, 1e-2, 6,
+                                      block_q=bq) for bq in (4, 8, 16)]
+    assert outs[0].shape == (B, Tq, H, d)
+    torch.testing.assert_close(outs[1], outs[0])
+    torch.testing.assert_close(outs[2], outs[0])
+    # the same function as the CPU kernels' pair attention (itself tested against the torch path)
+    if nac_kernels.available():
+        ref = nac_kernels.pair_attention(q_half, k_half, v, idx, valid, backbone, None, None, "exact", 1.0, 1e-2, 6)
+        torch.testing.assert_close(outs[0], ref, atol=1e-5, rtol=1e-5)
+
+
+@needs_interpreter
+def test_streaming_step_through_triton_equals_the_torch_path():
+    m = _layer("cpu", mode="euler", selector="blocks")
+    x, t, _ = _inputs("cpu", B=2, T=6, with_mask=False)
+    outs = {}
+    for on in (True, False):
+        cache, ys = None, []
+        with nac_triton.use_triton("on" if on else "off"), nac_kernels.use_kernels(False), torch.no_grad():
+            for i in range(x.shape[1]):
+                y, cache = m.step(x[:, i], cache, t[:, i])
+                ys.append(y)
+        outs[on] = torch.stack(ys, 1)
+    torch.testing.assert_close(outs[True], outs[False], atol=1e-5, rtol=1e-5)
+
+
+@needs_interpreter
+def test_dispatch_uses_triton_only_where_asked(monkeypatch):
+    m = _layer("cpu", mode="steady")
+    x, t, mask = _inputs("cpu", B=1, T=5)
+    spy = _Spy(monkeypatch)
+    for mode in ("auto", "off"):  # never on the CPU by default
+        with nac_triton.use_triton(mode):
+            m(x, t, mask)
+    assert spy.calls == 0
+    with nac_triton.use_triton("on"):
+        m.double()(x.double(), t, mask)  # float64: the kernels take float32 only, the layer keeps torch
+        assert spy.calls == 0
+        m.float()(x, t, mask)
+        assert spy.calls == 1
+        with torch.no_grad():  # "on" also wins over the CPU kernels' no-grad whole-layer path
+            m(x, t, mask)
+        assert spy.calls == 2
+
+
+@needs_interpreter
+def test_pair_attention_rejects_bad_inputs():
+    q_half, k_half, v = torch.randn(1, 1, 3, 6), torch.randn(1, 1, 4, 6), torch.randn(1, 1, 4, 2)
+    idx, valid = torch.zeros(1, 1, 3, 2, dtype=torch.long), torch.ones(1, 1, 3, 2, dtype=torch.bool)
+    backbone = (torch.randn(4, 5), torch.randn(5), torch.randn(5, 3), torch.randn(3), torch.randn(3, 2),
+                torch.randn(2))
+    args = (None, None, "steady", 1.0, 1e-2, 6)
+    with pytest.raises(TypeError, match="float32"):
+        nac_triton.pair_attention(q_half.double(), k_half, v, idx, valid, backbone, *args)
+    with pytest.raises(ValueError, match="idx and valid"):
+        nac_triton.pair_attention(q_half, k_half, v, idx[:, :, :2], valid[:, :, :2], backbone, *args)
+    with pytest.raises(ValueError, match="mode"):
+        nac_triton.pair_attention(q_half, k_half, v, idx, valid, backbone, None, None, "rk4", 1.0, 1e-2, 6)
+
+
+@needs_triton
+def test_cpu_tensors_without_the_interpreter_fail_clearly():
+    code = """
+import torch
+from agent.nn import nac_kernels, nac_triton
+from agent.nn.nac import NAC
+m = NAC(input_dim=6, d_model=8, num_heads=2, topk=2, seed=3)
+with nac_triton.use_triton("on"):
+    try:
+        m(torch.randn(1, 3, 6))
+    except RuntimeError as e:
+        assert "TRITON_INTERPRET=1" in str(e), e
+        print("ok")
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
+
+
+# ------------------------------------------------------------------ compiled, on a GPU
+
+
+def _cuda_skip() -> str | None:
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    if not nac_triton.installed():
+        return f"triton is not installed ({nac_triton.INSTALL_HINT})"
+    if nac_triton.interpreted():
+        return "TRITON_INTERPRET is set: the kernels would be interpreted, not compiled"
+    return None
+
+
+_CUDA_SKIP = _cuda_skip()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(_CUDA_SKIP is not None, reason=_CUDA_SKIP or "")
+class TestCuda:
+    """The compiled kernels on a GPU against the torch path on the same GPU (float32, no TF32)."""
+
+    @pytest.fixture(autouse=True)
+    def _no_tf32(self):
+        before = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        yield
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+    @pytest.mark.parametrize("mode", MODES)
+    @pytest.mark.parametrize("selector", SELECTORS)
+    @pytest.mark.parametrize("T", [1, 19, 67])
+    def test_triton_equals_the_torch_path(self, mode, selector, T, monkeypatch):
+        m = _layer("cuda", mode=mode, selector=selector, topk=8 if T > 19 else 4)
+        _compare(m, *_inputs("cuda", B=3, T=T), monkeypatch)
+
+    @pytest.mark.parametrize("mode", MODES)
+    def test_edge_cases(self, mode, monkeypatch):
+        monkeypatch.setattr(nac_triton, "BLOCK_Q", 4)
+        m = _layer("cuda", mode=mode, topk=3, causal=mode != "exact", euler_steps=3)
+        _compare(m, *_inputs("cuda", T=10, with_t=mode != "steady", first_masked=True), monkeypatch)
+
+    def test_auto_mode_uses_triton_on_cuda(self, monkeypatch):
+        m = _layer("cuda", mode="exact")
+        x, t, mask = _inputs("cuda", B=1, T=9)
+        spy = _Spy(monkeypatch)
+        with nac_triton.use_triton("auto"):
+            y = m(x, t, mask)
+        assert spy.calls == 1
+        with nac_triton.use_triton("off"):
+            torch.testing.assert_close(y, m(x, t, mask), atol=1e-5, rtol=1e-5)
