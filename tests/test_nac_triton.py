@@ -23,7 +23,7 @@ if not torch.cuda.is_available():  # the CPU runs the kernels only in Triton's i
 import pytest  # noqa: E402
 
 from agent.nn import nac_kernels, nac_triton  # noqa: E402
-from agent.nn.nac import NAC  # noqa: E402
+from agent.nn.nac import NAC, blocks_layout, select_topk_blocks, select_topk_exact  # noqa: E402
 
 MODES = ("steady", "exact", "euler")
 SELECTORS = ("exact", "blocks")
@@ -48,7 +48,7 @@ needs_interpreter = pytest.mark.skipif(_INTERP_SKIP is not None, reason=_INTERP_
 
 def _layer(device, seed=0, **kw) -> NAC:
     torch.manual_seed(seed)
-    cfg = dict(input_dim=12, d_model=16, num_heads=4, topk=4, mode="exact", seed=3)
+    cfg = dict(input_dim=12, d_model=16, num_heads=2, topk=4, mode="exact", seed=3)
     cfg.update(kw)
     return NAC(**cfg).to(device)
 
@@ -66,17 +66,23 @@ def _inputs(device, B=2, T=19, seed=1, with_t=True, with_mask=True, first_masked
 
 
 class _Spy:
-    """Counts the calls of nac_triton.pair_attention (which agent.nn.nac looks up at each call)."""
+    """Counts the calls of nac_triton.pair_attention (``calls``) and of its selectors (``selects``),
+    which agent.nn.nac looks up at each call."""
 
     def __init__(self, monkeypatch):
-        self.calls = 0
-        real = nac_triton.pair_attention
+        self.calls = self.selects = 0
+        for name in ("pair_attention", "topk_exact", "topk_blocks"):
+            monkeypatch.setattr(nac_triton, name, self._counted(name, getattr(nac_triton, name)))
 
+    def _counted(self, name, real):
         def spy(*a, **kw):
-            self.calls += 1
+            if name == "pair_attention":
+                self.calls += 1
+            else:
+                self.selects += 1
             return real(*a, **kw)
 
-        monkeypatch.setattr(nac_triton, "pair_attention", spy)
+        return spy
 
 
 def _run(m: NAC, x, t, mask, triton: bool):
@@ -93,10 +99,10 @@ def _run(m: NAC, x, t, mask, triton: bool):
 def _compare(m, x, t, mask, monkeypatch):
     spy = _Spy(monkeypatch)
     y_k, gx_k, gp_k = _run(m, x, t, mask, triton=True)
-    assert spy.calls > 0  # the Triton kernels ran
+    assert spy.calls > 0 and spy.selects == spy.calls  # the Triton kernels ran, the selector's too
     calls = spy.calls
     y_t, gx_t, gp_t = _run(m, x, t, mask, triton=False)
-    assert spy.calls == calls  # ... and the reference did not use them
+    assert spy.calls == calls and spy.selects == calls  # ... and the reference did not use them
     torch.testing.assert_close(y_k, y_t, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(gx_k, gx_t, atol=1e-5, rtol=1e-4)
     assert gp_k.keys() == gp_t.keys()
@@ -177,12 +183,60 @@ def test_triton_equals_the_torch_path(mode, selector, monkeypatch):
 ])
 def test_triton_edge_cases_equal_the_torch_path(mode, selector, T, topk, with_t, with_mask, causal, first_masked,
                                                 monkeypatch):
-    monkeypatch.setattr(nac_triton, "BLOCK_Q", 4)  # several query blocks, the last partial (P >= 16 pairs)
+    monkeypatch.setattr(nac_triton, "BLOCK_Q", 8)  # T = 10: two query blocks, the second partial
     m = _layer("cpu", mode=mode, selector=selector, topk=topk, causal=causal, euler_steps=3)
     y = _compare(m, *_inputs("cpu", T=T, with_t=with_t, with_mask=with_mask, first_masked=first_masked),
                  monkeypatch)
     if first_masked:  # no valid key: the attention is 0 and the output the output map's bias
         torch.testing.assert_close(y[:, 0], m.out.bias.detach().expand(y.shape[0], -1))
+
+
+def _slot_sets(idx, valid):
+    """Each query's set of valid keys (the selectors' slot order differs between paths)."""
+    K = idx.shape[-1]
+    return [sorted(i for i, ok in zip(r.tolist(), v.tolist()) if ok)
+            for r, v in zip(idx.reshape(-1, K).cpu(), valid.reshape(-1, K).cpu())]
+
+
+def _select_cases(device, T, K, causal, with_mask, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    B, H, d = 2, 2, 4
+    q, k = torch.randn(B, H, T, d, generator=g), torch.randn(B, H, T, d, generator=g)
+    mask = torch.rand(B, T, generator=g) > 0.3 if with_mask else None
+    mv = lambda a: None if a is None else a.to(device)  # noqa: E731
+    return mv(q), mv(k), min(K, T), torch.arange(T, device=device), mv(mask)
+
+
+def _check_selectors(device, T, K, causal, with_mask, block_q=None):
+    q, k, KK, qpos, mask = _select_cases(device, T, K, causal, with_mask)
+    with nac_triton.use_triton("off"), nac_kernels.use_kernels(False):
+        ref_e = select_topk_exact(q, k, K, qpos, mask, causal)
+        ref_b = select_topk_blocks(q, k, K, qpos, mask, causal)
+    got_e = nac_triton.topk_exact(q, k, KK, qpos, mask, causal, block_q=block_q)
+    got_b = nac_triton.topk_blocks(q, k, KK, qpos, mask, causal, *blocks_layout(T, K), block_q=block_q)
+    for (ri, rv), (gi, gv) in ((ref_e, got_e), (ref_b, got_b)):
+        assert gi.shape == ri.shape and gi.dtype == torch.int64 and gv.dtype == torch.bool
+        assert _slot_sets(gi, gv) == _slot_sets(ri, rv)
+    assert any(len(s) > 1 for s in _slot_sets(*got_b)) or T == 1  # not a trivial selection
+
+
+@needs_interpreter
+@pytest.mark.parametrize("T,K,causal,with_mask", [(1, 4, True, False), (10, 3, True, True), (10, 8, False, True),
+                                                  (9, 4, False, False)])
+def test_triton_selectors_select_what_the_torch_selectors_select(T, K, causal, with_mask):
+    """Both selectors, block of 4 queries: T = 9, 10 end in a partial block; K = 3 pads to 4 slots."""
+    _check_selectors("cpu", T, K, causal, with_mask, block_q=4)
+
+
+@needs_interpreter
+def test_triton_selectors_reject_bad_arguments():
+    q, k, _, qpos, _ = _select_cases("cpu", 5, 2, True, False)
+    with pytest.raises(ValueError, match="K must be"):
+        nac_triton.topk_exact(q, k, 6, qpos, None, True)
+    with pytest.raises(ValueError, match="block_size, n_blocks"):
+        nac_triton.topk_blocks(q, k, 2, qpos, None, True, 2, 4)
+    with pytest.raises(TypeError, match="float32"):
+        nac_triton.topk_exact(q.double(), k.double(), 2, qpos, None, True)
 
 
 @needs_interpreter
@@ -208,7 +262,7 @@ def test_pair_attention_is_independent_of_the_query_block():
 @needs_interpreter
 def test_streaming_step_through_triton_equals_the_torch_path():
     m = _layer("cpu", mode="euler", selector="blocks")
-    x, t, _ = _inputs("cpu", B=2, T=6, with_mask=False)
+    x, t, _ = _inputs("cpu", B=1, T=4, with_mask=False)
     outs = {}
     for on in (True, False):
         cache, ys = None, []
@@ -313,6 +367,11 @@ class TestCuda:
         monkeypatch.setattr(nac_triton, "BLOCK_Q", 4)
         m = _layer("cuda", mode=mode, topk=3, causal=mode != "exact", euler_steps=3)
         _compare(m, *_inputs("cuda", T=10, with_t=mode != "steady", first_masked=True), monkeypatch)
+
+    @pytest.mark.parametrize("T,K,causal,with_mask", [(1, 4, True, False), (10, 3, True, True),
+                                                      (100, 8, True, True), (100, 8, False, False)])
+    def test_selectors(self, T, K, causal, with_mask):
+        _check_selectors("cuda", T, K, causal, with_mask)
 
     def test_auto_mode_uses_triton_on_cuda(self, monkeypatch):
         m = _layer("cuda", mode="exact")

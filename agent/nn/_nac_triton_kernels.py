@@ -18,6 +18,8 @@ per pair written to global memory):
   queries' half are written by the program that owns the queries; the keys' half and the values,
   which several queries select, are added with ``tl.atomic_add``; the backbone weights' gradients
   are each program's partial sums, added in a fixed order by the caller (deterministic).
+- :func:`nac_topk_exact`, :func:`nac_topk_blocks`: the two selectors (step 3), a block of queries
+  per program, the keys (or block centroids) streamed one at a time into a running best-K per query.
 
 Layouts (all contiguous, float32 unless said): qh (B H Tq, F), kh (B H Tk, F), v (B H Tk, D),
 ix (B H Tq, K) int32 with -1 for an empty or invalid slot, Wc (Ni, Nc), bc (Nc,), Wm (Nc, Nm),
@@ -263,3 +265,122 @@ def nac_pair_bwd(qh, kh, v, ix, wc, bc, wm, bm, wh, bh, qt, kt, dout, dqh, dkh, 
     tl.store(dqh + qorow[:, None] * F + ci[None, :], dq, mask=qo_ok[:, None] & m_i)
     tl.store(dqh + qorow * F + Ni, tl.sum(tl.reshape(dalpha, (BLOCK_Q, KP)), axis=1), mask=qo_ok)
     tl.store(dqh + qorow * F + Ni + 1, tl.sum(tl.reshape(dbeta, (BLOCK_Q, KP)), axis=1), mask=qo_ok)
+
+
+# --------------------------------------------------------------------------------------------
+# The selectors (step 3): a running top-K per query, one key (or block) at a time
+# --------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _keep_best(vals, ids, score, new_id, slot):
+    """Into each row's best-K buffer (vals, ids: (BLOCK_Q, KP); padding slots hold +inf so they are
+    never the minimum), put ``score`` (BLOCK_Q,) in place of the row's lowest value when higher
+    (strictly: on a tie the earlier entry stays)."""
+    low, at = tl.min(vals, axis=1, return_indices=True, return_indices_tie_break_left=True)
+    hit = (slot[None, :] == at[:, None]) & (score > low)[:, None]
+    return tl.where(hit, score[:, None], vals), tl.where(hit, new_id, ids)
+
+
+@triton.jit
+def nac_topk_exact(q, k, qpos, kmask, idx_out, valid_out, H, Tq, Tk, D, K,
+                   HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_Q: tl.constexpr, KP: tl.constexpr,
+                   DP: tl.constexpr):
+    """The exact selector: for BLOCK_Q queries of one head, the K keys of highest q . k among the
+    allowed ones (at or before the query's position when causal, unmasked), keys streamed one at a
+    time. q (B H Tq, D), k (B H Tk, D), qpos (Tq,) int64, kmask (B, Tk) int8; idx_out (B H Tq, K)
+    int64 (0 where invalid) and valid_out (B H Tq, K) int8."""
+    qb = tl.program_id(0)
+    bhx = tl.program_id(1)
+    b = bhx // H
+    qi = qb * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    qok = qi < Tq
+    cd = tl.arange(0, DP)
+    slot = tl.arange(0, KP)
+    qrow = (bhx * Tq + qi).to(tl.int64)
+    qv = tl.load(q + qrow[:, None] * D + cd[None, :], mask=qok[:, None] & (cd[None, :] < D), other=0.0)
+    pos = tl.load(qpos + qi, mask=qok, other=0)
+    vals = tl.zeros((BLOCK_Q, KP), tl.float32) + tl.where(slot < K, float("-inf"), float("inf"))[None, :]
+    ids = tl.zeros((BLOCK_Q, KP), tl.int64) - 1
+    end = Tk
+    if CAUSAL:
+        end = tl.minimum(tl.max(tl.where(qok, pos, 0)) + 1, Tk)
+    for j in range(0, end):
+        kj = tl.load(k + (bhx * Tk + j).to(tl.int64) * D + cd, mask=cd < D, other=0.0)
+        allowed = qok
+        if CAUSAL:
+            allowed = allowed & (j <= pos)
+        if HAS_MASK:
+            allowed = allowed & (tl.load(kmask + b.to(tl.int64) * Tk + j) != 0)
+        score = tl.where(allowed, tl.sum(qv * kj[None, :], axis=1), float("-inf"))
+        vals, ids = _keep_best(vals, ids, score, j, slot)
+    ok = (vals > float("-inf")) & (slot[None, :] < K)
+    optr = qrow[:, None] * K + slot[None, :]
+    omask = qok[:, None] & (slot[None, :] < K)
+    tl.store(idx_out + optr, tl.where(ok, ids, 0), mask=omask)
+    tl.store(valid_out + optr, ok.to(tl.int8), mask=omask)
+
+
+@triton.jit
+def nac_topk_blocks(q, k, qpos, kmask, cent, block_ok, idx_out, valid_out, H, Tq, Tk, D, K, BS, NB, N_OTHER,
+                    HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_Q: tl.constexpr, KP: tl.constexpr,
+                    MP: tl.constexpr, DP: tl.constexpr):
+    """The blocks selector (the NAC paper's Section 2.3, Algorithm 2) for BLOCK_Q queries of one head:
+    the N_OTHER blocks whose centroids score highest (among the blocks before the query's own when
+    causal, which is then always kept), then the K best allowed keys inside the kept blocks.
+    cent (B H NB, D) centroids of the valid keys, block_ok (B, NB) int8 (a block has a valid key);
+    the rest as :func:`nac_topk_exact`."""
+    qb = tl.program_id(0)
+    bhx = tl.program_id(1)
+    b = bhx // H
+    qi = qb * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    qok = qi < Tq
+    cd = tl.arange(0, DP)
+    qrow = (bhx * Tq + qi).to(tl.int64)
+    qv = tl.load(q + qrow[:, None] * D + cd[None, :], mask=qok[:, None] & (cd[None, :] < D), other=0.0)
+    pos = tl.load(qpos + qi, mask=qok, other=0)
+    own = pos // BS
+    # ---- the blocks: the N_OTHER best-scoring allowed centroids
+    bslot = tl.arange(0, MP)
+    bvals = tl.zeros((BLOCK_Q, MP), tl.float32) + tl.where(bslot < N_OTHER, float("-inf"), float("inf"))[None, :]
+    bids = tl.zeros((BLOCK_Q, MP), tl.int64) - 1
+    for c in range(0, NB):
+        cv = tl.load(cent + (bhx * NB + c).to(tl.int64) * D + cd, mask=cd < D, other=0.0)
+        allowed = qok & (tl.load(block_ok + b.to(tl.int64) * NB + c) != 0)
+        if CAUSAL:
+            allowed = allowed & (c < own)
+        score = tl.where(allowed, tl.sum(qv * cv[None, :], axis=1), float("-inf"))
+        bvals, bids = _keep_best(bvals, bids, score, c, bslot)
+    bkept = bvals > float("-inf")
+    # ---- the keys of the kept blocks (the own block first when causal)
+    slot = tl.arange(0, KP)
+    vals = tl.zeros((BLOCK_Q, KP), tl.float32) + tl.where(slot < K, float("-inf"), float("inf"))[None, :]
+    ids = tl.zeros((BLOCK_Q, KP), tl.int64) - 1
+    n_sel = N_OTHER
+    if CAUSAL:
+        n_sel = N_OTHER + 1
+    for t in range(0, n_sel):
+        if CAUSAL:
+            o = t - 1  # slot 0: the own block
+            blk = tl.where(t == 0, own, tl.sum(tl.where(bslot[None, :] == o, bids, 0), axis=1))
+            blk_ok = (t == 0) | (tl.sum(tl.where(bslot[None, :] == o, bkept.to(tl.int32), 0), axis=1) != 0)
+        else:
+            blk = tl.sum(tl.where(bslot[None, :] == t, bids, 0), axis=1)
+            blk_ok = tl.sum(tl.where(bslot[None, :] == t, bkept.to(tl.int32), 0), axis=1) != 0
+        blk_ok = blk_ok & qok
+        for u in range(0, BS):
+            kp = blk * BS + u  # (BLOCK_Q,) key positions
+            allowed = blk_ok & (kp < Tk) & (kp >= 0)
+            if CAUSAL:
+                allowed = allowed & (kp <= pos)
+            if HAS_MASK:
+                allowed = allowed & (tl.load(kmask + b.to(tl.int64) * Tk + kp, mask=allowed, other=0) != 0)
+            kv = tl.load(k + (bhx * Tk + kp).to(tl.int64)[:, None] * D + cd[None, :],
+                         mask=allowed[:, None] & (cd[None, :] < D), other=0.0)
+            score = tl.where(allowed, tl.sum(qv * kv, axis=1), float("-inf"))
+            vals, ids = _keep_best(vals, ids, score, kp[:, None], slot)
+    ok = (vals > float("-inf")) & (slot[None, :] < K)
+    optr = qrow[:, None] * K + slot[None, :]
+    omask = qok[:, None] & (slot[None, :] < K)
+    tl.store(idx_out + optr, tl.where(ok, ids, 0), mask=omask)
+    tl.store(valid_out + optr, ok.to(tl.int8), mask=omask)

@@ -316,7 +316,8 @@ def select_topk_exact(q: Tensor, k: Tensor, topk: int, qpos: Tensor, key_mask: T
     O(query_chunk Tk), not O(Tq Tk). The result does not depend on ``query_chunk``. On CPU
     float32/float64 tensors the ranking runs in one fused kernel instead
     (:func:`agent.nn.nac_kernels.topk_exact`: a query at a time, O(Tk) memory; the same keys,
-    ties going to the earlier key).
+    ties going to the earlier key), and on CUDA float32 tensors, with triton installed, in a
+    Triton kernel (:func:`agent.nn.nac_triton.topk_exact`: the same keys, in another slot order).
 
     Args:
         q: (B, H, Tq, d); k: (B, H, Tk, d).
@@ -330,6 +331,8 @@ def select_topk_exact(q: Tensor, k: Tensor, topk: int, qpos: Tensor, key_mask: T
     Tq = q.shape[2]
     K = min(topk, Tk)
     with torch.no_grad():  # only the ranking is used: no gradient flows through the selection
+        if nac_triton.applies(q, k):  # CUDA float32: the Triton kernel, a block of queries at a time
+            return nac_triton.topk_exact(q, k, K, qpos, key_mask, causal)
         if nac_kernels.applies(q, k):  # scores and ranking in one kernel, a query at a time
             return nac_kernels.topk_exact(q, k, K, qpos, key_mask, causal)
         if not causal or Tq <= query_chunk:
@@ -380,7 +383,8 @@ def select_topk_blocks(q: Tensor, k: Tensor, topk: int, qpos: Tensor, key_mask: 
     among blocks that end before it, so no future key is ever looked at. Queries are processed in
     chunks of ``query_chunk`` (default block_size), so working memory is O(Tk d), not O(Tq Tk).
     On CPU float32/float64 tensors the same selection runs in one fused kernel, a query at a time
-    (:func:`agent.nn.nac_kernels.topk_blocks`).
+    (:func:`agent.nn.nac_kernels.topk_blocks`), and on CUDA float32 tensors, with triton installed,
+    in a Triton kernel (:func:`agent.nn.nac_triton.topk_blocks`; the same keys, in another slot order).
 
     Args and returns: as :func:`select_topk_exact`.
     """
@@ -390,6 +394,9 @@ def select_topk_blocks(q: Tensor, k: Tensor, topk: int, qpos: Tensor, key_mask: 
     bs, m = blocks_layout(Tk, topk, block_size, n_blocks)
     nb = math.ceil(Tk / bs)
     K = min(topk, Tk)
+    if nac_triton.applies(q, k):  # CUDA float32: the same selection in a Triton kernel
+        with torch.no_grad():
+            return nac_triton.topk_blocks(q, k, K, qpos, key_mask, causal, bs, m)
     if nac_kernels.applies(q, k):  # the same selection in one kernel, a query at a time
         return nac_kernels.topk_blocks(q, k, K, qpos, key_mask, causal, bs, m)
     pad = nb * bs - Tk

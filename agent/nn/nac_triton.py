@@ -8,8 +8,10 @@ da/dt = -omega a + phi at tau_ij = delta_t t_ij (``steady`` Eq. 3, ``exact`` Eq.
 Eq. 1 in N explicit steps), the softmax over the kept keys and o_i = sum_j w_ij t_ij v_j. The
 same function, with the same arguments, as :class:`agent.nn.nac_kernels.PairAttention` (the CPU
 kernels) and the torch path's :meth:`agent.nn.nac.NAC._attend_queries`; tests/test_nac_triton.py
-compares them. The selection itself (either selector, ``"exact"`` or ``"blocks"``) runs before it,
-in torch, and has no gradient, as in every path.
+compares them. Step 3, the selection of the K keys (no gradient, as in every path), has a Triton
+kernel for each selector: :func:`topk_exact` (exact top-K) and :func:`topk_blocks` (the paper's
+square-root partition, Section 2.3, Algorithm 2), which :func:`agent.nn.nac.select_topk_exact` and
+:func:`agent.nn.nac.select_topk_blocks` use where :func:`applies`.
 
 How: one Triton program per (batch x head, block of ``BLOCK_Q`` queries), the pairs of the tile as
 rows of on-chip 2-D tiles, no per-pair tensor in global memory (FlashAttention's tiling over queries,
@@ -271,6 +273,95 @@ class TritonPairAttention(torch.autograd.Function):
         return (dq, dk, dv, None, None, *dws, None, None, None, None, None, None, None)
 
 
+def _select_args(q, k, qpos, key_mask, block_q):
+    if q.dtype != torch.float32 or k.dtype != torch.float32:
+        raise TypeError(f"the NAC Triton selectors take float32 q and k, got {q.dtype} and {k.dtype}")
+    B, H, Tq, d = q.shape
+    Tk = k.shape[2]
+    if k.shape[:2] != q.shape[:2] or k.shape[3] != d or tuple(qpos.shape) != (Tq,):
+        raise ValueError(f"q (B, H, Tq, d), k (B, H, Tk, d) and qpos (Tq,) do not fit: {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(qpos.shape)}")
+    if key_mask is not None and tuple(key_mask.shape) != (B, Tk):
+        raise ValueError(f"key_mask must be (B, Tk) = ({B}, {Tk}), got {tuple(key_mask.shape)}")
+    kmask = (key_mask.to(torch.int8).contiguous() if key_mask is not None
+             else torch.ones(1, dtype=torch.int8, device=q.device))
+    bq = _pow2(block_q if block_q is not None else BLOCK_Q)
+    return B, H, Tq, Tk, d, q.contiguous(), k.contiguous(), qpos.to(torch.int64).contiguous(), kmask, bq
+
+
+def topk_exact(q: Tensor, k: Tensor, K: int, qpos: Tensor, key_mask: Tensor | None, causal: bool,
+               block_q: int | None = None) -> tuple[Tensor, Tensor]:
+    """The exact selector (step 3 of :mod:`agent.nn.nac`) in a Triton kernel: for each query the K
+    allowed keys of highest score q . k (keys up to the query's position when causal, unmasked
+    ones), ``block_q`` queries per program with the keys streamed through one at a time and a
+    running best-K per query (ties keep the earlier key). The same selection as
+    :func:`agent.nn.nac.select_topk_exact` (the slots in another order: the attention is a sum over
+    them, so the order does not matter).
+
+    Args:
+        q: (B, H, Tq, d) float32; k: (B, H, Tk, d) float32, on one device.
+        K: keys per query, 1 <= K <= Tk. qpos: (Tq,) int64, each query's key position.
+        key_mask: (B, Tk) bool, True = valid key, or None. causal: only keys j <= qpos.
+        block_q: queries per program (None: :data:`BLOCK_Q`).
+
+    Returns:
+        idx (B, H, Tq, K) int64 (0 where not valid) and valid (B, H, Tq, K) bool.
+
+    Raises:
+        TypeError: q or k not float32. ValueError: shapes that do not fit, K outside [1, Tk].
+        ImportError: triton not installed. RuntimeError: CPU tensors without Triton's interpreter.
+    """
+    B, H, Tq, Tk, d, q, k, qpos, kmask, bq = _select_args(q, k, qpos, key_mask, block_q)
+    if not 1 <= K <= Tk:
+        raise ValueError(f"K must be in [1, Tk = {Tk}], got {K}")
+    kn = _ready(q.device)
+    idx = torch.empty(B, H, Tq, K, dtype=torch.int64, device=q.device)
+    valid = torch.empty(B, H, Tq, K, dtype=torch.int8, device=q.device)
+    if Tq and B * H:
+        kn.nac_topk_exact[(-(-Tq // bq), B * H)](q, k, qpos, kmask, idx, valid, H, Tq, Tk, d, K,
+                                                 HAS_MASK=key_mask is not None, CAUSAL=bool(causal), BLOCK_Q=bq,
+                                                 KP=_pow2(K), DP=_pow2(d))
+    return idx, valid.bool()
+
+
+def topk_blocks(q: Tensor, k: Tensor, K: int, qpos: Tensor, key_mask: Tensor | None, causal: bool,
+                block_size: int, n_blocks: int, block_q: int | None = None) -> tuple[Tensor, Tensor]:
+    """The blocks selector (the NAC paper's sub-quadratic square-root partition, Section 2.3,
+    Algorithm 2) in a Triton kernel: keys in blocks of ``block_size``; each query scores the block
+    centroids (the means of the valid keys, computed here in torch as
+    :func:`agent.nn.nac.select_topk_blocks` does), keeps ``n_blocks`` blocks (when causal: its own
+    block and the n_blocks - 1 best among the blocks that end before it) and takes the K best
+    allowed keys inside them, streamed one at a time. The same selection as
+    :func:`agent.nn.nac.select_topk_blocks` (slots in another order; ties keep the earlier key).
+
+    Args: as :func:`topk_exact`, plus block_size >= 1 and 1 <= n_blocks <= ceil(Tk / block_size)
+    (:func:`agent.nn.nac.blocks_layout`). Returns and raises: as :func:`topk_exact`.
+    """
+    B, H, Tq, Tk, d, q, k, qpos, kmask, bq = _select_args(q, k, qpos, key_mask, block_q)
+    bs, m = int(block_size), int(n_blocks)
+    nb = -(-Tk // bs) if bs >= 1 else 0
+    if not 1 <= K <= Tk or not (bs >= 1 and 1 <= m <= nb):
+        raise ValueError(f"K must be in [1, Tk = {Tk}] and (block_size, n_blocks) fit Tk, got K={K}, "
+                         f"({block_size}, {n_blocks})")
+    kn = _ready(q.device)
+    with torch.no_grad():  # the centroids as select_topk_blocks computes them
+        valid_keys = key_mask if key_mask is not None else torch.ones(B, Tk, dtype=torch.bool, device=q.device)
+        pad = nb * bs - Tk
+        kb = torch.nn.functional.pad(k, (0, 0, 0, pad)).view(B, H, nb, bs, d)
+        mb = torch.nn.functional.pad(valid_keys, (0, pad), value=False).view(B, 1, nb, bs)
+        count = mb.sum(-1)  # (B, 1, nb)
+        cent = ((kb * mb[..., None]).sum(3) / count.clamp(min=1)[..., None]).contiguous()  # (B, H, nb, d)
+        block_ok = (count[:, 0] > 0).to(torch.int8).contiguous()  # (B, nb)
+    n_other = m - 1 if causal else m
+    idx = torch.empty(B, H, Tq, K, dtype=torch.int64, device=q.device)
+    valid = torch.empty(B, H, Tq, K, dtype=torch.int8, device=q.device)
+    if Tq and B * H:
+        kn.nac_topk_blocks[(-(-Tq // bq), B * H)](q, k, qpos, kmask, cent, block_ok, idx, valid, H, Tq, Tk, d, K, bs,
+                                                  nb, n_other, HAS_MASK=key_mask is not None, CAUSAL=bool(causal),
+                                                  BLOCK_Q=bq, KP=_pow2(K), MP=_pow2(n_other), DP=_pow2(d))
+    return idx, valid.bool()
+
+
 def pair_attention(q_half: Tensor, k_half: Tensor, v: Tensor, idx: Tensor, valid: Tensor,
                    backbone: tuple[Tensor, ...], q_times: Tensor | None, k_times: Tensor | None,
                    mode: str, delta_t: float, eps: float, euler_steps: int, block_q: int | None = None) -> Tensor:
@@ -282,4 +373,4 @@ def pair_attention(q_half: Tensor, k_half: Tensor, v: Tensor, idx: Tensor, valid
 
 
 __all__ = ["BACKEND_MODES", "BLOCK_Q", "INSTALL_HINT", "TritonPairAttention", "applies", "installed", "interpreted",
-           "kernels", "mode", "pair_attention", "set_mode", "use_triton"]
+           "kernels", "mode", "pair_attention", "set_mode", "topk_blocks", "topk_exact", "use_triton"]
