@@ -362,6 +362,57 @@ def topk_blocks(q: Tensor, k: Tensor, K: int, qpos: Tensor, key_mask: Tensor | N
     return idx, valid.bool()
 
 
+def compile_kernels(arch: int = 90, modes: tuple[str, ...] = ("steady", "exact", "euler"), with_times=(True, False),
+                    selectors: tuple[bool, ...] = (True, False)) -> list[str]:
+    """Compile the kernels ahead of time for an NVIDIA GPU of compute capability ``arch`` (90: H100)
+    down to its machine code (cubin), with Triton's bundled ptxas: no GPU or driver needed, so a
+    CPU machine can check that the compiled (not interpreted) kernels build. Representative sizes:
+    K = 8, d = 8, the default backbone (16-wide tiles). Needs ``TRITON_INTERPRET`` unset when triton
+    was first imported.
+
+    Args:
+        arch: compute capability as an int (80: A100, 90: H100/H200).
+        modes: the ODE modes whose forward and backward to build.
+        with_times: build them with timestamps (True) and/or without (False).
+        selectors: causal values to build both selectors with.
+
+    Returns:
+        one line per compiled kernel: its name and constants.
+
+    Raises:
+        RuntimeError: under Triton's interpreter. ImportError: triton not installed.
+        triton.CompilationError (or the backend's error): a kernel that does not build.
+    """
+    kn = kernels()
+    if interpreted():
+        raise RuntimeError("compile_kernels needs TRITON_INTERPRET unset when triton is first imported")
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    target = GPUTarget("cuda", int(arch), 32)
+    types = {n: "*fp32" for n in ("qh", "kh", "v", "wc", "bc", "wm", "bm", "wh", "bh", "out", "dout", "dqh", "dkh",
+                                  "dv", "dw_part", "q", "k", "cent")}
+    types.update(ix="*i32", qt="*fp64", kt="*fp64", delta_t="fp32", eps="fp32", qpos="*i64", kmask="*i8",
+                 block_ok="*i8", idx_out="*i64", valid_out="*i8")
+    jobs = []
+    for m in modes:
+        for has_t in with_times:
+            const = dict(HAS_T=has_t, MODE=kn.MODE_IDS[m], BLOCK_Q=BLOCK_Q, KP=8, NIP=16, NCP=16, NMP=16, DP=8)
+            jobs += [(kn.nac_pair_fwd, const), (kn.nac_pair_bwd, const)]
+    for causal in selectors:
+        const = dict(HAS_MASK=True, CAUSAL=causal, BLOCK_Q=BLOCK_Q, KP=8, DP=8)
+        jobs += [(kn.nac_topk_exact, const), (kn.nac_topk_blocks, dict(const, MP=2))]
+    done = []
+    for fn, const in jobs:
+        sig = {n: "constexpr" if n in const else types.get(n, "i32") for n in fn.arg_names}
+        compiled = triton.compile(ASTSource(fn, sig, const), target=target)
+        if "cubin" not in compiled.asm:
+            raise RuntimeError(f"{fn.__name__} {const}: no cubin")
+        done.append(f"{fn.__name__} {const}")
+    return done
+
+
 def pair_attention(q_half: Tensor, k_half: Tensor, v: Tensor, idx: Tensor, valid: Tensor,
                    backbone: tuple[Tensor, ...], q_times: Tensor | None, k_times: Tensor | None,
                    mode: str, delta_t: float, eps: float, euler_steps: int, block_q: int | None = None) -> Tensor:
@@ -372,5 +423,6 @@ def pair_attention(q_half: Tensor, k_half: Tensor, v: Tensor, idx: Tensor, valid
                                      euler_steps, block_q)
 
 
-__all__ = ["BACKEND_MODES", "BLOCK_Q", "INSTALL_HINT", "TritonPairAttention", "applies", "installed", "interpreted",
+__all__ = ["BACKEND_MODES", "BLOCK_Q", "INSTALL_HINT", "TritonPairAttention", "applies", "compile_kernels",
+           "installed", "interpreted",
            "kernels", "mode", "pair_attention", "set_mode", "topk_blocks", "topk_exact", "use_triton"]
