@@ -4,9 +4,11 @@ On the CPU they run in Triton's interpreter (``TRITON_INTERPRET=1``, set below b
 imported when no GPU is there) at small sizes: outputs and the gradients w.r.t. the input and every
 parameter are compared in float32 for each ODE mode and selector, with and without timestamps and
 key masks, causal and not, at T = 1, T not a multiple of the query block, K not a power of two and a
-query without any valid key; the streaming step, the dispatch switch and the errors are tested too.
-The ``cuda`` suite (``pytest -m cuda``) runs the same comparisons with the compiled kernels on a GPU,
-and is skipped without one. Without triton installed only the import/fallback test runs.
+query without any valid key; both selectors' kernels are compared with the torch selectors (the
+sets of kept keys); the streaming step, the dispatch switch and the errors are tested too. A
+subprocess without the interpreter builds the kernels to sm_90 machine code (no GPU needed). The
+``cuda`` suite (``pytest -m cuda``) runs the same comparisons with the compiled kernels on a GPU,
+and is skipped without one. Without triton installed only the import/fallback tests run.
 """
 
 from __future__ import annotations
