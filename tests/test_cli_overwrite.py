@@ -30,6 +30,7 @@ CASES = [
     ("bench soak --out", ["bench", "soak", "--steps", "10", "--out", "{f}"]),
     ("compare --json", ["compare", "--report-only", "--out", "{d}/cmp", "--json", "{f}"]),
     ("bench nac --json", ["bench", "nac", "--json", "{f}"]),
+    ("bench train --json", ["bench", "train", "--device", "cpu", "--json", "{f}"]),
     ("plot-traces --out", ["plot-traces", "{d}/traces.npz", "--out", "{f}"]),
     ("wiring --out", ["wiring", "--out", "{f}"]),
     ("convert-policy DST", ["convert-policy", "nac.pt", "{f}"]),

@@ -1,4 +1,4 @@
-"""The options of ``agent bench nac|drive|bridge|rollouts|soak``: one frozen dataclass per benchmark,
+"""The options of ``agent bench nac|drive|bridge|rollouts|soak|train``: one frozen dataclass per benchmark,
 parsed by tyro as subcommands (:data:`BENCHES`).
 
 Every value is checked once: each field in ``__post_init__`` (tyro reports a bad one and exits with
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from agent.train.config import ConfigError
+from agent.train.config import ConfigError, check_device
 from envs.tracks import EVAL_SEED_BASE
 
 
@@ -243,7 +243,72 @@ class BenchSoak:
         return self
 
 
-#: the benchmarks, by subcommand name
-BENCHES = {"nac": BenchNac, "drive": BenchDrive, "bridge": BenchBridge, "rollouts": BenchRollouts, "soak": BenchSoak}
+@dataclass(frozen=True)
+class BenchTrain:
+    """Training throughput: frames/s of agent train's loop beside the pure compute rate of its step.
 
-__all__ = ["BENCHES", "BenchBridge", "BenchDrive", "BenchNac", "BenchRollouts", "BenchSoak"]
+    The CarRacing default policy trains on a synthetic set of --frames random uint8 frames (in memory,
+    no files). loop: agent train's own loop (its batch path, --data, and its step) for --steps steps
+    after --warmup; compute: the same step (forward, backward, clipping, AdamW) repeated on one batch
+    already on the device. Prints both in frames/s, their ratio, the device, torch version, threads and
+    batch size; on cuda the device is synchronised before each clock reading.
+    """
+
+    device: str = "auto"
+    """torch device: auto (cuda when there is one), cpu, cuda, cuda:N"""
+    frames: int = 20_000
+    """frames in the synthetic training set (27.6 KB each, held in memory, and on the device with --data device)"""
+    steps: int = 50
+    """timed training steps per measurement"""
+    warmup: int = 10
+    """untimed steps before each measurement"""
+    batch_frames: int = 256
+    """frames per batch (agent train's --train.batch-frames; windows per batch = this // T)"""
+    threads: tuple[int, ...] = (0, 1)
+    """torch CPU thread counts, one set of rows each (0: torch's default count)"""
+    data: tuple[Literal["auto", "device", "loader"], ...] = ("auto",)
+    """the batch paths to time (agent train's --train.batches): auto, device, loader"""
+    workers: int = 0
+    """the loader's worker processes (agent train's --workers)"""
+    core: str | None = None
+    """temporal core (default: CarRacing's, nac-steady)"""
+    seed: int = 0
+    """seed of the synthetic data, the weights and the shuffle"""
+    json: str | None = None
+    """also write the rows as JSON here"""
+    overwrite: bool = False
+    """replace an existing --json file"""
+
+    def __post_init__(self):
+        check_device(self.device, workers=self.workers)
+        _need(self.frames >= 1 and self.steps >= 1 and self.warmup >= 0 and self.batch_frames >= 1,
+              f"--frames, --steps and --batch-frames must be >= 1 and --warmup >= 0, got {self.frames}, {self.steps}, "
+              f"{self.batch_frames} and {self.warmup}")
+        _need(bool(self.threads) and min(self.threads) >= 0, f"--threads must be counts >= 0 (0: torch's default), "
+                                                             f"got {list(self.threads)}")
+        _need(bool(self.data), "--data: give at least one of auto, device, loader")
+
+    def check(self) -> "BenchTrain":
+        """A CUDA device torch cannot see, an unknown core, a set smaller than one batch, an existing
+        ``--json``; returns self."""
+        from agent.nn.cores import CORES
+
+        _need(self.core is None or self.core in CORES, f"--core: unknown core {self.core!r}; choose one of "
+                                                       f"{', '.join(CORES)}")
+        if self.device.startswith("cuda"):
+            import torch
+
+            _need(torch.cuda.is_available(), f"--device {self.device}: torch {torch.__version__} sees no CUDA GPU on "
+                                             "this machine; use --device cpu")
+            index = int(self.device[5:]) if self.device.startswith("cuda:") else 0
+            _need(index < torch.cuda.device_count(), f"--device {self.device}: this machine has "
+                                                     f"{torch.cuda.device_count()} CUDA device(s)")
+        _check_json(self.json, self.overwrite)
+        return self
+
+
+#: the benchmarks, by subcommand name
+BENCHES = {"nac": BenchNac, "drive": BenchDrive, "bridge": BenchBridge, "rollouts": BenchRollouts, "soak": BenchSoak,
+           "train": BenchTrain}
+
+__all__ = ["BENCHES", "BenchBridge", "BenchDrive", "BenchNac", "BenchRollouts", "BenchSoak", "BenchTrain"]

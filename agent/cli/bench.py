@@ -1,4 +1,4 @@
-"""`agent bench nac|drive|bridge|rollouts|soak`: benchmarks that print figures.
+"""`agent bench nac|drive|bridge|rollouts|soak|train`: benchmarks that print figures.
 
 Each benchmark's options are a dataclass of :mod:`agent.bench.config`, a tyro subcommand.
 """
@@ -9,15 +9,16 @@ import tyro
 
 from agent.bench import nac as bench
 from agent.bench.bridge import bench_bridge, bench_bridge_policy, print_bridge_table
-from agent.bench.config import BENCHES, BenchBridge, BenchDrive, BenchNac, BenchRollouts, BenchSoak
+from agent.bench.config import BENCHES, BenchBridge, BenchDrive, BenchNac, BenchRollouts, BenchSoak, BenchTrain
 from agent.bench.drive import DisplayUnavailable, bench_drive, print_drive_table
 from agent.bench.rollouts import bench_rollouts, print_rollouts_table
 from agent.bench.soak import bench_soak, print_soak_report
+from agent.bench.train import bench_train, print_train_table
 from agent.cli.common import CLIError, write_json
-from agent.train.config import ConfigError
+from agent.train.config import ConfigError, torch_device
 
-DESCRIPTION = ("Benchmarks that print figures: the NAC layer, the live runner, the Udacity bridge, rollouts and the "
-               "memory of a long drive (soak).")
+DESCRIPTION = ("Benchmarks that print figures: the NAC layer, the live runner, the Udacity bridge, rollouts, the "
+               "memory of a long drive (soak) and the trainer's throughput (train).")
 
 
 def main(argv: list[str]) -> int:
@@ -74,5 +75,13 @@ def _soak(cfg: BenchSoak) -> dict:
     return report
 
 
+def _train(cfg: BenchTrain) -> list[dict]:
+    rows = bench_train(torch_device(cfg.device), cfg.frames, cfg.steps, cfg.warmup, cfg.threads, cfg.batch_frames,
+                       cfg.data, cfg.workers, cfg.core, cfg.seed)
+    print_train_table(rows)
+    return rows
+
+
 #: each benchmark's run: prints its table and returns its rows (soak: its report)
-RUN = {BenchNac: _nac, BenchDrive: _drive, BenchBridge: _bridge, BenchRollouts: _rollouts, BenchSoak: _soak}
+RUN = {BenchNac: _nac, BenchDrive: _drive, BenchBridge: _bridge, BenchRollouts: _rollouts, BenchSoak: _soak,
+       BenchTrain: _train}

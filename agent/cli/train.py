@@ -29,6 +29,7 @@ from agent.log import get_logger
 from agent.nn.cores import make_core
 from agent.nn.policy import DrivingPolicy, default_config
 from agent.train import distributed as ddp
+from agent.train.batches import DEVICE_SHARE
 from agent.train.bc import TrainConfig, report_metadata
 from agent.train.checkpoint import CHECKPOINT_NAME, CheckpointError, Checkpointer, load_checkpoint
 from agent.train.config import TrainRun, config_from_text, to_dict, torch_device
@@ -52,7 +53,9 @@ filled in) is written to RUN_DIR/config.toml and stored in the policy file.
 CarRacing frames are read from disk, memory-mapped: the first run on a recording writes its
 frames uncompressed (27.6 KB a frame) to a cache in $XDG_CACHE_HOME/nac-drive/carracing-frames
 (~/.cache/...; NAC_FRAME_CACHE=DIR puts it elsewhere), which later runs reuse until the
-recording changes. Deleting that folder is safe (it is rebuilt).
+recording changes. Deleting that folder is safe (it is rebuilt). On CUDA the training frames
+and labels are copied to the GPU once when they fit in --train.device-share of its free memory,
+and each batch is gathered there (--train.batches; else a pinned, prefetched DataLoader).
 
 Checkpoints: after every epoch and every DAgger round RUN_DIR/checkpoint.pt is rewritten
 atomically. After a Ctrl-C, a kill or a crash, `agent train --resume RUN_DIR` continues from it
@@ -277,7 +280,9 @@ def _train_config(run: TrainRun) -> TrainConfig:
                        dagger_beta=d.beta, dagger_beta_decay=d.beta_decay, dagger_disturb=d.disturb,
                        dagger_disturb_kinds=tuple(d.disturb_kinds), dagger_out=d.save_rounds,
                        dagger_seed=d.track_seed, dagger_max_steps=d.max_steps, dagger_edge_weight=d.edge_weight,
-                       dagger_edge_horizon=d.edge_horizon, class_weights=t.class_weights)
+                       dagger_edge_horizon=d.edge_horizon, class_weights=t.class_weights,
+                       batches=t.batches or "auto",
+                       device_share=t.device_share if t.device_share is not None else DEVICE_SHARE)
 
 
 def _policy_config(run: TrainRun, continuous: bool, core_options: dict | None):

@@ -87,6 +87,18 @@ def expert_stalls(frames: np.ndarray, prev: np.ndarray, targets: np.ndarray) -> 
     return still & stays
 
 
+def standstill_keep(height: int, width: int) -> np.ndarray:
+    """(height, width) bool: the pixels a synthetic standstill (:meth:`DemonstrationSource.standstill`)
+    keeps; False on the dashboard's speed bar and the speedometer region, which a car at rest shows
+    black (:func:`envs.carracing.speed_bar_columns`, :func:`envs.carracing.speedometer_region`)."""
+    keep = np.ones((height, width), bool)
+    c0, c1 = speed_bar_columns(width)
+    keep[height - dashboard_rows(height):, c0:c1] = False
+    top, bottom, left, right = speedometer_region(height, width)
+    keep[top:bottom, left:right] = False  # the speedometer at rest (masked for a "speed" student)
+    return keep
+
+
 class DemonstrationSource:
     """CarRacing episodes (:class:`agent.data.recordings.Demonstrations`) as window sequences.
 
@@ -208,22 +220,27 @@ class DemonstrationSource:
         Returns:
             None, or (frames (n, H, W, C) uint8, targets as given, prev (H, W, C) uint8).
         """
-        if self.standstills <= 0 or rng.random() >= self.standstills:
-            return None
-
         n = len(frames)
-        frame = np.array(frames[int(rng.integers(n))], copy=True)  # (H, W, C)
-        h, w = frame.shape[:2]
-        c0, c1 = speed_bar_columns(w)
-        frame[h - dashboard_rows(h):, c0:c1] = 0
-        top, bottom, left, right = speedometer_region(h, w)
-        frame[top:bottom, left:right] = 0  # the speedometer at rest (masked for a "speed" student)
+        k = self.standstill_pick(rng, n)
+        if k is None:
+            return None
+        frame = np.array(frames[k], copy=True)  # (H, W, C)
+        frame[~standstill_keep(*frame.shape[:2])] = 0  # speed bar and speedometer at rest
         targets = np.array(targets, copy=True)
         if targets.ndim == 2:
             targets[:, -1] = 1.0  # full throttle; the steering stays the recorded one
         else:
             targets[:] = CARRACING_GAS
         return np.repeat(frame[None], n, axis=0), targets, frame
+
+    def standstill_pick(self, rng: np.random.Generator, n: int) -> int | None:
+        """The draws of :meth:`standstill` for a window of ``n`` frames: None (no standstill, with
+        probability 1 - ``standstills``), or the index in [0, n) of the frame the standstill repeats.
+        Consumes ``rng`` exactly as :meth:`standstill` does (a device-side batch builder,
+        :mod:`agent.train.batches`, draws the same standstills from the same generators)."""
+        if self.standstills <= 0 or rng.random() >= self.standstills:
+            return None
+        return int(rng.integers(n))
 
     def split(self, val_fraction: float, seed: int) -> tuple["DemonstrationSource", "DemonstrationSource | None"]:
         """(train, validation) by episode: a random ``val_fraction`` of the episodes (at least one
@@ -479,4 +496,5 @@ class WindowDataset(Dataset):
         return item
 
 
-__all__ = ["CARRACING_GAS", "RELEASE_BYTES", "DemonstrationSource", "expert_stalls", "UdacitySource", "WindowDataset", "make_windows", "smooth_steering"]
+__all__ = ["CARRACING_GAS", "RELEASE_BYTES", "DemonstrationSource", "expert_stalls", "UdacitySource", "WindowDataset",
+           "make_windows", "smooth_steering", "standstill_keep"]

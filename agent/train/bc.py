@@ -36,7 +36,6 @@ from typing import Callable
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
 
 from agent.actors.perturb import DisturbanceConfig
 from agent.data.windows import WindowDataset
@@ -44,6 +43,7 @@ from agent.eval.offline import score_stream
 from agent.log import get_logger, progress
 from agent.nn.policy import DrivingPolicy, PolicyConfig
 from agent.train import distributed as ddp
+from agent.train.batches import BATCH_PATHS, DEVICE_SHARE, TrainBatches, to_device
 from agent.train.distributed import DistContext
 from envs.tracks import DAGGER_SEED_BASE
 
@@ -64,6 +64,12 @@ class TrainConfig:
         val_fraction: the share held out for validation (episodes; Udacity: each recording's last rows).
         seed: weights, split, batches and augmentation.
         device: torch device. workers: DataLoader worker processes (0: load in the main process).
+        batches: where the training batches are built (:mod:`agent.train.batches`): "device" (the
+            frames copied to the device once, windows gathered there), "loader" (the DataLoader;
+            pinned and prefetched on CUDA) or "auto" ("device" on CUDA when the data fit in
+            ``device_share`` of the free GPU memory, else "loader"; "loader" on the CPU). Either gives
+            the same batches for a seed.
+        device_share: the share of the free GPU memory, in (0, 1], that "auto" lets the data take.
         time_limit_s: stop after the epoch that crosses this many seconds (None: no limit).
         dagger_*: see :mod:`agent.train.dagger` (CarRacing only); ``dagger_edge_weight`` and
             ``dagger_edge_horizon`` (steps): :func:`agent.train.dagger.edge_weights`.
@@ -74,7 +80,8 @@ class TrainConfig:
 
     Raises:
         ValueError: a setting out of range (epochs < 0, batch_frames < 1, an unknown schedule,
-            lr <= 0, workers < 0, class weights that are negative, not finite or all 0).
+            lr <= 0, workers < 0, class weights that are negative, not finite or all 0, an unknown
+            ``batches``, ``device_share`` outside (0, 1]).
     """
 
     epochs: int = 8
@@ -101,8 +108,14 @@ class TrainConfig:
     dagger_edge_weight: float = 1.0
     dagger_edge_horizon: int = 10
     class_weights: tuple[float, ...] | None = None
+    batches: str = "auto"
+    device_share: float = DEVICE_SHARE
 
     def __post_init__(self):
+        if self.batches not in BATCH_PATHS:
+            raise ValueError(f"batches must be one of {', '.join(BATCH_PATHS)}, got {self.batches!r}")
+        if not 0.0 < self.device_share <= 1.0:
+            raise ValueError(f"device_share must be in (0, 1], got {self.device_share}")
         if self.class_weights is not None:
             w = np.asarray(self.class_weights, dtype=np.float64)
             if w.ndim != 1 or not len(w) or not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
@@ -231,6 +244,68 @@ def _class_weight_table(head, class_weights, device) -> torch.Tensor | None:
     return torch.tensor(class_weights, dtype=torch.float32, device=device)
 
 
+def make_optimizer(policy: DrivingPolicy, cfg: TrainConfig, steps: int):
+    """(AdamW, its learning-rate schedule, the schedule's length in steps) for about ``steps`` steps.
+
+    The schedule is ``cfg.schedule`` over ``max(1, steps + 1)`` steps: one-cycle (peak ``cfg.lr``,
+    15 % warm-up) or cosine (to ``cfg.lr / 20``); :func:`train_step` stops stepping it at its end.
+    """
+    opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    total_steps = max(1, steps + 1)
+    if cfg.schedule == "onecycle":
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=total_steps, pct_start=0.15)
+    else:
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total_steps, eta_min=cfg.lr / 20)
+    return opt, sched, total_steps
+
+
+def train_step(model, policy: DrivingPolicy, batch: dict, opt, sched, total_steps: int, grad_clip: float,
+               class_weights: torch.Tensor | None = None, distributed: bool = False) -> tuple[torch.Tensor | None, int]:
+    """One optimisation step of :func:`fit` on ``batch`` (tensors already on the policy's device).
+
+    Args:
+        model: ``policy`` or its ``DistributedDataParallel`` wrapper (called for the outputs).
+        batch: ``obs`` (B, T, H, W, C) uint8, ``t`` (B, T) seconds, ``mask`` (B, T) bool, ``target``,
+            optionally ``prev`` (B, H, W, C) uint8, ``learn`` (B, T) bool, ``weight`` (B, T) float32,
+            and ``counted`` (int: the positions the loss counts, known on the host; else counted on
+            the device, which waits for it) (:mod:`agent.train.batches`).
+        opt, sched, total_steps: from :func:`make_optimizer`; the schedule steps while
+            ``sched.last_epoch + 1 < total_steps``.
+        grad_clip: the gradients' max norm. class_weights: (K,) float or None.
+        distributed: a data-parallel step: a batch without counted positions still joins the
+            gradient all-reduce with a zero loss.
+
+    Returns:
+        (the loss, a detached 0-dim tensor on the device, the counted positions), or (None, 0) when
+        the batch counts no position (no step taken).
+    """
+    mask = batch["mask"]
+    out = model(batch["obs"], batch["t"], mask, prev=batch.get("prev"))  # (B, T, A); prev: motion channels
+    counted = _loss_mask(policy, mask)
+    if "learn" in batch:  # the source's own exclusions (the expert's stalls, --skip-stalls)
+        counted = counted & batch["learn"]
+    n = batch.get("counted")
+    n = int(counted.sum()) if n is None else int(n)
+    if not n:
+        if not distributed:
+            return None, 0
+        # every rank must join each step's gradient all-reduce: a zero loss adds zero gradients
+        loss = out.sum() * 0.0
+    else:
+        weight = batch.get("weight")  # (B, T): edge weights
+        target = batch["target"]
+        if class_weights is not None:
+            weight = class_frame_weights(target, class_weights, weight)
+        loss = policy.head.loss(out, target, counted, weight)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(policy.parameters(), grad_clip)
+    opt.step()
+    if sched.last_epoch + 1 < total_steps:
+        sched.step()
+    return loss.detach(), n
+
+
 def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epochs: int, report: TrainReport,
         tb=None, tag: str = "bc", epoch_offset: int = 0, t_start: float | None = None,
         dist: DistContext | None = None, resume: dict | None = None,
@@ -274,25 +349,23 @@ def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epoch
         # broadcasts rank 0's weights now and averages the gradients in backward()
         model = DistributedDataParallel(policy, device_ids=[device.index] if device.type == "cuda" else None)
         bsz = ddp.shard_batch_size(bsz, dist)  # this rank's windows per step
-        loader = None  # one per epoch (ddp.epoch_loader), after the dataset recuts its windows
+        batches = None  # one loader per epoch (ddp.epoch_loader), after the dataset recuts its windows
+        if cfg.batches == "device":
+            raise ValueError("batches device is for one-process runs; under torchrun each rank loads its shard "
+                             "(batches auto or loader)")
     else:
-        loader = DataLoader(dataset, batch_size=bsz, shuffle=True, num_workers=cfg.workers,
-                            generator=torch.Generator().manual_seed(cfg.seed + epoch_offset), drop_last=False)
-    opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    per_rank = len(dataset) * 1.1 / dist.world_size  # border shuffles change the count a little
-    total_steps = max(1, epochs * math.ceil(per_rank / bsz) + 1)
-    if cfg.schedule == "onecycle":
-        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=total_steps, pct_start=0.15)
-    else:
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total_steps, eta_min=cfg.lr / 20)
+        batches = TrainBatches(dataset, bsz, device, cfg.seed + epoch_offset, cfg.workers, cfg.batches,
+                               cfg.device_share, causal=policy.core.causal)
+        log.info("%s training batches: %s", tag, batches.describe())
+    opt, sched, total_steps = make_optimizer(policy, cfg, epochs * math.ceil(len(dataset) * 1.1 / dist.world_size / bsz))
     best_state, best = None, float("nan")  # the best of THIS call (a DAgger round starts afresh)
     start, stopped = 0, False
     if resume is not None:  # a checkpoint of this call after epoch `epochs_done`
         policy.load_state_dict(resume["model"])
         opt.load_state_dict(resume["optimizer"])
         sched.load_state_dict(resume["scheduler"])
-        if loader is not None:
-            loader.generator.set_state(resume["generator"])
+        if batches is not None:
+            batches.generator.set_state(resume["generator"])
         best_state, best = resume["best_state"], float(resume["best"])
         start, stopped = int(resume["epochs_done"]), bool(resume["stopped"])
     t_start = t_start if t_start is not None else time.time()
@@ -302,39 +375,23 @@ def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epoch
         dataset.set_epoch(n_epoch)
         if dist.distributed:
             loader = ddp.epoch_loader(dataset, bsz, dist, cfg.seed + epoch_offset, n_epoch, cfg.workers)
+            epoch_batches = (to_device(b, device) for b in loader)
+        else:
+            epoch_batches = batches
         policy.train()
-        total, seen = 0.0, 0
-        bar = progress(loader, desc=f"{tag} epoch {epoch + 1}/{epochs}", unit="batch", leave=False,
-                       disable=not dist.is_main)
+        total, seen = torch.zeros((), dtype=torch.float64, device=device), 0  # the loss summed on the device
+        bar = progress(epoch_batches, desc=f"{tag} epoch {epoch + 1}/{epochs}", unit="batch", leave=False,
+                       disable=not dist.is_main, total=len(batches) if batches is not None else len(loader))
         for batch in bar:
-            mask = batch["mask"].to(device)
-            prev = batch["prev"].to(device) if "prev" in batch else None  # (B, H, W, C): motion channels
-            out = model(batch["obs"].to(device), batch["t"].to(device), mask, prev=prev)  # (B, T, A)
-            counted = _loss_mask(policy, mask)
-            if "learn" in batch:  # the source's own exclusions (the expert's stalls, --skip-stalls)
-                counted = counted & batch["learn"].to(device)
-            if not bool(counted.any()):
-                if not dist.distributed:
-                    continue
-                # every rank must join each step's gradient all-reduce: a zero loss adds zero gradients
-                loss = out.sum() * 0.0
-            else:
-                weight = batch["weight"].to(device) if "weight" in batch else None  # (B, T): edge weights
-                target = batch["target"].to(device)
-                if class_weights is not None:
-                    weight = class_frame_weights(target, class_weights, weight)
-                loss = head.loss(out, target, counted, weight)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
-            opt.step()
-            if sched.last_epoch + 1 < total_steps:
-                sched.step()
-            n = int(counted.sum())
-            total, seen = total + loss.item() * n, seen + n
-            bar.set_postfix(loss=f"{total / max(seen, 1):.4f}")
+            loss, n = train_step(model, policy, batch, opt, sched, total_steps, cfg.grad_clip, class_weights,
+                                 dist.distributed)
+            if loss is None:
+                continue
+            total, seen = total + loss.double() * n, seen + n  # as loss.item() * n in float64, without waiting
+            if not bar.disable:
+                bar.set_postfix(loss=f"{float(total) / max(seen, 1):.4f}")
         bar.close()
-        total, seen = ddp.all_reduce_sums(dist, total, seen)  # the loss over every rank's frames
+        total, seen = ddp.all_reduce_sums(dist, float(total), seen)  # the loss over every rank's frames
         if dist.distributed:
             val, _ = ddp.score_stream_sharded(policy, val_source, dist) if val_source is not None else (float("nan"), 0)
         else:
@@ -358,8 +415,8 @@ def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epoch
         if on_epoch is not None:
             on_epoch({"epochs_done": epoch + 1, "stopped": stop, "model": policy.state_dict(),
                       "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-                      "generator": loader.generator.get_state() if loader is not None and not dist.distributed
-                      else None, "best_state": best_state, "best": best})
+                      "generator": batches.generator.get_state() if batches is not None else None,
+                      "best_state": best_state, "best": best})
         if stop:
             log.info("time limit of %.0f s reached after epoch %d; stopping", cfg.time_limit_s, epoch + 1)
             break
@@ -378,4 +435,4 @@ def report_metadata(report: TrainReport, **extra) -> dict:
 
 
 __all__ = ["EpochMetrics", "SCHEDULES", "TRAIN_DEFAULTS", "TrainConfig", "TrainReport", "class_frame_weights", "fit",
-           "hparams_text", "report_metadata", "run_name"]
+           "hparams_text", "make_optimizer", "report_metadata", "run_name", "train_step"]

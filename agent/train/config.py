@@ -38,6 +38,7 @@ import dacite
 from agent.experts.rules import TeacherRules
 from agent.nn.cores import CORES
 from agent.nn.policy import default_config, default_core_kwargs
+from agent.train.batches import BATCH_PATHS
 from agent.train.bc import SCHEDULES, TRAIN_DEFAULTS
 from envs.tracks import DAGGER_SEED_BASE, EVAL_SEED_BASE
 
@@ -131,8 +132,19 @@ class TrainSection:
     """stop after the epoch that crosses this many minutes"""
     tensorboard: str = "runs/train"
     """TensorBoard root folder ('' for none)"""
+    batches: Literal["auto", "device", "loader"] | None = None
+    """where training batches are built: device (carracing: the uint8 frames and labels copied to the GPU once, each
+    batch gathered and masked there), loader (a DataLoader with --workers; pinned and prefetched on cuda) or auto
+    (default: device on cuda when the data fit in device_share of the free GPU memory, else loader; loader on cpu);
+    the same batches either way"""
+    device_share: float | None = None
+    """share of the free GPU memory that batches auto lets the training data take, in (0, 1] (default 0.5)"""
 
     def __post_init__(self):
+        _need(self.batches is None or self.batches in BATCH_PATHS,
+              f"train.batches: choose one of {', '.join(BATCH_PATHS)}, got {self.batches!r}")
+        _need(self.device_share is None or (_finite(self.device_share) and 0.0 < self.device_share <= 1.0),
+              f"train.device_share must be a share in (0, 1], got {self.device_share}")
         _need(self.epochs is None or self.epochs >= 0, f"train.epochs must be >= 0, got {self.epochs}")
         _need(self.batch_frames is None or self.batch_frames >= 1,
               f"train.batch_frames must be >= 1, got {self.batch_frames}")
@@ -414,6 +426,9 @@ class TrainRun:
             wrong += [f"train.{k}" for k in ("skip_stalls", "standstills", "class_weights")
                       if getattr(self.train, k) != getattr(TrainSection(), k) and k != "class_weights"]
             wrong += [f"policy.{k}" for k in ("dashboard", "motion") if getattr(self.policy, k) is not None]
+        _need(self.env == "carracing" or self.train.batches != "device",
+              "train.batches device holds CarRacing frames on the device; Udacity windows are augmented per window on "
+              "the host: use train.batches auto or loader")
         other = "udacity" if self.env == "carracing" else "carracing"
         _need(not wrong, f"{', '.join(wrong)} only apply to env {other!r}, and env is {self.env!r}")
         d = self.dagger
