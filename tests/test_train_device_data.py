@@ -179,6 +179,21 @@ def test_training_on_either_path_gives_the_weights_of_the_loop_before():
     assert any(not torch.equal(ref_state[k], other[k]) for k in ref_state)
 
 
+def test_one_ahead_keeps_every_batch_in_order_and_takes_the_next_first():
+    taken = []
+
+    def source():
+        for i in range(4):
+            taken.append(i)
+            yield i
+
+    got = []
+    for b in tb.one_ahead(source()):
+        got.append(b)
+        assert taken[-1] == min(b + 1, 3)  # the next batch was taken before this one is used
+    assert got == [0, 1, 2, 3] and list(tb.one_ahead(iter([]))) == []
+
+
 def test_auto_takes_the_device_on_cuda_when_the_data_fit(monkeypatch):
     source = _source()
     need = tb.data_bytes(source)

@@ -308,18 +308,22 @@ class TrainBatches:
             for indices in self.loader:
                 yield self.windows.batch(self.dataset, indices)
             return
-        if self.device.type != "cuda":
-            for batch in self.loader:
-                yield to_device(batch, self.device)
-            return
-        ahead = None  # the next batch, its copy queued while the current one trains
-        for batch in self.loader:
-            batch = to_device(batch, self.device)
-            if ahead is not None:
-                yield ahead
-            ahead = batch
-        if ahead is not None:
+        moved = (to_device(batch, self.device) for batch in self.loader)
+        yield from one_ahead(moved) if self.device.type == "cuda" else moved
+
+
+def one_ahead(batches):
+    """``batches`` in order, each yielded only once the next one has been taken: with
+    :func:`to_device` from pinned memory the next batch's copy is queued before the current
+    batch trains, so the two overlap."""
+    ahead, have = None, False
+    for batch in batches:
+        if have:
             yield ahead
+        ahead, have = batch, True
+    if have:
+        yield ahead
 
 
-__all__ = ["BATCH_PATHS", "DEVICE_SHARE", "DeviceWindows", "TrainBatches", "choose_path", "data_bytes", "to_device"]
+__all__ = ["BATCH_PATHS", "DEVICE_SHARE", "DeviceWindows", "TrainBatches", "choose_path", "data_bytes", "one_ahead",
+           "to_device"]

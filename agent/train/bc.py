@@ -4,8 +4,9 @@ Read top to bottom (CleanRL style; docs/design.md section 6):
 
 1. the data: a source of sequences (CarRacing episodes or Udacity session segments,
    :mod:`agent.data.windows`) is split for validation (by episode; Udacity: the last block of each
-   recording) and cut into windows of T frames, a ``DataLoader`` batches them (augmentation runs in
-   its workers, ``--workers``);
+   recording) and cut into windows of T frames, batched by :class:`agent.train.batches.TrainBatches`:
+   on the device from frames copied there once (CUDA, when they fit), or by a ``DataLoader``
+   (augmentation runs in its workers, ``--workers``; pinned and prefetched on CUDA);
 2. the policy (:class:`agent.nn.policy.DrivingPolicy`) predicts the target at EVERY position of a
    window (its core is causal, so position i sees frames <= i: T targets for the price of T
    features passes; early positions train the short context that starts a drive). A non-causal
@@ -17,8 +18,9 @@ Read top to bottom (CleanRL style; docs/design.md section 6):
    best checkpoint by that metric's direction (higher accuracy, lower MSE) is kept.
 
 TensorBoard (``runs/<run name>``, the name holds env, core, seed and time): ``losses/train``,
-``losses/val_<metric>``, ``charts/lr``, ``charts/epoch_seconds``, and the hyper-parameters as
-text. DAgger (:mod:`agent.train.dagger`) sits on top of :func:`fit`; :func:`agent.train.run.train` runs
+``losses/val_<metric>``, ``charts/lr``, ``charts/epoch_seconds``, ``charts/train_frames_per_s`` (window
+positions trained on per second of the epoch's training loop, this rank's), and the hyper-parameters
+as text. DAgger (:mod:`agent.train.dagger`) sits on top of :func:`fit`; :func:`agent.train.run.train` runs
 behaviour cloning, then DAgger.
 
 Under ``torchrun`` (:mod:`agent.train.distributed`) the same loop runs data-parallel: each rank
@@ -380,9 +382,11 @@ def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epoch
             epoch_batches = batches
         policy.train()
         total, seen = torch.zeros((), dtype=torch.float64, device=device), 0  # the loss summed on the device
+        frames = 0  # window positions trained on (padding included): the loop's throughput
         bar = progress(epoch_batches, desc=f"{tag} epoch {epoch + 1}/{epochs}", unit="batch", leave=False,
                        disable=not dist.is_main, total=len(batches) if batches is not None else len(loader))
         for batch in bar:
+            frames += batch["mask"].numel()
             loss, n = train_step(model, policy, batch, opt, sched, total_steps, cfg.grad_clip, class_weights,
                                  dist.distributed)
             if loss is None:
@@ -391,6 +395,9 @@ def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epoch
             if not bar.disable:
                 bar.set_postfix(loss=f"{float(total) / max(seen, 1):.4f}")
         bar.close()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        train_seconds = time.time() - t0
         total, seen = ddp.all_reduce_sums(dist, float(total), seen)  # the loss over every rank's frames
         if dist.distributed:
             val, _ = ddp.score_stream_sharded(policy, val_source, dist) if val_source is not None else (float("nan"), 0)
@@ -402,13 +409,15 @@ def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epoch
         if improved or val_source is None:
             best, best_state = val, copy.deepcopy(policy.state_dict())
             report.best_metric, report.best_epoch = val, n_epoch
-        log.info("%s epoch %d/%d: train loss %.4f  held-out %s %.4f%s  (%.0f s)", tag, epoch + 1, epochs, m.train_loss,
-                 head.metric, val, "  (best)" if improved else "", m.seconds)
+        log.info("%s epoch %d/%d: train loss %.4f  held-out %s %.4f%s  (%.0f s; training %.0f frames/s)", tag, epoch + 1,
+                 epochs, m.train_loss, head.metric, val, "  (best)" if improved else "", m.seconds,
+                 frames / max(train_seconds, 1e-9))
         if tb is not None:
             tb.add_scalar("losses/train", m.train_loss, n_epoch)
             tb.add_scalar(f"losses/val_{head.metric}", val, n_epoch)
             tb.add_scalar("charts/lr", sched.get_last_lr()[0], n_epoch)
             tb.add_scalar("charts/epoch_seconds", m.seconds, n_epoch)
+            tb.add_scalar("charts/train_frames_per_s", frames / max(train_seconds, 1e-9), n_epoch)
         # rank 0's clock decides, so that every rank stops after the same epoch
         stop = ddp.any_rank(dist, dist.is_main and cfg.time_limit_s is not None and
                             time.time() - t_start > cfg.time_limit_s) and epoch + 1 < epochs
