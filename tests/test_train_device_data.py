@@ -82,7 +82,7 @@ def test_device_batches_are_the_loaders_batches(kind, previous, causal):
     assert (loader.path, device.path) == ("loader", "device")
     assert len(got) == len(expected) > 3
     for b, (want, have) in enumerate(zip(expected, got)):
-        counted = have.pop("counted")
+        counted, loader_counted = have.pop("counted"), want.pop("counted")
         assert sorted(have) == sorted(want), f"batch {b}: keys"
         for k in want:
             assert have[k].dtype == want[k].dtype and have[k].shape == want[k].shape, f"batch {b} {k}"
@@ -90,7 +90,7 @@ def test_device_batches_are_the_loaders_batches(kind, previous, causal):
         # the host's count of the positions the loss counts is the device's
         policy_core = type("Core", (), {"causal": causal})
         mask = _loss_mask(type("P", (), {"core": policy_core})(), want["mask"]) & want["learn"]
-        assert counted == int(mask.sum())
+        assert counted == loader_counted == int(mask.sum())
     cat = {k: torch.cat([b[k].flatten() for b in expected]) for k in ("mask", "learn")}
     if SOURCES[kind].get("skip_stalls"):
         assert not bool(cat["learn"][cat["mask"]].all()), "the fixture's stalls are left out of the loss"

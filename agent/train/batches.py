@@ -250,6 +250,28 @@ def _as_list(indices: list) -> list:
     return indices
 
 
+def counted_positions(mask: torch.Tensor, learn: torch.Tensor | None, causal: bool) -> int:
+    """The positions a batch's loss counts, as :func:`agent.train.bc.train_step` counts them: every
+    real position (``mask`` (B, T) bool) of a causal core, else each window's last real one; and of
+    those only the ones ``learn`` (B, T) bool keeps. Meant for host tensors (no device to wait for)."""
+    if causal:
+        counted = mask
+    else:  # agent.train.bc._loss_mask
+        last = mask.long().cumsum(1).argmax(1)
+        counted = torch.zeros_like(mask)
+        counted[torch.arange(len(mask)), last] = True
+        counted = counted & mask
+    if learn is not None:
+        counted = counted & learn
+    return int(counted.sum())
+
+
+def with_count(batch: dict, causal: bool) -> dict:
+    """A loader's batch (host tensors) with ``counted`` (:func:`counted_positions`) added."""
+    batch["counted"] = counted_positions(batch["mask"], batch.get("learn"), causal)
+    return batch
+
+
 def to_device(batch: dict, device: torch.device) -> dict:
     """``batch`` with every tensor on ``device`` (``non_blocking``: from pinned memory the copy
     overlaps the work queued before it; on the same device the tensors themselves)."""
@@ -260,7 +282,8 @@ class TrainBatches:
     """One epoch after another of training batches on the device, by either path (module docstring).
 
     Iterate it once per epoch, after ``dataset.set_epoch(epoch)``; every batch is a dict of device
-    tensors as :meth:`DeviceWindows.batch` describes (the ``loader`` path gives no ``counted``).
+    tensors as :meth:`DeviceWindows.batch` describes, ``counted`` included (on the ``loader`` path
+    counted on the host before the copy, :func:`counted_positions`).
 
     Args:
         dataset: the training windows (:class:`agent.data.windows.WindowDataset`).
@@ -281,7 +304,7 @@ class TrainBatches:
 
     def __init__(self, dataset: WindowDataset, batch_size: int, device: torch.device | str, seed: int,
                  workers: int = 0, mode: str = "auto", share: float = DEVICE_SHARE, causal: bool = True):
-        self.dataset, self.device = dataset, torch.device(device)
+        self.dataset, self.device, self.causal = dataset, torch.device(device), causal
         self.path, self.reason = choose_path(dataset.source, self.device, mode, share)
         self.generator = torch.Generator().manual_seed(seed)
         self.windows = None
@@ -308,7 +331,7 @@ class TrainBatches:
             for indices in self.loader:
                 yield self.windows.batch(self.dataset, indices)
             return
-        moved = (to_device(batch, self.device) for batch in self.loader)
+        moved = (to_device(with_count(batch, self.causal), self.device) for batch in self.loader)
         yield from one_ahead(moved) if self.device.type == "cuda" else moved
 
 
@@ -325,5 +348,5 @@ def one_ahead(batches):
         yield ahead
 
 
-__all__ = ["BATCH_PATHS", "DEVICE_SHARE", "DeviceWindows", "TrainBatches", "choose_path", "data_bytes", "one_ahead",
-           "to_device"]
+__all__ = ["BATCH_PATHS", "DEVICE_SHARE", "DeviceWindows", "TrainBatches", "choose_path", "counted_positions",
+           "data_bytes", "one_ahead", "to_device", "with_count"]
