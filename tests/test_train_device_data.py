@@ -63,14 +63,27 @@ SOURCES = {
 }
 
 
-def _batches(source, mode, previous=True, causal=True, epochs=(1, 2, 3), seed=5, bsz=3):
+def _batches(source, mode, previous=True, causal=True, epochs=(1, 2, 3), seed=5, bsz=3, device="cpu", workers=0):
     dataset = WindowDataset(source, 4, shuffle_borders=True, seed=seed, previous=previous)
-    batches = tb.TrainBatches(dataset, bsz, "cpu", seed, mode=mode, causal=causal)
+    batches = tb.TrainBatches(dataset, bsz, device, seed, workers=workers, mode=mode, causal=causal)
     out = []
     for epoch in epochs:
         dataset.set_epoch(epoch)
         out.extend(batches)
     return batches, out
+
+
+def _same_batches(expected, got):
+    """Every batch of ``got`` (any device) equals ``expected``'s (CPU), key by key, counts included."""
+    assert len(got) == len(expected) > 3
+    for b, (want, have) in enumerate(zip(expected, got)):
+        assert sorted(have) == sorted(want), f"batch {b}: keys"
+        assert have["counted"] == want["counted"], f"batch {b}: counted"
+        for k in want:
+            if k == "counted":
+                continue
+            assert have[k].dtype == want[k].dtype and have[k].shape == want[k].shape, f"batch {b} {k}"
+            assert torch.equal(have[k].cpu(), want[k]), f"batch {b}: {k} differs"
 
 
 @pytest.mark.parametrize("kind", list(SOURCES))
@@ -99,6 +112,21 @@ def test_device_batches_are_the_loaders_batches(kind, previous, causal):
         still = [bool((target[i][m] == CARRACING_GAS).all()) if target.dim() == 2 else
                  bool((target[i][m][:, 1] == 1.0).all()) for i, m in enumerate(torch.cat([b["mask"] for b in expected]))]
         assert sum(still) >= 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("kind", list(SOURCES))
+def test_cuda_batches_either_path_are_the_cpu_loaders_batches(kind):
+    source = _source(**SOURCES[kind])
+    _, expected = _batches(source, "loader")
+    device, got = _batches(source, "device", device="cuda")
+    assert device.path == "device" and got[0]["obs"].is_cuda and got[0]["target"].is_cuda
+    _same_batches(expected, got)
+    loader, got = _batches(source, "loader", device="cuda", workers=1)  # pinned, prefetched
+    assert loader.path == "loader" and got[0]["obs"].is_cuda
+    _same_batches(expected, got)
+    auto, _ = _batches(source, "auto", device="cuda", epochs=())  # a few MB fit in any GPU
+    assert auto.path == "device" and "free on" in auto.reason
 
 
 def test_device_batches_refuse_another_sources_windows():
