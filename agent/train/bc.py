@@ -392,7 +392,7 @@ def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epoch
             if loss is None:
                 continue
             total, seen = total + loss.double() * n, seen + n  # as loss.item() * n in float64, without waiting
-            if not bar.disable:
+            if not bar.disable and bar.n % 16 == 0:  # reading the loss waits for the device: now and then
                 bar.set_postfix(loss=f"{float(total) / max(seen, 1):.4f}")
         bar.close()
         if device.type == "cuda":
