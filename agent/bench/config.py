@@ -34,7 +34,9 @@ class BenchNac:
     torch.nn.LSTM and torch-nac 0.0.2 (the authors' PyTorch port, installed on demand into a private
     folder): forward time and peak memory (B=1, input and d_model 64, 4 heads, top-k 8, exact mode),
     forward+backward (B=8), streaming step p50/p99, with ratios and issue 12's layer targets; and ours
-    against MHA in one process at 1 thread and at torch's default thread count.
+    against MHA in one process at 1 thread and at torch's default thread count (--thread-counts). --device cuda:
+    ours (Triton kernels and/or torch path) against MHA and SDPA on the GPU at B 8 and 64, with the targets
+    (forward and forward+backward <= 2x, peak memory <= 1.5x, streaming p99 <= 1 ms) marked pass/FAIL.
     """
 
     sizes: tuple[int, ...] = (16, 256, 1024)
@@ -58,16 +60,46 @@ class BenchNac:
     threads: int = 1
     """torch CPU threads per measurement (0: torch's default)"""
     paired: bool = True
-    """also ours and MHA interleaved in one process at 1 thread and at torch's default thread count,
-    with ratios at each (--no-paired: skip)"""
+    """also ours and MHA interleaved in one process at each of --thread-counts (default: 1 thread and torch's
+    default count), with ratios at each (--no-paired: skip)"""
     clock: Literal["wall", "cpu"] = "wall"
     """wall time, or the measuring thread's CPU time (with --threads 1; steadier on a busy CPU)"""
+    thread_counts: tuple[int, ...] = (1, 0)
+    """torch thread counts of the paired rows (0: torch's default), e.g. 1 2 16 for the CPU's scaling"""
+    device: Literal["cpu", "cuda"] = "cpu"
+    """cpu: the rows above; cuda: ours against MHA and SDPA on the GPU at --cuda-cells (forward, forward+backward,
+    peak MB, ratios with the targets), and the streaming step of the layer and of --policy (the CPU-only options
+    --sizes, --block-sizes, --repeats, --peer*, --baselines, --train-T, --threads, --paired, --thread-counts are
+    not used)"""
+    nac_path: Literal["triton", "torch", "both"] = "triton"
+    """--device cuda: which NAC path to time: the Triton kernels (NAC_TRITON=auto, the default on CUDA), the torch
+    path (NAC_TRITON=off), or both"""
+    cuda_cells: tuple[str, ...] = ("8x16", "8x256", "8x1024", "8x4096", "64x256", "64x1024", "64x4096")
+    """--device cuda: the (B, T) cells, as BxT"""
+    cuda_repeats: int = 20
+    """--device cuda: timed calls per model and cell (median)"""
+    cuda_timeout_s: float = 300.0
+    """--device cuda: time limit per NAC path (the cells finished before it are kept)"""
+    step_count: int = 300
+    """timed streaming steps (p50, p99)"""
+    policy: str = "nac.pt"
+    """--device cuda: the whole policy of the streaming row ('' skips it)"""
     json: str | None = None
     """also write the rows as JSON here"""
     overwrite: bool = False
     """replace an existing --json file"""
 
     def __post_init__(self):
+        for cell in self.cuda_cells:
+            parts = cell.lower().split("x")
+            _need(len(parts) == 2 and all(p.isdigit() and int(p) >= 1 for p in parts),
+                  f"--cuda-cells takes BxT with B, T >= 1 (e.g. 8x256), got {cell!r}")
+        _need(bool(self.cuda_cells), "--cuda-cells: give at least one BxT")
+        _need(self.cuda_repeats >= 1 and self.step_count >= 1 and self.cuda_timeout_s > 0,
+              f"--cuda-repeats and --step-count must be >= 1 and --cuda-timeout-s > 0, got {self.cuda_repeats}, "
+              f"{self.step_count} and {self.cuda_timeout_s}")
+        _need(bool(self.thread_counts) and min(self.thread_counts) >= 0,
+              f"--thread-counts must be counts >= 0 (0: torch's default), got {list(self.thread_counts)}")
         _need(bool(self.sizes) and min(self.sizes) >= 1 and all(t >= 1 for t in self.block_sizes),
               f"--sizes and --block-sizes must be T >= 1 (and --sizes not empty), got {list(self.sizes)} and "
               f"{list(self.block_sizes)}")
@@ -83,6 +115,12 @@ class BenchNac:
     def check(self) -> "BenchNac":
         """The rules between options and an existing ``--json``; returns self."""
         _need(self.clock == "wall" or self.threads == 1, "--clock cpu measures one thread's CPU time: add --threads 1")
+        if self.device == "cuda":
+            _need(self.clock == "wall", "--clock cpu is for the CPU rows; --device cuda times by CUDA events")
+            from agent.bench.nac_cuda import cuda_problem
+
+            problem = cuda_problem()
+            _need(problem is None, problem or "")
         _check_json(self.json, self.overwrite)
         return self
 
