@@ -52,6 +52,20 @@ def test_cpu_stays_the_default_and_cells_are_checked(capsys):
     assert rc == 2 and "--cuda-cells takes BxT" in err
 
 
+def test_paired_only_gives_the_threads_rows_at_the_thread_counts():
+    from agent.bench.nac import bench_nac, print_table
+
+    rows = bench_nac(sizes=(8,), block_sizes=(), repeats=1, peer=False, verbose=False, train_T=None,
+                     step_window=None, paired_threads=(1, 2), paired_only=True)
+    assert [(r["model"], r["threads"], r["paired"]) for r in rows] == [
+        ("ours-exact", 1, True), ("mha", 1, True), ("ours-exact", 2, True), ("mha", 2, True)]
+    assert all(r["error"] is None for r in rows)
+    buf = io.StringIO()
+    print_table(rows, file=buf)
+    out = buf.getvalue()
+    assert out.startswith("threads: ours (exact) and MHA") and "ours/MHA @2" in out and "ours @1/@2" in out
+
+
 def test_ratio_marks():
     assert ratio_mark(3.0, 2.0, 2.0) == (1.5, "1.50x pass")
     assert ratio_mark(4.0, 2.0, 2.0) == (2.0, "2.00x pass")  # at the target is met

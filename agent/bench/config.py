@@ -66,6 +66,8 @@ class BenchNac:
     """wall time, or the measuring thread's CPU time (with --threads 1; steadier on a busy CPU)"""
     thread_counts: tuple[int, ...] = (1, 0)
     """torch thread counts of the paired rows (0: torch's default), e.g. 1 2 16 for the CPU's scaling"""
+    paired_only: bool = False
+    """only the paired rows (at --thread-counts), e.g. for a machine's CPU scaling"""
     device: Literal["cpu", "cuda"] = "cpu"
     """cpu: the rows above; cuda: ours against MHA and SDPA on the GPU at --cuda-cells (forward, forward+backward,
     peak MB, ratios with the targets), and the streaming step of the layer and of --policy (the CPU-only options
@@ -115,6 +117,8 @@ class BenchNac:
     def check(self) -> "BenchNac":
         """The rules between options and an existing ``--json``; returns self."""
         _need(self.clock == "wall" or self.threads == 1, "--clock cpu measures one thread's CPU time: add --threads 1")
+        _need(not self.paired_only or (self.paired and self.baselines),
+              "--paired-only needs the paired rows: drop --no-paired and --no-baselines")
         if self.device == "cuda":
             _need(self.clock == "wall", "--clock cpu is for the CPU rows; --device cuda times by CUDA events")
             from agent.bench.nac_cuda import cuda_problem

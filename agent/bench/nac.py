@@ -425,7 +425,7 @@ def bench_nac(sizes=(16, 256, 1024), block_sizes=(4096, 16384), repeats: int = 3
               peer_dir: str | Path | None = None, peer_install: bool = True, timeout_s: float = 1800.0,
               verbose: bool = True, baselines=("mha", "lstm"), train_T: int | None = 256,
               step_window: int | None = 16, step_count: int = 300, clock: str = "wall",
-              paired_threads=(1, 0)) -> list[dict]:
+              paired_threads=(1, 0), paired_only: bool = False) -> list[dict]:
     """Benchmark our NAC against torch's MHA and LSTM and ``torch-nac`` 0.0.2, side by side.
 
     Each (model, task, T) runs in its own subprocess (see the module docstring for the method).
@@ -456,6 +456,7 @@ def bench_nac(sizes=(16, 256, 1024), block_sizes=(4096, 16384), repeats: int = 3
             and MHA interleaved in one process, the forward at ``sizes`` and forward + backward at
             ``train_T`` (``baselines`` without "mha" skips them, as does an empty tuple); always
             wall time.
+        paired_only: only the threads rows (for a machine's thread scaling without the other rows).
 
     Returns:
         One dict per run with keys ``model`` (one of :data:`MODELS`), ``task`` ("forward",
@@ -486,7 +487,7 @@ def bench_nac(sizes=(16, 256, 1024), block_sizes=(4096, 16384), repeats: int = 3
     if not all_T or min(all_T + extra_T) < 1:
         raise ValueError(f"sequence lengths must be >= 1, got sizes={sizes}, block_sizes={list(block_sizes)}, "
                          f"train_T={train_T}, step_window={step_window}")
-    peer_T = [T for T in sizes if T <= peer_max_T] if peer else []
+    peer_T = [T for T in sizes if T <= peer_max_T] if peer and not paired_only else []
     peer_path, peer_reason = (None, "")
     if peer_T:
         peer_path, peer_reason = ensure_peer(peer_dir, install=peer_install)
@@ -512,6 +513,8 @@ def bench_nac(sizes=(16, 256, 1024), block_sizes=(4096, 16384), repeats: int = 3
     if step_window is not None:
         plan += [(m, "step", step_window, step_count) for m in ["ours-exact", *[b for b in ("mha", "lstm")
                                                                                 if b in baselines]]]
+    if paired_only:
+        plan = []
     paired_plan = []  # (threads, task, T): ours and MHA in one process
     if "mha" in baselines:
         for n in dict.fromkeys(int(n) for n in paired_threads):
@@ -567,6 +570,9 @@ def print_table(rows: list[dict], file=None) -> None:
     file = file or sys.stdout
     paired = [r for r in rows if r.get("paired")]
     rows = [r for r in rows if not r.get("paired")]
+    if paired and not rows:  # paired_only: the threads rows alone
+        _print_paired(paired, lambda *a: print(*a, file=file))
+        return
     by = {(r["model"], r.get("task", "forward"), r["T"]): r for r in rows}
     fwd = [r for r in rows if r.get("task", "forward") == "forward"]
     Ts = sorted({r["T"] for r in fwd})

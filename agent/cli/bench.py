@@ -72,7 +72,8 @@ def _nac(cfg: BenchNac) -> list[dict]:
                            peer_max_T=cfg.peer_max_T, peer_repeats=cfg.peer_repeats, threads=cfg.threads,
                            clock=cfg.clock, baselines=("mha", "lstm") if cfg.baselines else (),
                            train_T=cfg.train_T or None, step_window=cfg.step_window or None,
-                           step_count=cfg.step_count, paired_threads=cfg.thread_counts if cfg.paired else ())
+                           step_count=cfg.step_count, paired_threads=cfg.thread_counts if cfg.paired else (),
+                           paired_only=cfg.paired_only)
     bench.print_table(rows)
     return rows
 
