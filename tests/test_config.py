@@ -105,6 +105,19 @@ def test_device_auto_resolves_to_a_torch_device():
     assert torch_device("auto") == want and torch_device("cpu") == "cpu"
 
 
+def test_device_that_torch_does_not_see_is_a_clear_error():
+    import torch
+
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    with pytest.raises(ConfigError, match=r"--device cuda:%d: .* use --device cpu" % n):
+        torch_device(f"cuda:{n}")  # one past the last GPU (cuda:0 on a machine without one)
+    if n == 0:
+        with pytest.raises(ConfigError, match="sees no CUDA GPU"):
+            torch_device("cuda")
+    else:
+        assert torch_device("cuda") == "cuda"
+
+
 @pytest.mark.parametrize("recipe", sorted(RECIPES.glob("*.toml")), ids=lambda p: p.name)
 def test_every_recipe_loads_and_validates(recipe):
     cls = ExpertRun if recipe.name.startswith("carracing-expert") else TrainRun  # `agent expert train --config`

@@ -345,12 +345,26 @@ def check_device(device: str, threads: int = 0, workers: int = 0) -> None:
 
 
 def torch_device(device: str) -> str:
-    """``device`` with ``auto`` resolved: ``cuda`` when torch sees a GPU, else ``cpu``."""
-    if device != "auto":
-        return device
+    """``device`` with ``auto`` resolved: ``cuda`` when torch sees a GPU, else ``cpu``.
+
+    Raises:
+        ConfigError: ``cuda`` / ``cuda:N`` asked for where torch sees no such GPU (a CPU build of
+            torch, or no device), or ``mps`` where torch has none; the message says to use
+            ``--device cpu`` or ``auto``.
+    """
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        index = int(device[5:]) if device.startswith("cuda:") else 0
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        _need(index < n, f"--device {device}: torch {torch.__version__} sees "
+              f"{'no CUDA GPU' if n == 0 else f'{n} CUDA GPU(s)'} on this machine; use --device cpu (or auto)")
+    if device == "mps":
+        _need(torch.backends.mps.is_available(), f"--device mps: torch {torch.__version__} sees no MPS device on "
+              "this machine; use --device cpu (or auto)")
+    return device
 
 
 @dataclass(frozen=True)
