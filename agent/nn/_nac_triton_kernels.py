@@ -37,16 +37,11 @@ MODE_IDS = {"steady": 0, "exact": 1, "euler": 2}
 
 
 @triton.jit
-def nac_pair_fwd(qh, kh, v, ix, wc, bc, wm, bm, wh, bh, qt, kt, out,
-                 H, Tq, Tk, K, Ni, Nc, Nm, D, F, delta_t, eps, n_euler,
-                 HAS_T: tl.constexpr, MODE: tl.constexpr, BLOCK_Q: tl.constexpr, KP: tl.constexpr,
-                 NIP: tl.constexpr, NCP: tl.constexpr, NMP: tl.constexpr, DP: tl.constexpr):
-    qb = tl.program_id(0)
-    bhx = tl.program_id(1)
-    b = bhx // H
-    h = bhx % H
+def _tile_pairs(ix, bhx, qb, Tq, Tk, K, BLOCK_Q: tl.constexpr, KP: tl.constexpr):
+    """The tile's (query, kept key) pairs: row r is query qi = qb * BLOCK_Q + r // KP, slot r % KP.
+    Returns (qi, qok: a real query, ok: a kept key, kx: the key (0 where not kept), qrow, krow: int64
+    rows of the query and key in the (B*H*T, .) halves)."""
     P: tl.constexpr = BLOCK_Q * KP
-    # ---- the tile's pairs: row r is query qi = qb * BLOCK_Q + r // KP, slot s = r % KP
     r = tl.arange(0, P)
     qi = qb * BLOCK_Q + r // KP
     s = r % KP
@@ -56,12 +51,14 @@ def nac_pair_fwd(qh, kh, v, ix, wc, bc, wm, bm, wh, bh, qt, kt, out,
     kx = tl.where(ok, key, 0)
     qrow = (bhx * Tq + qi).to(tl.int64)
     krow = (bhx * Tk + kx).to(tl.int64)
-    ci = tl.arange(0, NIP)
-    cc = tl.arange(0, NCP)
-    cm = tl.arange(0, NMP)
-    cd = tl.arange(0, DP)
-    # ---- step 4-5, first layer: q half + gathered k half (pre-activations, alpha, beta)
-    m_i = ci[None, :] < Ni
+    return qi, qok, ok, kx, qrow, krow
+
+
+@triton.jit
+def _tile_backbone(qh, kh, wc, bc, wm, bm, wh, bh, qrow, krow, qok, ok, ci, cc, cm, m_i, Ni, Nc, Nm, F, eps):
+    """Steps 4-5 for the tile's pairs: the first layer from the q half and the gathered k half, the
+    inter -> command -> motor backbone and the phi / omega heads. Returns (alpha, beta, inter, Wc,
+    command, Wm, motor, w_phi, w_om, a_om, phi, omega); the backward reuses the intermediates."""
     pre = tl.load(qh + qrow[:, None] * F + ci[None, :], mask=qok[:, None] & m_i, other=0.0) \
         + tl.load(kh + krow[:, None] * F + ci[None, :], mask=ok[:, None] & m_i, other=0.0)
     alpha = tl.load(qh + qrow * F + Ni, mask=qok, other=0.0) + tl.load(kh + krow * F + Ni, mask=ok, other=0.0)
@@ -80,6 +77,28 @@ def nac_pair_fwd(qh, kh, v, ix, wc, bc, wm, bm, wh, bh, qt, kt, out,
     a_om = tl.sum(motor * w_om[None, :], axis=1) + tl.load(bh + 1)
     phi = tl.sigmoid(a_phi)
     omega = tl.maximum(a_om, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(a_om))) + eps  # softplus + eps
+    return alpha, beta, inter, Wc, command, Wm, motor, w_phi, w_om, a_om, phi, omega
+
+
+@triton.jit
+def nac_pair_fwd(qh, kh, v, ix, wc, bc, wm, bm, wh, bh, qt, kt, out,
+                 H, Tq, Tk, K, Ni, Nc, Nm, D, F, delta_t, eps, n_euler,
+                 HAS_T: tl.constexpr, MODE: tl.constexpr, BLOCK_Q: tl.constexpr, KP: tl.constexpr,
+                 NIP: tl.constexpr, NCP: tl.constexpr, NMP: tl.constexpr, DP: tl.constexpr):
+    qb = tl.program_id(0)
+    bhx = tl.program_id(1)
+    b = bhx // H
+    h = bhx % H
+    P: tl.constexpr = BLOCK_Q * KP
+    qi, qok, ok, kx, qrow, krow = _tile_pairs(ix, bhx, qb, Tq, Tk, K, BLOCK_Q, KP)
+    ci = tl.arange(0, NIP)
+    cc = tl.arange(0, NCP)
+    cm = tl.arange(0, NMP)
+    cd = tl.arange(0, DP)
+    m_i = ci[None, :] < Ni
+    # ---- steps 4-5: the pair backbone and phi, omega
+    alpha, beta, inter, Wc, command, Wm, motor, w_phi, w_om, a_om, phi, omega = _tile_backbone(
+        qh, kh, wc, bc, wm, bm, wh, bh, qrow, krow, qok, ok, ci, cc, cm, m_i, Ni, Nc, Nm, F, eps)
     # ---- step 6: the time gate and the ODE logit
     if HAS_T:
         b64 = b.to(tl.int64)
@@ -127,40 +146,16 @@ def nac_pair_bwd(qh, kh, v, ix, wc, bc, wm, bm, wh, bh, qt, kt, dout, dqh, dkh, 
     h = bhx % H
     P: tl.constexpr = BLOCK_Q * KP
     # ================= the forward of the tile, recomputed (as nac_pair_fwd)
-    r = tl.arange(0, P)
-    qi = qb * BLOCK_Q + r // KP
-    s = r % KP
-    qok = qi < Tq
-    key = tl.load(ix + (bhx * Tq + qi).to(tl.int64) * K + s, mask=qok & (s < K), other=-1)
-    ok = key >= 0
-    kx = tl.where(ok, key, 0)
-    qrow = (bhx * Tq + qi).to(tl.int64)
-    krow = (bhx * Tk + kx).to(tl.int64)
+    qi, qok, ok, kx, qrow, krow = _tile_pairs(ix, bhx, qb, Tq, Tk, K, BLOCK_Q, KP)
     ci = tl.arange(0, NIP)
     cc = tl.arange(0, NCP)
     cm = tl.arange(0, NMP)
     cd = tl.arange(0, DP)
     m_i = ci[None, :] < Ni
-    pre = tl.load(qh + qrow[:, None] * F + ci[None, :], mask=qok[:, None] & m_i, other=0.0) \
-        + tl.load(kh + krow[:, None] * F + ci[None, :], mask=ok[:, None] & m_i, other=0.0)
-    alpha = tl.load(qh + qrow * F + Ni, mask=qok, other=0.0) + tl.load(kh + krow * F + Ni, mask=ok, other=0.0)
-    beta = tl.load(qh + qrow * F + Ni + 1, mask=qok, other=0.0) + tl.load(kh + krow * F + Ni + 1, mask=ok,
-                                                                            other=0.0)
-    inter = 2.0 * tl.sigmoid(2.0 * pre) - 1.0
     wc_ok = (ci[:, None] < Ni) & (cc[None, :] < Nc)
-    Wc = tl.load(wc + ci[:, None] * Nc + cc[None, :], mask=wc_ok, other=0.0)
-    Bc = tl.load(bc + cc, mask=cc < Nc, other=0.0)
-    command = 2.0 * tl.sigmoid(2.0 * (tl.dot(inter, Wc, input_precision="ieee") + Bc[None, :])) - 1.0
     wm_ok = (cc[:, None] < Nc) & (cm[None, :] < Nm)
-    Wm = tl.load(wm + cc[:, None] * Nm + cm[None, :], mask=wm_ok, other=0.0)
-    Bm = tl.load(bm + cm, mask=cm < Nm, other=0.0)
-    motor = 2.0 * tl.sigmoid(2.0 * (tl.dot(command, Wm, input_precision="ieee") + Bm[None, :])) - 1.0
-    w_phi = tl.load(wh + cm * 2, mask=cm < Nm, other=0.0)
-    w_om = tl.load(wh + cm * 2 + 1, mask=cm < Nm, other=0.0)
-    a_phi = tl.sum(motor * w_phi[None, :], axis=1) + tl.load(bh)
-    a_om = tl.sum(motor * w_om[None, :], axis=1) + tl.load(bh + 1)
-    phi = tl.sigmoid(a_phi)
-    omega = tl.maximum(a_om, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(a_om))) + eps
+    alpha, beta, inter, Wc, command, Wm, motor, w_phi, w_om, a_om, phi, omega = _tile_backbone(
+        qh, kh, wc, bc, wm, bm, wh, bh, qrow, krow, qok, ok, ci, cc, cm, m_i, Ni, Nc, Nm, F, eps)
     if HAS_T:
         b64 = b.to(tl.int64)
         tq = tl.load(qt + b64 * Tq + qi, mask=qok, other=0.0)
