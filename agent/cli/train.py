@@ -281,7 +281,7 @@ def _train_config(run: TrainRun) -> TrainConfig:
                        dagger_disturb_kinds=tuple(d.disturb_kinds), dagger_out=d.save_rounds,
                        dagger_seed=d.track_seed, dagger_max_steps=d.max_steps, dagger_edge_weight=d.edge_weight,
                        dagger_edge_horizon=d.edge_horizon, class_weights=t.class_weights,
-                       batches=t.batches or "auto",
+                       batches=t.batches or "auto", concordance=t.concordance,
                        device_share=t.device_share if t.device_share is not None else DEVICE_SHARE)
 
 

@@ -109,6 +109,39 @@ class RegressionHead(ActionHead):
         per = ((out[mask] - target[mask]) ** 2).mean(-1)  # (counted positions,): the mean over the A outputs
         return _weighted_mean(per, weight[mask].to(per.dtype))
 
+    def concordance_loss(self, out: Tensor, target: Tensor, mask: Tensor, weight: Tensor | None = None) -> Tensor:
+        """1 - Lin's concordance correlation coefficient between outputs and targets over the counted
+        positions, per output, averaged over the A outputs: a loss that does not reward shrinking.
+
+        CCC = 2 cov(y, t) / (var(y) + var(t) + (mean(y) - mean(t))^2) (Lin 1989, "A concordance
+        correlation coefficient to evaluate reproducibility", Biometrics 45(1)); 1 - CCC is the usual
+        loss of continuous affect regression (e.g. Weninger et al., ICASSP 2016). MSE is minimised by
+        the conditional mean, which on a new driver's curves sits near 0 when the features are unsure;
+        1 - CCC is minimised only by outputs with the targets' spread and correlation 1, so it pays
+        nothing for outputs smaller than the labels. The moments are the batch's (population, weighted
+        by ``weight`` when given); with fewer than 2 counted positions, or targets and outputs without
+        spread, the term is 0 (no gradient).
+
+        Args:
+            out: (B, T, A). target: (B, T) or (B, T, A) float. mask: (B, T) bool, the counted positions.
+            weight: (B, T) float >= 0 or None.
+
+        Returns:
+            a 0-dim tensor in [0, 2].
+        """
+        target = target.reshape(out.shape)
+        y, t = out[mask], target[mask]  # (N, A)
+        if y.shape[0] < 2:
+            return out.sum() * 0.0
+        w = torch.ones(y.shape[0], dtype=y.dtype, device=y.device) if weight is None else weight[mask].to(y.dtype)
+        w = (w / w.sum().clamp_min(torch.finfo(y.dtype).tiny))[:, None]  # (N, 1), sums to 1
+        my, mt = (w * y).sum(0), (w * t).sum(0)
+        vy, vt = (w * (y - my) ** 2).sum(0), (w * (t - mt) ** 2).sum(0)
+        cov = (w * (y - my) * (t - mt)).sum(0)
+        den = vy + vt + (my - mt) ** 2
+        ccc = 2 * cov / den.clamp_min(1e-12)
+        return (1.0 - torch.where(den > 1e-12, ccc, torch.ones_like(ccc))).mean()
+
     def metric_sums(self, out, target, mask):
         """(sum of squared errors, counted values) over the real positions (outputs clipped as when acting)."""
         target = target.reshape(out.shape)

@@ -79,11 +79,14 @@ class TrainConfig:
             to every frame by its target action (:func:`class_frame_weights`), e.g. ``(1, 1, 1, 1, 4)``
             weighs CarRacing's rare brake labels 4 times; None: all 1. The usual class-weighted
             cross-entropy of imbalanced classification, as a weighted mean (:meth:`ActionHead.loss`).
+        concordance: continuous heads: the loss is MSE + concordance x (1 - CCC) over each batch
+            (:meth:`agent.nn.heads.RegressionHead.concordance_loss`, Lin's concordance correlation), a
+            term that does not reward outputs shrunk toward 0; 0: MSE alone.
 
     Raises:
         ValueError: a setting out of range (epochs < 0, batch_frames < 1, an unknown schedule,
             lr <= 0, workers < 0, class weights that are negative, not finite or all 0, an unknown
-            ``batches``, ``device_share`` outside (0, 1]).
+            ``batches``, ``device_share`` outside (0, 1]), a negative or non-finite ``concordance``.
     """
 
     epochs: int = 8
@@ -112,8 +115,11 @@ class TrainConfig:
     class_weights: tuple[float, ...] | None = None
     batches: str = "auto"
     device_share: float = DEVICE_SHARE
+    concordance: float = 0.0
 
     def __post_init__(self):
+        if not (np.isfinite(self.concordance) and self.concordance >= 0):
+            raise ValueError(f"concordance must be a finite weight >= 0, got {self.concordance}")
         if self.batches not in BATCH_PATHS:
             raise ValueError(f"batches must be one of {', '.join(BATCH_PATHS)}, got {self.batches!r}")
         if not 0.0 < self.device_share <= 1.0:
@@ -262,7 +268,8 @@ def make_optimizer(policy: DrivingPolicy, cfg: TrainConfig, steps: int):
 
 
 def train_step(model, policy: DrivingPolicy, batch: dict, opt, sched, total_steps: int, grad_clip: float,
-               class_weights: torch.Tensor | None = None, distributed: bool = False) -> tuple[torch.Tensor | None, int]:
+               class_weights: torch.Tensor | None = None, distributed: bool = False,
+               concordance: float = 0.0) -> tuple[torch.Tensor | None, int]:
     """One optimisation step of :func:`fit` on ``batch`` (tensors already on the policy's device).
 
     Args:
@@ -276,6 +283,7 @@ def train_step(model, policy: DrivingPolicy, batch: dict, opt, sched, total_step
         grad_clip: the gradients' max norm. class_weights: (K,) float or None.
         distributed: a data-parallel step: a batch without counted positions still joins the
             gradient all-reduce with a zero loss.
+        concordance: continuous heads: add this times the batch's 1 - CCC to the MSE (:class:`TrainConfig`).
 
     Returns:
         (the loss, a detached 0-dim tensor on the device, the counted positions), or (None, 0) when
@@ -299,6 +307,8 @@ def train_step(model, policy: DrivingPolicy, batch: dict, opt, sched, total_step
         if class_weights is not None:
             weight = class_frame_weights(target, class_weights, weight)
         loss = policy.head.loss(out, target, counted, weight)
+        if concordance:
+            loss = loss + concordance * policy.head.concordance_loss(out, target, counted, weight)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(policy.parameters(), grad_clip)
@@ -341,6 +351,9 @@ def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epoch
     policy.to(device)
     head, T = policy.head, policy.config.window
     class_weights = _class_weight_table(head, cfg.class_weights, device)
+    if cfg.concordance and head.kind != "continuous":
+        raise ValueError(f"concordance is a loss term of continuous heads; this policy's head is {head.kind}: "
+                         f"leave it at 0")
     bsz = max(1, cfg.batch_frames // T)  # windows per batch (all ranks together)
     dataset = WindowDataset(train_source, T, shuffle_borders=True, seed=cfg.seed + epoch_offset,
                             previous=policy.features.uses_previous)
@@ -388,7 +401,7 @@ def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epoch
         for batch in bar:
             frames += batch["mask"].numel()
             loss, n = train_step(model, policy, batch, opt, sched, total_steps, cfg.grad_clip, class_weights,
-                                 dist.distributed)
+                                 dist.distributed, cfg.concordance)
             if loss is None:
                 continue
             total, seen = total + loss.double() * n, seen + n  # as loss.item() * n in float64, without waiting

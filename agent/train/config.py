@@ -124,6 +124,9 @@ class TrainSection:
     """share held out for validation: episodes (carracing, 0.1) or each recording's last rows (udacity, 0.15)"""
     class_weights: tuple[float, ...] | None = None
     """discrete actions: loss weight per target action in the head's order, e.g. (1, 1, 1, 1, 4); none: all 1"""
+    concordance: float = 0.0
+    """continuous actions: loss = MSE + this x (1 - Lin's concordance correlation) over each batch, a term that does
+    not reward steering shrunk toward 0 (0: MSE alone)"""
     skip_stalls: bool = False
     """carracing: leave the expert's stalls (scene unmoved, label not gas) out of the loss"""
     standstills: float = 0.0
@@ -158,6 +161,8 @@ class TrainSection:
         cw = self.class_weights
         _need(cw is None or (len(cw) > 0 and all(_finite(w) and w >= 0 for w in cw) and any(w > 0 for w in cw)),
               f"train.class_weights must be finite weights >= 0, one per action, not all 0; got {cw}")
+        _need(_finite(self.concordance) and self.concordance >= 0,
+              f"train.concordance must be a finite weight >= 0, got {self.concordance}")
         _need(0.0 <= self.standstills < 1.0, f"train.standstills must be a share in [0, 1), got {self.standstills}")
         _need(self.time_limit_min is None or self.time_limit_min > 0,
               f"train.time_limit_min must be > 0 minutes, got {self.time_limit_min}")
