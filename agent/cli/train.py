@@ -22,7 +22,7 @@ from agent.actors.vector import envs_for
 from agent.cli.common import udacity_loader, CLIError, check_udacity_folders, driver_tracks, write_json
 from agent.cli.recipe import parse_stages, resolved_text, run_stages, split_config, stage_done, write_resolved
 from agent.data.recordings import load_demonstrations
-from agent.data.udacity import AugmentConfig
+from agent.data.udacity import AugmentConfig, measure_camera_offset
 from agent.data.windows import DemonstrationSource, UdacitySource
 from agent.experts.rules import RuleError
 from agent.log import get_logger
@@ -366,13 +366,27 @@ def _load_source(run: TrainRun):
     check_udacity_folders(run.data)
     load = udacity_loader(run.udacity.crop_cache, run.udacity.on_bad_row, len(run.data))
     recs = [load(d) for d in run.data]
+    augment = _augment_config(u, recs)
     if u.subsample < 1.0:  # the same cut as a leave-one-driver-out fold's, one rng per recording
         recs = [piece for j, r in enumerate(recs)
                 for piece in subsample_blocks(r, u.subsample, u.block, np.random.default_rng([run.seed, j]))]
         log.info("udacity.subsample %.2f: %d frames in %d pieces of the %d recordings", u.subsample,
                  sum(len(r) for r in recs), len(recs), len(run.data))
-    return UdacitySource(recs, AugmentConfig(p_augment=u.augment_prob), smooth_labels=u.smooth_labels,
+    return UdacitySource(recs, augment, smooth_labels=u.smooth_labels,
                          smooth_mode=u.smooth_mode, straight_keep=u.straight_keep, seed=run.seed)
+
+
+def _augment_config(u, recs) -> AugmentConfig:
+    """The training augmentation of ``udacity`` settings ``u``; a measured camera correction is measured in
+    ``recs`` (:func:`agent.data.udacity.measure_camera_offset`)."""
+    corr = u.camera_correction
+    if corr == "measured":
+        m = measure_camera_offset(recs)
+        log.info("udacity.camera_correction measured: the side cameras see the road %.1f px (left %+.1f, right %+.1f) "
+                 "from the center view in %d frames: correction %.3f", m["px"], m["left_px"], m["right_px"],
+                 m["frames"], m["correction"])
+        corr = m["correction"]
+    return AugmentConfig(p_augment=u.augment_prob, camera_correction=float(corr))
 
 
 def _carracing_continuous(source) -> bool:
@@ -417,7 +431,9 @@ def _train_lodo(run: TrainRun) -> int:
     u = run.udacity
     pcfg = _policy_config(run, False, _check_core_options(run))
     table = run_lodo(list(run.data), run.lodo.out, pcfg, _train_config(run), udacity_loader(run.udacity.crop_cache, run.udacity.on_bad_row, len(run.data)),
-                     augment=AugmentConfig(p_augment=u.augment_prob) if u.augment_prob > 0 else None,
+                     augment=(AugmentConfig(p_augment=u.augment_prob, camera_correction=0.2 if u.camera_correction ==
+                                            "measured" else float(u.camera_correction))
+                              if u.augment_prob > 0 else None), measure_cameras=u.camera_correction == "measured",
                      smooth_labels=u.smooth_labels, smooth_mode=u.smooth_mode, straight_keep=u.straight_keep,
                      subsample=u.subsample, block=u.block, tracks=driver_tracks(run.lodo.tracks, list(run.data)),
                      reference=reference,

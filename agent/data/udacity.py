@@ -466,6 +466,65 @@ def augment_steering(steering: np.ndarray, params: AugmentParams, cfg: AugmentCo
     return (s + params.shift[0] * cfg.steering_per_pixel).astype(np.float32)
 
 
+#: the band of the network's 66x200 crop where :func:`measure_camera_offset` compares the cameras: its
+#: bottom third, the road just ahead of the car (raw rows 110..135)
+OFFSET_BAND = (44, 66)
+
+
+def measure_camera_offset(recordings, frames_per_recording: int = 60, band: tuple[int, int] = OFFSET_BAND,
+                          steering_per_pixel: float = AugmentConfig.steering_per_pixel) -> dict:
+    """How far the side cameras see the road beside the center camera's view, as a steering correction.
+
+    The side cameras' +-0.2 steering correction is a rule of thumb (naokishibuya; NVIDIA's PilotNet
+    paper, Bojarski et al. 2016, Section 5.2, shifts views by the cameras' real offsets instead). This
+    measures the offset in the frames: for evenly spaced rows of each recording, the horizontal shift
+    between the center crop and each side crop over ``band`` (phase correlation,
+    ``cv2.phaseCorrelate`` with a Hann window, on the Y channel of the network's 66x200 YUV crop),
+    in raw 320-pixel units. Converted with the shift augmentation's own steering per pixel, the
+    two augmentations then agree: a left-camera view is labelled like the center view shifted by the
+    measured pixels.
+
+    Args:
+        recordings: :class:`UdacityRecording` or cached recordings (anything with ``camera(name)``
+            and ``len``): raw (N, 160, 320, 3) RGB frames are cropped as the network reads them.
+        frames_per_recording: rows sampled from each recording (evenly spaced).
+        band: (top, bottom) rows of the 66-row crop compared.
+        steering_per_pixel: steering per raw pixel of horizontal shift (:class:`AugmentConfig`).
+
+    Returns:
+        {"left_px", "right_px": the median shifts (left positive, right negative, raw pixels),
+        "px": the mean of their sizes, "correction": px x steering_per_pixel, "frames": rows compared}.
+
+    Raises:
+        ValueError: no recording holds a frame, or a band outside the crop.
+    """
+    if not 0 <= band[0] < band[1] <= INPUT_SHAPE[0]:
+        raise ValueError(f"band must lie in rows 0..{INPUT_SHAPE[0]} of the crop, got {band}")
+    h = band[1] - band[0]
+    window = cv2.createHanningWindow((INPUT_SHAPE[1], h), cv2.CV_32F)
+    shifts = {"left": [], "right": []}
+    for rec in recordings:
+        n = len(rec)
+        if not n:
+            continue
+        rows = np.unique(np.linspace(0, n - 1, min(n, frames_per_recording)).astype(np.int64))
+        cams = {}
+        for name in CAMERAS:
+            f = np.asarray(rec.camera(name)[rows])
+            cams[name] = (preprocess(f) if f.shape[-3:] == FRAME_SHAPE else f)[:, band[0]:band[1], :, 0]
+        for i in range(len(rows)):
+            c = np.ascontiguousarray(cams["center"][i], np.float32)
+            for side in ("left", "right"):
+                (dx, _), _ = cv2.phaseCorrelate(c, np.ascontiguousarray(cams[side][i], np.float32), window)
+                shifts[side].append(dx * FRAME_SHAPE[1] / INPUT_SHAPE[1])
+    if not shifts["left"]:
+        raise ValueError("measure_camera_offset: the recordings hold no frames")
+    left, right = float(np.median(shifts["left"])), float(np.median(shifts["right"]))
+    px = (abs(left) + abs(right)) / 2
+    return {"left_px": left, "right_px": right, "px": px, "correction": px * steering_per_pixel,
+            "frames": len(shifts["left"])}
+
+
 def augment_frames(frames: np.ndarray, params: AugmentParams) -> np.ndarray:
     """Flip, shift, shadow and brightness of ``params`` on frames (T, 160, 320, 3) uint8 RGB.
 

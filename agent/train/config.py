@@ -301,6 +301,9 @@ class UdacitySection:
     """skip unusable CSV rows with a warning, or stop with an error listing them"""
     augment_prob: float = 0.6
     """probability that a training window is augmented (0: none)"""
+    camera_correction: float | Literal["measured"] = 0.2
+    """steering added for the left camera's views and subtracted for the right one's, or measured: the cameras'
+    offset measured in the training frames, in the shift augmentation's steering per pixel (about 0.08)"""
     smooth_labels: int = 1
     """train on a moving average of the steering over this many frames (1: the raw labels)"""
     smooth_mode: Literal["centred", "causal"] = "centred"
@@ -316,6 +319,9 @@ class UdacitySection:
 
     def __post_init__(self):
         _need(0.0 <= self.augment_prob <= 1.0, f"udacity.augment_prob must be in [0, 1], got {self.augment_prob}")
+        _need(self.camera_correction == "measured" or (_finite(self.camera_correction) and
+                                                       0.0 <= self.camera_correction <= 1.0),
+              f"udacity.camera_correction must be a steering in [0, 1] or 'measured', got {self.camera_correction!r}")
         _need(self.smooth_labels >= 1 and (self.smooth_labels % 2 == 1 or self.smooth_mode == "causal"),
               f"udacity.smooth_labels must be an odd number of frames >= 1 (any >= 1 with smooth_mode causal), got "
               f"{self.smooth_labels}")

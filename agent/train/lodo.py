@@ -34,11 +34,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 
+from agent.data.udacity import measure_camera_offset
 from agent.data.windows import UdacitySource, smooth_steering
 from agent.eval.label_floor import FLOOR_HALF_WIDTH_S, recording_floor, width_key
 from agent.eval.offline import INTENT_MEANS, evaluate_udacity, summarize_recordings
@@ -126,7 +127,8 @@ def _scores(res: dict) -> dict:
 def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_config, load, *, augment=None,
              smooth_labels: int = 1, smooth_mode: str = "centred", straight_keep: float = 1.0,
              subsample: float = 1.0, block: int = 32, tracks: dict[str, str] | None = None,
-             reference=None, folds: list[str] | None = None, extra_settings: dict | None = None) -> dict:
+             reference=None, folds: list[str] | None = None, extra_settings: dict | None = None,
+             measure_cameras: bool = False) -> dict:
     """Train and score one fold per recording (see the module docstring); returns the table (:func:`lodo_table`).
 
     Args:
@@ -145,6 +147,9 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
         reference: an optional fixed policy scored on each held-out recording too.
         folds: only these held-out drivers (names from :func:`driver_names`); None: all.
         extra_settings: recorded with the settings (and compared on resume).
+        measure_cameras: each fold's side-camera correction is measured in its training drivers' frames
+            (:func:`agent.data.udacity.measure_camera_offset`, never the held-out driver's) instead of
+            ``augment.camera_correction``; the fold records the measurement.
 
     Raises:
         ValueError: fewer than 2 recordings, an unknown fold name, or an ``out`` folder whose
@@ -162,7 +167,8 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
     out = Path(out)
     settings = {"recordings": {n: str(p) for n, p in zip(names, paths)}, "policy": policy_config.to_dict(),
                 "train": {k: v for k, v in asdict(train_config).items() if k not in ("device", "workers")},
-                "augment": asdict(augment) if augment is not None else None, "smooth_labels": smooth_labels,
+                "augment": ({**asdict(augment), **({"camera_correction": "measured"} if measure_cameras else {})}
+                            if augment is not None else None), "smooth_labels": smooth_labels,
                 "smooth_mode": smooth_mode, "straight_keep": straight_keep, "subsample": subsample, "block": block,
                 **(extra_settings or {})}
     settings = json.loads(json.dumps(settings, default=str))
@@ -195,7 +201,13 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
                 continue
             rec = smooth_steering(recs[n], smooth_labels, smooth_mode)
             pieces += subsample_blocks(rec, subsample, block, np.random.default_rng([train_config.seed, i, j]))
-        source = UdacitySource(pieces, augment, straight_keep=straight_keep, seed=train_config.seed)
+        fold_augment, offset = augment, None
+        if augment is not None and measure_cameras:
+            offset = measure_camera_offset([recs[n] for n in names if n != test])
+            fold_augment = replace(augment, camera_correction=offset["correction"])
+            log.info("fold %s: side cameras measured %.1f px from the center view: correction %.3f", test,
+                     offset["px"], offset["correction"])
+        source = UdacitySource(pieces, fold_augment, straight_keep=straight_keep, seed=train_config.seed)
         log.info("fold %d/%d: held-out driver %s (%d frames); training on %d drivers, %d frames", i + 1, len(names),
                  test, len(recs[test]), len(names) - 1, sum(source.lengths))
         policy, report = train(source, policy_config, train_config)
@@ -205,7 +217,8 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
                 **_scores(res), "seconds": {"train": t_train, "evaluate": res["seconds"]},
                 "best_epoch": report.best_epoch, "epochs": [asdict(e) for e in report.epochs],
                 "n_train_frames": report.n_train_frames, "n_val_frames": report.n_val_frames,
-                "train_mean_steering": report.baselines.get("train_mean_steering"), "settings": settings}
+                "train_mean_steering": report.baselines.get("train_mean_steering"), "camera_offset": offset,
+                "settings": settings}
         _write_json_atomic(fold_path, fold)
         nan = float("nan")
         log.info("fold %s: MSE %.4f, MAE %.4f, predict-0 MSE %.4f, ratio %.3f (label floor %.2f); smoothed ratio "
