@@ -542,17 +542,34 @@ def _topk_exact_rows(q, kT, qpos, key_mask, has_mask, causal, K, b, h, i_start, 
 
 
 @_jit
+def _item(it, n_qb):  # pragma: no cover - compiled
+    """Work item ``it`` -> (head row bh of B H, query block j of n_qb): the blocks of a head in order,
+    every other head's in reverse (a snake), so the chunks' every-n_chunks-th items pair early query
+    blocks with late ones. Under the causal rule a late block scores up to 2 n_qb - 1 times the keys
+    of the first: with the blocks in order, two chunks over two blocks a head got all the early
+    blocks and all the late ones (3:1 of the work, 1.33x on two threads at best); block j of one head
+    and block n_qb - 1 - j of the next together score the same keys for every j (the load-balanced
+    split of causal attention of context parallelism, which gives each device chunks i and 2N - 1 - i:
+    Dubey et al. 2024, "The Llama 3 Herd of Models", Section 3.3.2)."""
+    bh = it // n_qb
+    j = it - bh * n_qb
+    if bh % 2 == 1:
+        j = n_qb - 1 - j
+    return bh, j
+
+
+@_jit
 def _topk_exact_chunk(c, n_chunks, q, kT, qpos, key_mask, has_mask, causal, K, qb, k2max, zt, idx,
                       valid):  # pragma: no cover - compiled
     """Chunk c of n_chunks of the exact selector: the items (head, block of qb queries) c,
-    c + n_chunks, ... (every n_chunks-th, so a chunk gets early and late blocks alike: under the
+    c + n_chunks, ... in :func:`_item`'s order (so a chunk gets early and late blocks alike: under the
     causal rule late queries score more keys), with one set of work arrays."""
     B, H, Tq, _ = q.shape
     bufs, cand, vals, keys, slots, cv, Ls = _topk_exact_work(q, kT.shape[3], K)
     n_qb = (Tq + qb - 1) // qb
     for it in range(c, B * H * n_qb, n_chunks):
-        bh = it // n_qb
-        i0 = (it - bh * n_qb) * qb
+        bh, j = _item(it, n_qb)
+        i0 = j * qb
         _topk_exact_rows(q, kT, qpos, key_mask, has_mask, causal, K, bh // H, bh % H, i0, min(Tq, i0 + qb),
                          k2max[bh], zt, bufs, cand, vals, keys, slots, cv, Ls, idx, valid)
 
@@ -678,13 +695,13 @@ def _topk_blocks_rows(q, kT, qpos, key_mask, has_mask, causal, K, bs, m, b, h, i
 def _topk_blocks_chunk(c, n_chunks, q, kT, qpos, key_mask, has_mask, causal, K, bs, m, qb, cent, count, c2max,
                        k2max, zt_blocks, zt, idx, valid):  # pragma: no cover - compiled
     """Chunk c of n_chunks of the blocks selector: the items (head, block of qb queries) c,
-    c + n_chunks, ..., with one set of work arrays."""
+    c + n_chunks, ... in :func:`_item`'s order, with one set of work arrays."""
     B, H, Tq, _ = q.shape
     bbuf, bvals, bkeys, cbuf, cpos, cand, vals, keys, slots, cv = _topk_blocks_work(q, cent.shape[1], bs, m, K)
     n_qb = (Tq + qb - 1) // qb
     for it in range(c, B * H * n_qb, n_chunks):
-        bh = it // n_qb
-        i0 = (it - bh * n_qb) * qb
+        bh, j = _item(it, n_qb)
+        i0 = j * qb
         _topk_blocks_rows(q, kT, qpos, key_mask, has_mask, causal, K, bs, m, bh // H, bh % H, i0, min(Tq, i0 + qb),
                           cent[bh], count[bh], c2max[bh], k2max[bh], zt_blocks, zt, bbuf, bvals, bkeys, cbuf, cpos,
                           cand, vals, keys, slots, cv, idx, valid)
@@ -1408,7 +1425,7 @@ def _fused_chunk(c, n_chunks, q, kT, qhT, khT, v2, Wc, bc, Wm, bm, Wh, bh, B, T,
                  has_mask, q_times, k_times, has_t, mode, delta_t, eps, n_euler, qb, qpos, cent, count, c2max, k2max,
                  zt_blocks, zt, idx, valid, o):  # pragma: no cover - compiled
     """Chunk c of n_chunks of :func:`_fused_forward_run`: the items (head, block of qb queries, qb a
-    multiple of TILE_QUERIES) c, c + n_chunks, ...: each one's ranking (the exact selector, or the
+    multiple of TILE_QUERIES) c, c + n_chunks, ... in :func:`_item`'s order: each one's ranking (the exact selector, or the
     blocks selector when bs > 0), then its pairs a tile at a time, their weights and the weighted
     values into o; one set of work arrays for the chunk."""
     d = v2.shape[1]
@@ -1433,10 +1450,10 @@ def _fused_chunk(c, n_chunks, q, kT, qhT, khT, v2, Wc, bc, Wm, bm, Wh, bh, B, T,
     valid2 = valid.reshape(BH * T, K)
     n_qb = (T + qb - 1) // qb
     for it in range(c, BH * n_qb, n_chunks):
-        bh_ = it // n_qb
+        bh_, j = _item(it, n_qb)
         b = bh_ // H
         h = bh_ - b * H
-        i0 = (it - bh_ * n_qb) * qb
+        i0 = j * qb
         i1 = min(T, i0 + qb)
         # 3. the ranking of the block's queries
         if bs > 0:
