@@ -290,3 +290,42 @@ def test_cli_core_option_reaches_the_saved_policy(tmp_path, capsys):
     rc, err = run_cli([*common, "--policy.core", "lstm", "--policy.core-options", "topk", "4", "--out",
                        str(tmp_path / "x.pt")], capsys)
     assert rc == 2 and "policy.core_options {'topk': 4} do not suit the lstm core" in err
+
+
+def test_cli_leave_one_driver_out_over_seeds(tmp_path, capsys):
+    """--lodo.seeds 0 1: every fold once per seed, into OUT/s<seed>, and the table over the seeds against the
+    issue's targets (seeds.md, seeds.json)."""
+    from agent.cli import main
+    from agent.train.lodo import lodo_table, seeds_table
+
+    data = _drivers(tmp_path, 3, rows=12)
+    out = tmp_path / "lodo"
+    args = ["train", "--env", "udacity", "--data", *data, "--lodo.out", str(out), "--policy.core", "none",
+            "--policy.window", "2", "--train.epochs", "1", "--train.val-fraction", "0", "--udacity.crop-cache",
+            str(tmp_path / "cache"), "--lodo.tracks", "*", "lake", "driver2", "jungle", "--train.tensorboard", "",
+            "--lodo.seeds", "0", "1"]
+    assert main(args) == 0
+    per = {s: lodo_table(out / f"s{s}") for s in (0, 1)}
+    assert all(len(per[s]["drivers"]) == 3 for s in (0, 1))
+    # another seed trains other weights: the held-out MSEs differ
+    assert [d["mse"] for d in per[0]["drivers"]] != [d["mse"] for d in per[1]["drivers"]]
+    over = json.loads((out / "seeds.json").read_text())
+    assert over["seeds"] == [0, 1] and set(over["tracks"]) == {"jungle", "lake", "all"}
+    for track in ("lake", "jungle"):
+        cell = over["tracks"][track]["ratio_of_means"]
+        want = [per[s]["tracks"][track]["ratio_of_means"] for s in (0, 1)]
+        assert cell["per_seed"] == pytest.approx(want) and cell["mean"] == pytest.approx(np.mean(want))
+        assert cell["met"] == all(v <= 0.7 for v in want) and cell["target"] == "<= 0.7"
+    lake = over["tracks"]["lake"]["smoothed_ratio_of_means"]
+    assert lake["target"] == "<= 0.5" and over["tracks"]["jungle"]["smoothed_ratio_of_means"]["target"] == "<= 0.6"
+    assert over["tracks"]["all"]["smoothed_corr"]["met"] is None  # targets are per track
+    md = (out / "seeds.md").read_text()
+    assert "over 2 training seeds (0, 1)" in md and "fewer than 3 seeds no interval" in md
+    assert "| lake | 2/2 |" in md
+    # a seed that failed a target shows ✗ (a fixed table, through the same function)
+    assert ("✗" in md) == any(c["met"] is False for t in over["tracks"].values() for c in t.values())
+    with pytest.raises(ValueError, match="no finished fold"):
+        seeds_table({0: out / "s0", 5: tmp_path / "empty"})
+    capsys.readouterr()
+    assert main([*args[:-2], "--lodo.seeds", "1", "1"]) == 2
+    assert "lodo.seeds must be distinct seeds" in capsys.readouterr().err

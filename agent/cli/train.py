@@ -33,7 +33,7 @@ from agent.train.batches import DEVICE_SHARE
 from agent.train.bc import TrainConfig, report_metadata
 from agent.train.checkpoint import CHECKPOINT_NAME, CheckpointError, Checkpointer, load_checkpoint
 from agent.train.config import TrainRun, config_from_text, to_dict, torch_device
-from agent.train.lodo import run_lodo, subsample_blocks
+from agent.train.lodo import run_lodo, seeds_table, subsample_blocks
 from agent.train.run import train
 
 log = get_logger("agent.train")
@@ -430,16 +430,29 @@ def _train_lodo(run: TrainRun) -> int:
         torch.set_num_threads(run.threads)
     u = run.udacity
     pcfg = _policy_config(run, False, _check_core_options(run))
-    table = run_lodo(list(run.data), run.lodo.out, pcfg, _train_config(run), udacity_loader(run.udacity.crop_cache, run.udacity.on_bad_row, len(run.data)),
-                     augment=(AugmentConfig(p_augment=u.augment_prob, camera_correction=0.2 if u.camera_correction ==
-                                            "measured" else float(u.camera_correction))
-                              if u.augment_prob > 0 else None), measure_cameras=u.camera_correction == "measured",
-                     smooth_labels=u.smooth_labels, smooth_mode=u.smooth_mode, straight_keep=u.straight_keep,
-                     subsample=u.subsample, block=u.block, tracks=driver_tracks(run.lodo.tracks, list(run.data)),
-                     reference=reference,
-                     folds=list(run.lodo.folds) if run.lodo.folds else None)
-    print(table["markdown"])
-    print(f"wrote {Path(run.lodo.out) / 'lodo.md'} and lodo.json")
+    load = udacity_loader(run.udacity.crop_cache, run.udacity.on_bad_row, len(run.data))
+    augment = (AugmentConfig(p_augment=u.augment_prob,
+                             camera_correction=0.2 if u.camera_correction == "measured" else float(u.camera_correction))
+               if u.augment_prob > 0 else None)
+    seeds = list(run.lodo.seeds) if run.lodo.seeds else [None]
+    folders = {}
+    for seed in seeds:
+        seed_run = run if seed is None else replace(run, seed=seed)
+        folder = Path(run.lodo.out) if seed is None else Path(run.lodo.out) / f"s{seed}"
+        if seed is not None:
+            log.info("lodo.seeds: seed %d -> %s", seed, folder)
+        table = run_lodo(list(run.data), folder, pcfg, _train_config(seed_run), load, augment=augment,
+                         measure_cameras=u.camera_correction == "measured", smooth_labels=u.smooth_labels,
+                         smooth_mode=u.smooth_mode, straight_keep=u.straight_keep, subsample=u.subsample, block=u.block,
+                         tracks=driver_tracks(run.lodo.tracks, list(run.data)), reference=reference,
+                         folds=list(run.lodo.folds) if run.lodo.folds else None)
+        folders[seed] = folder
+        print(table["markdown"])
+        print(f"wrote {folder / 'lodo.md'} and lodo.json")
+    if run.lodo.seeds:
+        over = seeds_table(folders, run.lodo.out)
+        print(over["markdown"])
+        print(f"wrote {Path(run.lodo.out) / 'seeds.md'} and seeds.json")
     return 0
 
 

@@ -342,6 +342,9 @@ class LodoSection:
     """also score this fixed Udacity policy on each held-out driver"""
     folds: tuple[str, ...] | None = None
     """run only these folds"""
+    seeds: tuple[int, ...] | None = None
+    """train every fold once per seed, into OUT/s<seed>, and write the table over the seeds (OUT/seeds.md, seeds.json)
+    against the targets of issue "Udacity steering that turns"; None: the run's seed, into OUT"""
 
 
 def check_device(device: str, threads: int = 0, workers: int = 0) -> None:
@@ -476,6 +479,9 @@ class TrainRun:
             lodo_only = _changed(self.lodo, LodoSection(), "lodo")
             _need(not lodo_only, f"{', '.join(lodo_only)} only apply with lodo.out (the leave-one-driver-out folder)")
         else:
+            _need(self.lodo.seeds is None or (len(self.lodo.seeds) >= 1 and
+                                              len(set(self.lodo.seeds)) == len(self.lodo.seeds)),
+                  f"lodo.seeds must be distinct seeds, e.g. 0 1; got {self.lodo.seeds}")
             _need(self.init is None and self.out is None and self.save_bc is None,
                   "lodo.out trains one policy per fold from scratch and writes no policy file: drop init, out and "
                   "save_bc")

@@ -371,4 +371,104 @@ def write_table(out: str | Path) -> dict:
     return table
 
 
-__all__ = ["driver_names", "lodo_table", "run_lodo", "subsample_blocks", "write_table"]
+#: issue "Udacity steering that turns", item 2: the means per track every seed's leave-one-driver-out
+#: run must reach: (key of the track means, "max" or "min", {track: bound}, "*" for any track)
+TARGETS = (("smoothed_ratio_of_means", "max", {"lake": 0.5, "jungle": 0.6}),
+           ("smoothed_corr", "min", {"*": 0.7}),
+           ("right_way_left", "min", {"*": 0.9}),
+           ("right_way_right", "min", {"*": 0.9}),
+           ("ratio_of_means", "max", {"*": 0.7}))
+#: the columns of the table over seeds: (key, heading, format)
+SEED_COLUMNS = (("smoothed_ratio_of_means", "smoothed ratio", ".2f"), ("smoothed_corr", "r", ".2f"),
+                ("right_way_left", "right way, left", ".2f"), ("right_way_right", "right way, right", ".2f"),
+                ("ratio_of_means", "raw ratio", ".2f"), ("curve_abs_ratio", "\\|pred\\| / \\|label\\| in curves",
+                                                          ".2f"))
+
+
+def _bound(key: str, track: str):
+    for k, how, bounds in TARGETS:
+        if k == key:
+            b = bounds.get(track, bounds.get("*"))
+            return (how, b) if b is not None else None
+    return None
+
+
+def seeds_table(runs: dict[int, str | Path], out: str | Path | None = None) -> dict:
+    """The leave-one-driver-out means per track over several training seeds, against the targets.
+
+    Each seed's run is a LODO folder (:func:`run_lodo`); its means per track (:func:`lodo_table`) are
+    taken as they are, and per track and measure this gives each seed's value, their mean, and
+    whether every seed meets :data:`TARGETS` (the seed, not the fold, is the unit of a retraining;
+    Colas, Sigaud and Oudeyer 2018, "How Many Random Seeds?"). With fewer than 3 seeds no interval
+    is given: the table says so.
+
+    Args:
+        runs: seed -> its LODO folder.
+        out: where to write ``seeds.json`` and ``seeds.md`` (None: write nothing).
+
+    Returns:
+        {"seeds": [...], "folds": {seed: {track: folds}}, "tracks": {track: {key: {"per_seed",
+        "mean", "target", "met"}}}, "markdown": str}.
+
+    Raises:
+        ValueError: no runs, or a folder without finished folds.
+    """
+    if not runs:
+        raise ValueError("seeds_table needs at least one seed's leave-one-driver-out folder")
+    tables = {}
+    for seed, folder in runs.items():
+        t = lodo_table(folder)
+        if not t["drivers"]:
+            raise ValueError(f"{folder} holds no finished fold (seed {seed}): run the leave-one-driver-out first")
+        tables[int(seed)] = t
+    seeds = sorted(tables)
+    tracks = [name for name in tables[seeds[0]]["tracks"] if all(name in tables[s]["tracks"] for s in seeds)]
+    result = {"seeds": seeds, "folds": {s: {n: tables[s]["tracks"][n]["folds"] for n in tracks} for s in seeds},
+              "tracks": {}}
+    for name in tracks:
+        row = {}
+        for key, _, _ in SEED_COLUMNS:
+            vals = [tables[s]["tracks"][name].get(key) for s in seeds]
+            mean = _mean(vals) if all(v is not None for v in vals) else None
+            bound = _bound(key, name) if name != "all" else None
+            met = None
+            if bound is not None and mean is not None:
+                how, b = bound
+                met = all((v <= b) if how == "max" else (v >= b) for v in vals)
+            row[key] = {"per_seed": vals, "mean": mean,
+                        "target": None if bound is None else f"{'<=' if bound[0] == 'max' else '>='} {bound[1]}",
+                        "met": met}
+        result["tracks"][name] = row
+    head = "| track | folds a seed | " + " | ".join(h for _, h, _ in SEED_COLUMNS) + " |"
+    lines = [head, "|" + "---|" * (len(SEED_COLUMNS) + 2)]
+    for name, row in result["tracks"].items():
+        folds = "/".join(str(result["folds"][s][name]) for s in seeds)
+        cells = []
+        for key, _, fmt in SEED_COLUMNS:
+            c = row[key]
+            each = ", ".join(_f(v, fmt) for v in c["per_seed"])
+            mark = "" if c["met"] is None else (" ✓" if c["met"] else " ✗")
+            tgt = f" ({c['target']})" if c["target"] else ""
+            cells.append(f"**{_f(c['mean'], fmt)}**{tgt}{mark}<br>seeds {each}")
+        lines.append(f"| {name} | {folds} | " + " | ".join(cells) + " |")
+    n = len(seeds)
+    md = (f"Leave-one-driver-out over {n} training seed{'s' if n != 1 else ''} ({', '.join(map(str, seeds))}): "
+          "each cell is the mean over the seeds of the seed's mean per track, then each seed's value. ✓: every "
+          "seed meets the target of issue \"Udacity steering that turns\" (smoothed ratio <= 0.5 on the lake track "
+          "and <= 0.6 on the jungle track, r >= 0.7, right-way turns >= 0.9 left and right, raw-label ratio <= 0.7); "
+          "✗: at least one does not. " +
+          ("With fewer than 3 seeds no interval is given: the seeds' values show the spread. " if n < 3 else "") +
+          "Folds: the finished folds of each seed per track.\n\n" + "\n".join(lines) + "\n")
+    result["markdown"] = md
+    if out is not None:
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        _write_json_atomic(out / "seeds.json", {k: v for k, v in result.items() if k != "markdown"})
+        tmp = out / f".seeds.md.{os.getpid()}.tmp"
+        tmp.write_text(md)
+        os.replace(tmp, out / "seeds.md")
+    return result
+
+
+__all__ = ["SEED_COLUMNS", "TARGETS", "driver_names", "lodo_table", "run_lodo", "seeds_table", "subsample_blocks",
+           "write_table"]
