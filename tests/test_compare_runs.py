@@ -57,3 +57,18 @@ def test_the_command_writes_the_report_and_refuses_bad_specs(runs, tmp_path, cap
     with pytest.raises(ValueError, match="twice"):
         runs_summary([runs[0], runs[0]])
     assert parse_run_spec("nac-steady:3=a.json,b.json")[1] == 3
+
+
+def test_the_page_says_what_each_core_is_and_names_none_frame_stacking(tmp_path):
+    from agent.compare.runs import runs_markdown, runs_summary
+
+    rng = np.random.default_rng(1)
+    specs = []
+    for core in ("nac-steady", "none"):
+        for seed in (0, 1):
+            a = _eval(tmp_path / f"{core}-{seed}.json", 1_000_000, rng.normal(900, 20, 10))
+            specs.append(f"{core}:{seed}={a}")
+    md = runs_markdown(runs_summary(specs))
+    section = md[md.index("## What the cores are"):md.index("## The cores")]
+    assert "**none**" in section and "frame stacking" in section and "no memory" in section
+    assert "**nac-steady**" in section and "memory by attention" in section

@@ -29,6 +29,20 @@ import numpy as np
 
 from agent.compare.report import pooled_seed_sd, seed_level_difference
 
+#: what each core of a recipe run is, in the words the comparison page uses (the recipe's features extractor, a
+#: CNN with the motion channel, feeds each of them)
+CORE_MEANING = {
+    "nac-steady": "NAC (Neuronal Attention Circuit), steady-state logits, over the last T frames: memory by attention",
+    "nac-exact": "NAC with the exact ODE logits over the last T frames: memory by attention",
+    "nac-euler": "NAC with Euler-integrated logits over the last T frames: memory by attention",
+    "nac": "NAC over the last T frames: memory by attention",
+    "gru": "a GRU over the last T frames: recurrent memory",
+    "lstm": "an LSTM over the last T frames: recurrent memory",
+    "mha": "multi-head self-attention over the last T frames",
+    "none": "no temporal core and T = 1: the newest frame and its motion channel (its difference to the frame "
+            "before), that is frame stacking of two frames; no memory beyond that",
+}
+
 #: the quality a recipe run must reach on each unseen set
 QUALITY = {"mean_at_least": 905.0, "every_track_at_least": 600.0, "standstill_steps_at_most": 50}
 
@@ -154,6 +168,9 @@ def runs_markdown(summary: dict) -> str:
                          f"| {s['at_least_600']}/{s['episodes']} | {s['standstills']} | {s['laps'] if s['laps'] is not None else '-'} "
                          f"| {'yes' if s['passes'] else 'no'} |")
     ref = summary["reference"]
+    lines += ["", "## What the cores are", ""]
+    lines += [f"- **{c['core']}**: {CORE_MEANING.get(c['core'], CORE_MEANING.get(c['core'].split('-')[0], 'as named'))}."
+              for c in summary["cores"]]
     lines += ["", "## The cores", "",
               f"The unit is the training run: each run's mean return over the {summary['tracks']} tracks every run "
               f"drove. Between-run standard deviation, pooled over the cores: "
@@ -207,4 +224,4 @@ def write_runs_report(specs: Sequence[str], out: str | Path, reference: str | No
     return {**summary, "markdown": md, "paths": [str(out / "runs.md"), str(out / "runs.json")]}
 
 
-__all__ = ["QUALITY", "parse_run_spec", "runs_markdown", "runs_summary", "set_summary", "verdict", "write_runs_report"]
+__all__ = ["CORE_MEANING", "QUALITY", "parse_run_spec", "runs_markdown", "runs_summary", "set_summary", "verdict", "write_runs_report"]
