@@ -84,6 +84,24 @@ def test_the_policy_stores_the_run_folders_resolved_config(overridden):
     assert load_policy(overridden / "p.pt").metadata["config"] == to_dict(resolved)
 
 
+def test_the_card_names_the_recipe_and_the_teacher(overridden, tmp_path):
+    from agent.cli.train import _teacher_text
+    from agent.eval.card import read_card
+    from agent.train.config import TeacherSection, TrainRun
+
+    card = read_card(overridden / "p.pt")
+    assert card.recipe == str(overridden / "three.toml") and card.teacher is None  # no teacher in this recipe
+    t = TeacherSection(expert="policies/x.zip", start_rule=True, creep_speed=10.0, brake_floor=20.0, grass_rule=True)
+    assert _teacher_text(TrainRun(teacher=t)) == ("x.zip with the start rule, the creep rule (10 units/s), the brake "
+                                                  "floor (20 units/s) and the grass rule")
+    assert _teacher_text(TrainRun(teacher=TeacherSection(expert="x.zip", start_rule=True))) == "x.zip with the start rule"
+    # without --config there is no recipe to name
+    assert main(["train", "--env", "carracing", "--data", SAMPLE, "--out", str(tmp_path / "q.pt"), "--run-dir",
+                 str(tmp_path / "q"), "--policy.window", "2", "--train.epochs", "1", "--train.batch-frames", "16",
+                 "--train.tensorboard", "", "--threads", "1"]) == 0
+    assert read_card(tmp_path / "q.pt").recipe is None
+
+
 def test_an_unknown_recipe_key_is_refused_in_one_line(tmp_path, capsys):
     recipe = _recipe(tmp_path / "bad.toml", out=str(tmp_path / "p.pt"), run_dir=str(tmp_path / "run"),
                      train={**TINY["train"], "epochz": 3})

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import gymnasium as gym
@@ -75,11 +76,12 @@ def main(argv: list[str]) -> int:
         run, state = parse_resume(argv)
         return run_one(run, resume=state)
     stages = parse_stages(TrainRun, argv, prog="agent train", description=DESCRIPTION)
+    recipe = split_config(argv)[0]  # recorded in the policy's card (agent info)
     last = stages[-1][1]  # refused now, not after hours of the earlier stages
     if last.lodo.out is None and last.out_path.exists() and not last.overwrite and \
             not stage_done(last, last.run_path / "config.toml"):
         raise CLIError(f"{last.out_path} already exists; choose another --out or pass --overwrite")
-    return run_stages(stages, run_or_continue, lambda run: run.run_path / "config.toml")
+    return run_stages(stages, partial(run_or_continue, recipe=recipe), lambda run: run.run_path / "config.toml")
 
 
 def unfinished_checkpoint(run: TrainRun) -> dict | None:
@@ -103,13 +105,13 @@ def unfinished_checkpoint(run: TrainRun) -> dict | None:
     return state
 
 
-def run_or_continue(run: TrainRun) -> int:
+def run_or_continue(run: TrainRun, recipe: str | None = None) -> int:
     """:func:`run_one`, continuing the run folder's own checkpoint of this very config if there is
-    one (:func:`unfinished_checkpoint`); the exit code."""
+    one (:func:`unfinished_checkpoint`); the exit code. ``recipe``: the ``--config`` file, for the card."""
     state = unfinished_checkpoint(run)
     if state is not None:
         log.info("%s holds a checkpoint of this run (%s): continuing from it", run.run_path, state.get("what"))
-    return run_one(run, resume=state)
+    return run_one(run, resume=state, recipe=recipe)
 
 
 def parse_resume(argv: list[str]) -> tuple[TrainRun, dict]:
@@ -157,12 +159,14 @@ def _overrides(given: TrainRun, stored: TrainRun) -> list[str]:
     return [f"{k} ({g.get(k)!r} given, {s.get(k)!r} stored)" for k in keys if g.get(k) != s.get(k)]
 
 
-def run_one(run: TrainRun, resume: dict | None = None) -> int:
+def run_one(run: TrainRun, resume: dict | None = None, recipe: str | None = None) -> int:
     """One training run (one stage of a recipe), validated already; the exit code.
 
     Args:
         run: the config.
         resume: a checkpoint of this run (:func:`parse_resume`): continue from it.
+        recipe: the ``--config`` file the run came from: the policy's card records it (with the
+            teacher and its rules), so `agent info` names what remakes the file.
 
     Returns:
         0, or 130 after a Ctrl-C (the last checkpoint kept, a line says how to resume).
@@ -233,6 +237,9 @@ def run_one(run: TrainRun, resume: dict | None = None) -> int:
         return 0
     command = "agent train " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["train"] else "agent train"
     metadata = report_metadata(report, command=command, recordings=list(resolved.data), config=to_dict(resolved))
+    card = {"recipe": recipe, "teacher": _teacher_text(resolved)}
+    if any(card.values()):
+        metadata["card"] = {k: v for k, v in card.items() if v}
     _save_policy(policy, out, json.loads(json.dumps(metadata, default=str)), run.run_path)
     if checkpoint is not None:
         checkpoint.finish(str(out), report.as_dict())
@@ -242,6 +249,21 @@ def run_one(run: TrainRun, resume: dict | None = None) -> int:
         write_json(resolved.json, report.as_dict())
     ddp.close(dist)
     return 0
+
+
+def _teacher_text(run: TrainRun) -> str | None:
+    """The card's teacher line: the expert's file name and the rules it labels with (None without a teacher)."""
+    t = run.teacher
+    if not t.expert:
+        return None
+    rules = (["the start rule"] if t.start_rule else []) + \
+        ([f"the creep rule ({t.creep_speed:g} units/s)"] if t.creep_speed else []) + \
+        ([f"the brake floor ({t.brake_floor:g} units/s)"] if t.brake_floor is not None else []) + \
+        (["the grass rule"] if t.grass_rule else [])
+    name = Path(t.expert).name
+    if not rules:
+        return name
+    return f"{name} with " + (rules[0] if len(rules) == 1 else ", ".join(rules[:-1]) + " and " + rules[-1])
 
 
 def _save_policy(policy, out: Path, metadata: dict, run_dir: Path) -> None:
