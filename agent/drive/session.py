@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import sys
+import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -287,6 +289,7 @@ class DriveSession:
         self.step_cpu_seconds: deque[float] = deque(maxlen=TIMING_STEPS)
         self.latency_seconds: deque[float] = deque(maxlen=TIMING_STEPS)
         self.stalls = StallMeter()
+        self._sigint = False  # set by run()'s Ctrl-C handler
 
     @staticmethod
     def _make_env(cfg: DriveConfig, policy=None, worker: bool = False, replay: ReplayRecording | None = None):
@@ -362,6 +365,8 @@ class DriveSession:
         ticks.append(time.perf_counter())
         loop_start = None
         while True:
+            if self._sigint:  # Ctrl-C, raised here between two steps (see run)
+                raise KeyboardInterrupt
             t0, c0 = time.perf_counter(), time.process_time()
             if loop_start is None:
                 loop_start = t0
@@ -438,6 +443,8 @@ class DriveSession:
         while self.paused and not (self.single_step or self._quit or self.restart_requested):
             window.present(canvas)
             window.poll()
+            if self._sigint:
+                raise KeyboardInterrupt
             time.sleep(1 / 30)
         self.single_step = False
         if window.pacer is not None:
@@ -450,6 +457,28 @@ class DriveSession:
         returns: list[float] = []
         ep, code = 0, EXIT_OK
         quiet_gc()
+        ep_return, steps = 0.0, 0
+        # Ctrl-C sets a flag that the step loop turns into KeyboardInterrupt between two steps: the default
+        # handler raises it wherever Python is, and one raised inside a weakref callback or __del__ is only
+        # printed ("Exception ignored in ..."), so the drive went on to the episode's end and exited 0
+        self._sigint = False
+        previous = None
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGINT, self._on_sigint)
+        try:
+            return self._run_episodes(cfg, returns)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+
+    def _on_sigint(self, signum, frame) -> None:
+        if self._sigint:  # a second Ctrl-C: stop now, as the default handler would
+            raise KeyboardInterrupt
+        self._sigint = True
+
+    def _run_episodes(self, cfg, returns: list[float]) -> int:
+        """The episodes of :meth:`run`; the exit code."""
+        ep, code = 0, EXIT_OK
         ep_return, steps = 0.0, 0
         try:
             if self.replay is not None and self.replay_sim is None:
