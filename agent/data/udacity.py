@@ -498,31 +498,49 @@ def measure_camera_offset(recordings, frames_per_recording: int = 60, band: tupl
     Raises:
         ValueError: no recording holds a frame, or a band outside the crop.
     """
+    return camera_offset([camera_shifts(rec, frames_per_recording, band) for rec in recordings], steering_per_pixel)
+
+
+def camera_shifts(recording, frames_per_recording: int = 60, band: tuple[int, int] = OFFSET_BAND) -> dict:
+    """The per-frame part of :func:`measure_camera_offset` for one recording: {"left", "right"}, each a
+    (frames,) float64 array of horizontal shifts of that side crop from the center crop, raw pixels
+    (empty for an empty recording). Pool several with :func:`camera_offset`.
+
+    Raises:
+        ValueError: a band outside the crop.
+    """
     if not 0 <= band[0] < band[1] <= INPUT_SHAPE[0]:
         raise ValueError(f"band must lie in rows 0..{INPUT_SHAPE[0]} of the crop, got {band}")
-    h = band[1] - band[0]
-    window = cv2.createHanningWindow((INPUT_SHAPE[1], h), cv2.CV_32F)
+    window = cv2.createHanningWindow((INPUT_SHAPE[1], band[1] - band[0]), cv2.CV_32F)
     shifts = {"left": [], "right": []}
-    for rec in recordings:
-        n = len(rec)
-        if not n:
-            continue
+    n = len(recording)
+    if n:
         rows = np.unique(np.linspace(0, n - 1, min(n, frames_per_recording)).astype(np.int64))
         cams = {}
         for name in CAMERAS:
-            f = np.asarray(rec.camera(name)[rows])
+            f = np.asarray(recording.camera(name)[rows])
             cams[name] = (preprocess(f) if f.shape[-3:] == FRAME_SHAPE else f)[:, band[0]:band[1], :, 0]
         for i in range(len(rows)):
             c = np.ascontiguousarray(cams["center"][i], np.float32)
             for side in ("left", "right"):
                 (dx, _), _ = cv2.phaseCorrelate(c, np.ascontiguousarray(cams[side][i], np.float32), window)
                 shifts[side].append(dx * FRAME_SHAPE[1] / INPUT_SHAPE[1])
-    if not shifts["left"]:
+    return {k: np.asarray(v, np.float64) for k, v in shifts.items()}
+
+
+def camera_offset(shifts: list[dict], steering_per_pixel: float = AugmentConfig.steering_per_pixel) -> dict:
+    """:func:`measure_camera_offset`'s result from the :func:`camera_shifts` of several recordings (pooled).
+
+    Raises:
+        ValueError: no frames in any of them.
+    """
+    left = np.concatenate([s["left"] for s in shifts]) if shifts else np.empty(0)
+    right = np.concatenate([s["right"] for s in shifts]) if shifts else np.empty(0)
+    if not len(left):
         raise ValueError("measure_camera_offset: the recordings hold no frames")
-    left, right = float(np.median(shifts["left"])), float(np.median(shifts["right"]))
-    px = (abs(left) + abs(right)) / 2
-    return {"left_px": left, "right_px": right, "px": px, "correction": px * steering_per_pixel,
-            "frames": len(shifts["left"])}
+    lm, rm = float(np.median(left)), float(np.median(right))
+    px = (abs(lm) + abs(rm)) / 2
+    return {"left_px": lm, "right_px": rm, "px": px, "correction": px * steering_per_pixel, "frames": len(left)}
 
 
 def augment_frames(frames: np.ndarray, params: AugmentParams) -> np.ndarray:
@@ -560,6 +578,6 @@ def augmented_window(rec: UdacityRecording, index: np.ndarray, params: AugmentPa
 
 
 __all__ = ["AugmentConfig", "AugmentParams", "BadRow", "CAMERAS", "CROP_ROWS", "FRAME_SHAPE", "INPUT_SHAPE",
-           "MAX_CSV_LINE_CHARS", "MAX_SPEED_MPH", "UdacityRecording", "VALUE_RANGES", "augment_frames",
-           "augment_steering", "augmented_window", "find_segments", "load_recording", "parse_log", "preprocess",
-           "timestamp_of", "value_out_of_range"]
+           "MAX_CSV_LINE_CHARS", "MAX_SPEED_MPH", "OFFSET_BAND", "UdacityRecording", "VALUE_RANGES", "augment_frames",
+           "augment_steering", "augmented_window", "camera_offset", "camera_shifts", "find_segments", "load_recording",
+           "measure_camera_offset", "parse_log", "preprocess", "timestamp_of", "value_out_of_range"]

@@ -453,11 +453,7 @@ class DriveSession:
     def run(self) -> int:
         """All episodes; prints each one's return and stall figures (:func:`stall_text`) and the mean
         return. Returns the exit code."""
-        cfg = self.cfg
-        returns: list[float] = []
-        ep, code = 0, EXIT_OK
         quiet_gc()
-        ep_return, steps = 0.0, 0
         # Ctrl-C sets a flag that the step loop turns into KeyboardInterrupt between two steps: the default
         # handler raises it wherever Python is, and one raised inside a weakref callback or __del__ is only
         # printed ("Exception ignored in ..."), so the drive went on to the episode's end and exited 0
@@ -466,7 +462,7 @@ class DriveSession:
         if threading.current_thread() is threading.main_thread():
             previous = signal.signal(signal.SIGINT, self._on_sigint)
         try:
-            return self._run_episodes(cfg, returns)
+            return self._run_episodes()
         finally:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
@@ -476,8 +472,10 @@ class DriveSession:
             raise KeyboardInterrupt
         self._sigint = True
 
-    def _run_episodes(self, cfg, returns: list[float]) -> int:
+    def _run_episodes(self) -> int:
         """The episodes of :meth:`run`; the exit code."""
+        cfg = self.cfg
+        returns: list[float] = []
         ep, code = 0, EXIT_OK
         ep_return, steps = 0.0, 0
         try:

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.data.udacity import measure_camera_offset
+from agent.data.udacity import camera_offset, camera_shifts
 from agent.data.windows import UdacitySource, smooth_steering
 from agent.eval.label_floor import FLOOR_HALF_WIDTH_S, recording_floor, width_key
 from agent.eval.offline import INTENT_MEANS, evaluate_udacity, summarize_recordings
@@ -148,7 +148,8 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
         folds: only these held-out drivers (names from :func:`driver_names`); None: all.
         extra_settings: recorded with the settings (and compared on resume).
         measure_cameras: each fold's side-camera correction is measured in its training drivers' frames
-            (:func:`agent.data.udacity.measure_camera_offset`, never the held-out driver's) instead of
+            (:func:`agent.data.udacity.measure_camera_offset`, never the held-out driver's; each recording
+            measured once) instead of
             ``augment.camera_correction``; the fold records the measurement.
 
     Raises:
@@ -181,6 +182,7 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
     recs = {}
     for n, p in zip(names, paths):
         recs[n] = load(p)
+    shifts = {}  # each recording's camera shifts, measured once for every fold that trains on it
     for i, test in enumerate(names):
         if folds and test not in folds:
             continue
@@ -203,7 +205,10 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
             pieces += subsample_blocks(rec, subsample, block, np.random.default_rng([train_config.seed, i, j]))
         fold_augment, offset = augment, None
         if augment is not None and measure_cameras:
-            offset = measure_camera_offset([recs[n] for n in names if n != test])
+            for n in names:
+                if n != test and n not in shifts:
+                    shifts[n] = camera_shifts(recs[n])
+            offset = camera_offset([shifts[n] for n in names if n != test])
             fold_augment = replace(augment, camera_correction=offset["correction"])
             log.info("fold %s: side cameras measured %.1f px from the center view: correction %.3f", test,
                      offset["px"], offset["correction"])
