@@ -9,13 +9,15 @@
 #               `bash .ci/gpu-wheels.sh`); installed without network into /tmp/site, never into the system
 #   PYTHON      the interpreter (default python3: on the lent GPU machines the one that holds a CUDA torch)
 #   ONLY        run only these steps (names, space-separated), e.g. ONLY="setup bench-nac-cuda" for a rerun
+#   NAC_PATH    the NAC paths bench-nac-cuda times: both (default), triton or torch
 #
-# The steps, each under `timeout` (the limits add up to 470 s):
+# The steps, each under `timeout` (the limits add up to 470 s; the whole run took 243 s on an H200, 2026-11-27):
 #   setup             the carried wheels into /tmp/site (pip --no-index --no-deps), versions, a check that every
 #                     module the steps import is there
 #   pytest-cuda       pytest -m cuda: tests/test_nac_triton.py's cuda suite and tests/test_bench_nac_device.py's,
 #                     then tests/test_train_device_data.py's CUDA tests (-k cuda; they carry no cuda mark)
-#   bench-nac-cuda    agent bench nac --device cuda --nac-path both  -> $OUT/bench-nac-cuda.json
+#   bench-nac-cuda    agent bench nac --device cuda --nac-path both --cuda-profile (where NAC's time goes)
+#                                                                     -> $OUT/bench-nac-cuda.json
 #   bench-train-cuda  agent bench train --device cuda (loop vs compute frames/s, both batch paths)
 #                                                                     -> $OUT/bench-train-cuda.json
 #   bench-nac-cpu     agent bench nac --paired-only --thread-counts 1 2 16 on the machine's CPU
@@ -35,6 +37,7 @@ esac
 OUT=${OUT:-/tmp/gpu-check}
 WHEELS=${WHEELS:-.whl}
 PY=${PYTHON:-python3}
+NAC_PATH=${NAC_PATH:-both}
 A="$PY -m agent.cli"   # the project runs from this checkout (PYTHONPATH), not from an installed copy
 TRAIN_TMP=/tmp/gpu-check-train
 
@@ -43,8 +46,8 @@ if [ -n "${ONLY:-}" ]; then
   for s in $ONLY; do [[ " ${STEPS[*]} " == *" $s "* ]] || { echo "ONLY: unknown step $s (steps: ${STEPS[*]})" >&2; exit 2; }; done
   read -r -a STEPS <<< "$ONLY"
 fi
-declare -A LIMIT=([setup]=40 [pytest-cuda]=110 [bench-nac-cuda]=140 [bench-train-cuda]=60 [bench-nac-cpu]=60
-                  [train-cuda]=60)
+declare -A LIMIT=([setup]=30 [pytest-cuda]=100 [bench-nac-cuda]=120 [bench-train-cuda]=45 [bench-nac-cpu]=130
+                  [train-cuda]=45)
 XDIST="\$($PY -c 'import xdist' 2>/dev/null && echo '-n 4')"
 declare -A CMD=(
   [setup]="if ls $WHEELS/*.whl >/dev/null 2>&1; then $PY -m pip install -q --no-index --no-deps --no-compile \
@@ -58,12 +61,12 @@ if importlib.util.find_spec(m) is None]; print('triton', importlib.import_module
 in missing else 'missing'); print('missing modules:', ' '.join(missing) or 'none'); sys.exit(1 if missing else 0)\""
   [pytest-cuda]="$PY -m pytest -q -p no:cacheprovider -m cuda $XDIST tests/test_nac_triton.py tests/test_bench_nac_device.py; \
 a=\$?; $PY -m pytest -q -p no:cacheprovider tests/test_train_device_data.py -k cuda; b=\$?; exit \$(( a || b ))"
-  [bench-nac-cuda]="$A bench nac --device cuda --nac-path both --cuda-repeats 15 --cuda-timeout-s 65 --step-count 200 \
---json $OUT/bench-nac-cuda.json --overwrite"
+  [bench-nac-cuda]="$A bench nac --device cuda --nac-path $NAC_PATH --cuda-repeats 15 --cuda-timeout-s 55 --step-count 200 \
+--cuda-profile --json $OUT/bench-nac-cuda.json --overwrite"
   [bench-train-cuda]="$A bench train --device cuda --frames 20000 --steps 30 --warmup 5 --threads 0 --data device loader \
 --workers 4 --json $OUT/bench-train-cuda.json --overwrite"
   [bench-nac-cpu]="$A bench nac --device cpu --paired-only --thread-counts 1 2 16 --sizes 256 1024 --no-peer --train-T 256 \
---step-window 0 --repeats 7 --json $OUT/bench-nac-cpu-threads.json --overwrite"
+--step-window 0 --repeats 5 --json $OUT/bench-nac-cpu-threads.json --overwrite"
   [train-cuda]="rm -rf $TRAIN_TMP && $A train --env carracing --data recordings/nac-drive/sample-v0 --train.epochs 2 \
 --device cuda --workers 2 --seed 0 --train.tensorboard '' --overwrite --out $TRAIN_TMP/bc.pt --run-dir $TRAIN_TMP/run \
 --json $OUT/train-cuda.json"

@@ -116,6 +116,25 @@ def test_a_cell_on_the_cpu_times_every_model_interleaved():
     assert "the triton path was asked for but the torch path would run" in bad["error"] and bad["fwd_ms"] == {}
 
 
+def test_a_profiled_cell_says_where_the_time_goes():
+    row = nac_cuda._cell(dict(nac_path="torch", repeats=1, profile=True), 2, 8, torch, device="cpu")
+    assert row["error"] is None and set(row["profile"]) == {"fwd", "train"}
+    for pr in row["profile"].values():
+        assert pr["error"] is None and pr["wall_ms"] > 0
+        assert pr["launches"] == 0 and pr["kernels"] == []  # no GPU kernels on the CPU
+    # the table's profile section, from a GPU-like row
+    cell = _cell(8, 256, {"nac": 3.0, "mha": 2.0, "sdpa": 1.0}, {"nac": 9.5, "mha": 5.0, "sdpa": 3.8},
+                 {"nac": 10.0, "mha": 8.0, "sdpa": 7.0})
+    cell["profile"] = {"fwd": {"wall_ms": 0.8, "device_ms": 0.2, "launches": 14, "error": None,
+                               "kernels": [{"kernel": "nac_topk_exact", "ms": 0.12, "count": 1}]},
+                       "train": {"error": "RuntimeError: profiler"}}
+    buf = io.StringIO()
+    print_cuda_table([cell], file=buf)
+    out = buf.getvalue()
+    assert "| triton | 8 | 256 | fwd | 0.80 | 0.20 | 14 | nac_topk_exact 0.120 x1 |" in out
+    assert "| triton | 8 | 256 | train | error: RuntimeError: profiler |" in out
+
+
 def test_streaming_rows_of_the_layer_and_the_policy_on_the_cpu():
     spec = dict(nac_path="torch", step_window=4, step_count=5, policy="nac.pt")
     rows = nac_cuda._steps(spec, torch, device="cpu")

@@ -231,6 +231,40 @@ def test_triton_selectors_select_what_the_torch_selectors_select(T, K, causal, w
 
 
 @needs_interpreter
+@pytest.mark.parametrize("T,K,causal,with_mask", [(100, 8, True, True), (70, 20, False, True)])
+def test_triton_selectors_over_several_key_blocks(T, K, causal, with_mask):
+    """The exact selector scores nac_triton.BLOCK_K keys at a time: several blocks, a partial last
+    one, and K = 20 (32 slots) more than a block's usual insertions."""
+    assert T > 2 * nac_triton.BLOCK_K
+    _check_selectors("cpu", T, K, causal, with_mask)
+
+
+def _scan_topk(scores: list[float], K: int) -> set[int]:
+    """The key-by-key scan the exact selector's docstring promises: keep the K best, a later key
+    enters only when strictly above the lowest kept, which leaves (on a tie the latest key)."""
+    vals, ids = [float("-inf")] * K, [-1] * K
+    for j, s in enumerate(scores):
+        at = min(range(K), key=lambda i: (vals[i], -ids[i]))
+        if s > vals[at]:
+            vals[at], ids[at] = s, j
+    return {i for i, v in zip(ids, vals) if v > float("-inf")}
+
+
+@needs_interpreter
+def test_triton_exact_selector_keeps_the_earlier_key_on_ties():
+    """Integer scores with many ties across and inside key blocks: the kept set is the scan's."""
+    g = torch.Generator().manual_seed(5)
+    T, K, d = 80, 6, 2
+    q = torch.randint(-2, 3, (1, 1, T, d), generator=g).float()
+    k = torch.randint(-2, 3, (1, 1, T, d), generator=g).float()
+    idx, valid = nac_triton.topk_exact(q, k, K, torch.arange(T), None, True)
+    scores = (q[0, 0] @ k[0, 0].T).tolist()
+    for i in range(T):
+        want = _scan_topk(scores[i][: i + 1], min(K, i + 1))
+        assert {int(j) for j, v in zip(idx[0, 0, i], valid[0, 0, i]) if v} == want, i
+
+
+@needs_interpreter
 def test_triton_selectors_reject_bad_arguments():
     q, k, _, qpos, _ = _select_cases("cpu", 5, 2, True, False)
     with pytest.raises(ValueError, match="K must be"):

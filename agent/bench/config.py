@@ -82,6 +82,9 @@ class BenchNac:
     """--device cuda: timed calls per model and cell (median)"""
     cuda_timeout_s: float = 300.0
     """--device cuda: time limit per NAC path (the cells finished before it are kept)"""
+    cuda_profile: bool = False
+    """--device cuda: also profile one NAC forward and forward + backward per cell (torch.profiler): the longest
+    kernels, the launch count, GPU time against wall time"""
     step_count: int = 300
     """timed streaming steps (p50, p99)"""
     policy: str = "nac.pt"

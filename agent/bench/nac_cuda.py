@@ -62,7 +62,10 @@ WARMUP = 3
 #: forward + backward), and the most the streaming step's p99 may take in ms
 TARGETS = {"forward": 2.0, "train": 2.0, "memory": 1.5, "step_p99_ms": 1.0}
 CELL_KEYS = ("kind", "nac_path", "nac_ran", "B", "T", "repeats", "fwd_ms", "train_ms", "fwd_times_ms",
-             "train_times_ms", "peak_fwd_mb", "peak_train_mb", "device", "torch", "cuda", "triton", "error")
+             "train_times_ms", "peak_fwd_mb", "peak_train_mb", "device", "torch", "cuda", "triton", "error",
+             "profile")
+#: kernels kept per task in a cell's profile (the rest summed into one "other" entry)
+PROFILE_TOP = 8
 STEP_KEYS = ("kind", "nac_path", "nac_ran", "model", "window", "count", "p50_ms", "p99_ms", "device", "torch",
              "cuda", "triton", "error")
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -193,6 +196,43 @@ def _nac_ran(torch, device="cuda") -> str:
         return "torch"
 
 
+def _profile(call, x, train: bool, torch) -> dict:
+    """Where one NAC call spends its time, by ``torch.profiler`` (one profiled call after one
+    unprofiled): the GPU kernels by total device time (the :data:`PROFILE_TOP` longest, the rest as
+    "other"), how many kernels ran, their device-time sum, and the call's wall time, which a
+    launch-bound call spends mostly on the host. Returns a dict (``error`` set if the profiler failed)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    def once():
+        y = call(x)
+        if train:
+            y.sum().backward()
+
+    try:
+        once()
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if x.is_cuda else [])
+        if x.is_cuda:
+            torch.cuda.synchronize()
+        with profile(activities=acts) as prof:
+            t0 = time.perf_counter()
+            once()
+            if x.is_cuda:
+                torch.cuda.synchronize()
+            wall = (time.perf_counter() - t0) * 1e3
+        kernels = [(e.key, e.self_device_time_total / 1e3, e.count) for e in prof.key_averages()
+                   if e.device_type == torch.autograd.DeviceType.CUDA and e.self_device_time_total > 0]
+    except Exception as e:  # noqa: BLE001 - a profiler that fails costs the profile only
+        return {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+    kernels.sort(key=lambda k: -k[1])
+    top = [{"kernel": n[:80], "ms": ms, "count": c} for n, ms, c in kernels[:PROFILE_TOP]]
+    rest = kernels[PROFILE_TOP:]
+    if rest:
+        top.append({"kernel": f"other ({len(rest)} kinds)", "ms": sum(k[1] for k in rest),
+                    "count": sum(k[2] for k in rest)})
+    return {"wall_ms": wall, "device_ms": sum(k[1] for k in kernels), "launches": sum(k[2] for k in kernels),
+            "kernels": top, "error": None}
+
+
 def _cell(spec: dict, B: int, T: int, torch, device: str = "cuda") -> dict:
     """One (B, T) cell of one NAC path (``device`` "cpu" only for tests of this function)."""
     row = {k: None for k in CELL_KEYS}
@@ -226,6 +266,9 @@ def _cell(spec: dict, B: int, T: int, torch, device: str = "cuda") -> dict:
                     row[f"{task}_times_ms"][name] = times[name]
                     row[f"{task}_ms"][name] = statistics.median(times[name])
                     row[f"peak_{task}_mb"][name] = _peak_mb(models[name][1], xs[-1], train, torch)
+                if spec.get("profile"):
+                    row["profile"] = row["profile"] or {}
+                    row["profile"][task] = _profile(models["nac"][1], xs[-1], train, torch)
             del xs
     except Exception as e:  # noqa: BLE001 - reported in the row (an OOM too), the benchmark goes on
         row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
@@ -341,7 +384,7 @@ def _run_path(spec: dict, timeout_s: float) -> list[dict]:
 
 def bench_nac_cuda(cells=CUDA_CELLS, repeats: int = 20, nac_paths=("triton",), step_window: int | None = 16,
                    step_count: int = 300, policy: str | None = "nac.pt", timeout_s: float = 300.0,
-                   verbose: bool = True) -> list[dict]:
+                   verbose: bool = True, profile: bool = False) -> list[dict]:
     """Our NAC layer against MHA and SDPA on the GPU (see the module docstring), per NAC path.
 
     Args:
@@ -354,6 +397,8 @@ def bench_nac_cuda(cells=CUDA_CELLS, repeats: int = 20, nac_paths=("triton",), s
             None or "" skips it.
         timeout_s: limit per NAC path's subprocess; the rows it finished are kept.
         verbose: one progress line per row to stderr.
+        profile: also profile one NAC forward and one forward + backward per cell (``torch.profiler``):
+            the cell's ``profile`` holds the longest kernels, the launch count and the wall time.
 
     Returns:
         Rows of kind "cell" (:data:`CELL_KEYS`; per-model dicts keyed "nac", "mha", "sdpa") and
@@ -376,7 +421,7 @@ def bench_nac_cuda(cells=CUDA_CELLS, repeats: int = 20, nac_paths=("triton",), s
     rows = []
     for path in dict.fromkeys(nac_paths):
         spec = dict(nac_path=path, cells=list(cells), repeats=int(repeats), step_window=step_window or 0,
-                    step_count=int(step_count), policy=policy or None)
+                    step_count=int(step_count), policy=policy or None, profile=bool(profile))
         got = _run_path(spec, timeout_s)
         if verbose:
             for r in got:
@@ -477,6 +522,22 @@ def print_cuda_table(rows: list[dict], file=None) -> None:
                 continue
             mark = "pass" if r["p99_ms"] <= TARGETS["step_p99_ms"] else "FAIL"
             p(f"| {path} | {r['model']} | {r['window']} | {r['count']} | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {mark} |")
+    profiled = [r for r in cells if r.get("profile")]
+    if profiled:
+        p("")
+        p("Where NAC's time goes (torch.profiler, one call per task; device ms = the kernels' GPU time, wall ms = the "
+          "call's host time to the end of its work; a wall time far above the device time means launch-bound):")
+        p("")
+        p("| NAC path | B | T | task | wall ms | device ms | launches | longest kernels (ms x count) |")
+        p("|---|---|---|---|---|---|---|---|")
+        for r in profiled:
+            for task, pr in r["profile"].items():
+                if pr.get("error"):
+                    p(f"| {r['nac_path']} | {r['B']} | {r['T']} | {task} | error: {pr['error']} | | | |")
+                    continue
+                ks = "; ".join(f"{k['kernel'][:48]} {k['ms']:.3f} x{k['count']}" for k in pr["kernels"][:5])
+                p(f"| {r['nac_path']} | {r['B']} | {r['T']} | {task} | {pr['wall_ms']:.2f} | {pr['device_ms']:.2f} | "
+                  f"{pr['launches']} | {ks} |")
     v = verdicts(rows)
     failed = [w for w in v if not w[3]]
     errors = sum(1 for r in rows if r.get("error"))

@@ -63,7 +63,7 @@ def _nac(cfg: BenchNac) -> list[dict]:
             rows = bench_nac_cuda(cells=cfg.cuda_cells, repeats=cfg.cuda_repeats,
                                   nac_paths=("triton", "torch") if cfg.nac_path == "both" else (cfg.nac_path,),
                                   step_window=cfg.step_window or None, step_count=cfg.step_count,
-                                  policy=cfg.policy or None, timeout_s=cfg.cuda_timeout_s)
+                                  policy=cfg.policy or None, timeout_s=cfg.cuda_timeout_s, profile=cfg.cuda_profile)
         except CudaUnavailable as exc:
             raise CLIError(str(exc)) from exc
         print_cuda_table(rows)

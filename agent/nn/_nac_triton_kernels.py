@@ -19,7 +19,8 @@ per pair written to global memory):
   which several queries select, are added with ``tl.atomic_add``; the backbone weights' gradients
   are each program's partial sums, added in a fixed order by the caller (deterministic).
 - :func:`nac_topk_exact`, :func:`nac_topk_blocks`: the two selectors (step 3), a block of queries
-  per program, the keys (or block centroids) streamed one at a time into a running best-K per query.
+  per program and a running best-K per query; the exact one scores the keys a block at a time with
+  ``tl.dot``, the blocks one streams the block centroids and keys one at a time.
 
 Layouts (all contiguous, float32 unless said): qh (B H Tq, F), kh (B H Tk, F), v (B H Tk, D),
 ix (B H Tq, K) int32 with -1 for an empty or invalid slot, Wc (Ni, Nc), bc (Nc,), Wm (Nc, Nm),
@@ -280,11 +281,16 @@ def _keep_best(vals, ids, score, new_id, slot):
 @triton.jit
 def nac_topk_exact(q, k, qpos, kmask, idx_out, valid_out, H, Tq, Tk, D, K,
                    HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_Q: tl.constexpr, KP: tl.constexpr,
-                   DP: tl.constexpr):
+                   DP: tl.constexpr, BLOCK_K: tl.constexpr):
     """The exact selector: for BLOCK_Q queries of one head, the K keys of highest q . k among the
-    allowed ones (at or before the query's position when causal, unmasked), keys streamed one at a
-    time. q (B H Tq, D), k (B H Tk, D), qpos (Tq,) int64, kmask (B, Tk) int8; idx_out (B H Tq, K)
-    int64 (0 where invalid) and valid_out (B H Tq, K) int8."""
+    allowed ones (at or before the query's position when causal, unmasked). The keys come BLOCK_K at
+    a time: one ``tl.dot`` (IEEE float32) scores the block, then each query's best remaining score in
+    the block goes into its best-K buffer while it beats the buffer's lowest (at most K times a block,
+    and usually far fewer once the buffer holds good keys), in descending order, ties to the earlier
+    key, evicting the lowest kept (on a tie the latest key): the kept set is the K best under (score
+    descending, key ascending), ties keep the earlier key. q (B H Tq, D), k (B H Tk, D), qpos (Tq,)
+    int64, kmask (B, Tk) int8; idx_out (B H Tq, K) int64 (0 where invalid) and valid_out
+    (B H Tq, K) int8. DP >= 16 and BLOCK_Q, BLOCK_K >= 16 (``tl.dot``'s smallest tile)."""
     qb = tl.program_id(0)
     bhx = tl.program_id(1)
     b = bhx // H
@@ -292,6 +298,7 @@ def nac_topk_exact(q, k, qpos, kmask, idx_out, valid_out, H, Tq, Tk, D, K,
     qok = qi < Tq
     cd = tl.arange(0, DP)
     slot = tl.arange(0, KP)
+    kc = tl.arange(0, BLOCK_K)
     qrow = (bhx * Tq + qi).to(tl.int64)
     qv = tl.load(q + qrow[:, None] * D + cd[None, :], mask=qok[:, None] & (cd[None, :] < D), other=0.0)
     pos = tl.load(qpos + qi, mask=qok, other=0)
@@ -300,15 +307,30 @@ def nac_topk_exact(q, k, qpos, kmask, idx_out, valid_out, H, Tq, Tk, D, K,
     end = Tk
     if CAUSAL:
         end = tl.minimum(tl.max(tl.where(qok, pos, 0)) + 1, Tk)
-    for j in range(0, end):
-        kj = tl.load(k + (bhx * Tk + j).to(tl.int64) * D + cd, mask=cd < D, other=0.0)
-        allowed = qok
+    for j0 in range(0, end, BLOCK_K):
+        kj = j0 + kc
+        kin = kj < end
+        kt = tl.load(k + (bhx * Tk + kj).to(tl.int64)[None, :] * D + cd[:, None],
+                     mask=kin[None, :] & (cd[:, None] < D), other=0.0)  # (DP, BLOCK_K)
+        s = tl.dot(qv, kt, input_precision="ieee")  # (BLOCK_Q, BLOCK_K)
+        allowed = qok[:, None] & kin[None, :]
         if CAUSAL:
-            allowed = allowed & (j <= pos)
+            allowed = allowed & (kj[None, :] <= pos[:, None])
         if HAS_MASK:
-            allowed = allowed & (tl.load(kmask + b.to(tl.int64) * Tk + j) != 0)
-        score = tl.where(allowed, tl.sum(qv * kj[None, :], axis=1), float("-inf"))
-        vals, ids = _keep_best(vals, ids, score, j, slot)
+            allowed = allowed & (tl.load(kmask + b.to(tl.int64) * Tk + kj, mask=kin, other=0) != 0)[None, :]
+        s = tl.where(allowed, s, float("-inf"))
+        more = 1
+        while more > 0:
+            best, at_k = tl.max(s, axis=1, return_indices=True, return_indices_tie_break_left=True)
+            low = tl.min(vals, axis=1)
+            # the slot that leaves: the lowest value, on a tie the latest key (unique: ids * KP + slot)
+            leave = tl.where(vals == low[:, None], ids * KP + slot[None, :], -KP - 1)
+            hit = best > low
+            put = (leave == tl.max(leave, axis=1)[:, None]) & hit[:, None]
+            vals = tl.where(put, best[:, None], vals)
+            ids = tl.where(put, (j0 + at_k).to(tl.int64)[:, None], ids)
+            s = tl.where((kc[None, :] == at_k[:, None]) | (~hit)[:, None], float("-inf"), s)
+            more = tl.max(hit.to(tl.int32), axis=0)
     ok = (vals > float("-inf")) & (slot[None, :] < K)
     optr = qrow[:, None] * K + slot[None, :]
     omask = qok[:, None] & (slot[None, :] < K)

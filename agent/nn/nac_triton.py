@@ -48,6 +48,8 @@ BACKEND_MODES = ("auto", "on", "off")
 INSTALL_HINT = "install the triton extra: pip install -e .[triton]"
 #: queries per program (a power of two); the pairs per program are BLOCK_Q * next_pow2(K), at least 16
 BLOCK_Q = 16
+#: keys the exact selector scores at once (one ``tl.dot`` of BLOCK_Q x BLOCK_K), a power of two >= 16
+BLOCK_K = 32
 
 
 def _env_mode() -> str:
@@ -318,9 +320,10 @@ def topk_exact(q: Tensor, k: Tensor, K: int, qpos: Tensor, key_mask: Tensor | No
     idx = torch.empty(B, H, Tq, K, dtype=torch.int64, device=q.device)
     valid = torch.empty(B, H, Tq, K, dtype=torch.int8, device=q.device)
     if Tq and B * H:
+        bq = _pow2(bq, 16)  # tl.dot's smallest tile
         kn.nac_topk_exact[(-(-Tq // bq), B * H)](q, k, qpos, kmask, idx, valid, H, Tq, Tk, d, K,
-                                                 HAS_MASK=key_mask is not None, CAUSAL=bool(causal), BLOCK_Q=bq,
-                                                 KP=_pow2(K), DP=_pow2(d))
+                                                 HAS_MASK=key_mask is not None, CAUSAL=bool(causal),
+                                                 BLOCK_Q=bq, KP=_pow2(K), DP=_pow2(d, 16), BLOCK_K=BLOCK_K)
     return idx, valid.bool()
 
 
@@ -402,7 +405,7 @@ def compile_kernels(arch: int = 90, modes: tuple[str, ...] = ("steady", "exact",
             jobs += [(kn.nac_pair_fwd, const), (kn.nac_pair_bwd, const)]
     for causal in selectors:
         const = dict(HAS_MASK=True, CAUSAL=causal, BLOCK_Q=BLOCK_Q, KP=8, DP=8)
-        jobs += [(kn.nac_topk_exact, const), (kn.nac_topk_blocks, dict(const, MP=2))]
+        jobs += [(kn.nac_topk_exact, dict(const, DP=16, BLOCK_K=BLOCK_K)), (kn.nac_topk_blocks, dict(const, MP=2))]
     done = []
     for fn, const in jobs:
         sig = {n: "constexpr" if n in const else types.get(n, "i32") for n in fn.arg_names}
@@ -423,6 +426,6 @@ def pair_attention(q_half: Tensor, k_half: Tensor, v: Tensor, idx: Tensor, valid
                                      euler_steps, block_q)
 
 
-__all__ = ["BACKEND_MODES", "BLOCK_Q", "INSTALL_HINT", "TritonPairAttention", "applies", "compile_kernels",
+__all__ = ["BACKEND_MODES", "BLOCK_K", "BLOCK_Q", "INSTALL_HINT", "TritonPairAttention", "applies", "compile_kernels",
            "installed", "interpreted",
            "kernels", "mode", "pair_attention", "set_mode", "topk_blocks", "topk_exact", "use_triton"]
