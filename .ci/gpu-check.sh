@@ -9,14 +9,16 @@
 #               `bash .ci/gpu-wheels.sh`); installed without network into /tmp/site, never into the system
 #   PYTHON      the interpreter (default python3: on the lent GPU machines the one that holds a CUDA torch)
 #   ONLY        run only these steps (names, space-separated), e.g. ONLY="setup bench-nac-cuda" for a rerun
-#   NAC_PATH    the NAC paths bench-nac-cuda times: both (default), triton or torch
+#   NAC_PATH    the NAC paths bench-nac-cuda times: triton (default), torch or both (the torch path's figures of
+#               2026-11-27 are in results/device/: it need not run every time)
 #
-# The steps, each under `timeout` (the limits add up to 470 s; the whole run took 243 s on an H200, 2026-11-27):
+# The steps, each under `timeout` (the limits add up to 440 s; the whole run took 243 s on an H200, 2026-11-27):
 #   setup             the carried wheels into /tmp/site (pip --no-index --no-deps), versions, a check that every
 #                     module the steps import is there
 #   pytest-cuda       pytest -m cuda: tests/test_nac_triton.py's cuda suite and tests/test_bench_nac_device.py's,
 #                     then tests/test_train_device_data.py's CUDA tests (-k cuda; they carry no cuda mark)
-#   bench-nac-cuda    agent bench nac --device cuda --nac-path both --cuda-profile (where NAC's time goes)
+#   bench-nac-cuda    agent bench nac --device cuda --nac-path triton --cuda-profile (where NAC's time goes)
+#                     --selector-sweep (the exact selector's tunables, timed side by side)
 #                                                                     -> $OUT/bench-nac-cuda.json
 #   bench-train-cuda  agent bench train --device cuda (loop vs compute frames/s, both batch paths)
 #                                                                     -> $OUT/bench-train-cuda.json
@@ -37,7 +39,7 @@ esac
 OUT=${OUT:-/tmp/gpu-check}
 WHEELS=${WHEELS:-.whl}
 PY=${PYTHON:-python3}
-NAC_PATH=${NAC_PATH:-both}
+NAC_PATH=${NAC_PATH:-triton}
 A="$PY -m agent.cli"   # the project runs from this checkout (PYTHONPATH), not from an installed copy
 TRAIN_TMP=/tmp/gpu-check-train
 
@@ -46,7 +48,7 @@ if [ -n "${ONLY:-}" ]; then
   for s in $ONLY; do [[ " ${STEPS[*]} " == *" $s "* ]] || { echo "ONLY: unknown step $s (steps: ${STEPS[*]})" >&2; exit 2; }; done
   read -r -a STEPS <<< "$ONLY"
 fi
-declare -A LIMIT=([setup]=30 [pytest-cuda]=100 [bench-nac-cuda]=120 [bench-train-cuda]=45 [bench-nac-cpu]=130
+declare -A LIMIT=([setup]=30 [pytest-cuda]=90 [bench-nac-cuda]=120 [bench-train-cuda]=45 [bench-nac-cpu]=110
                   [train-cuda]=45)
 XDIST="\$($PY -c 'import xdist' 2>/dev/null && echo '-n 4')"
 declare -A CMD=(
@@ -62,7 +64,7 @@ in missing else 'missing'); print('missing modules:', ' '.join(missing) or 'none
   [pytest-cuda]="$PY -m pytest -q -p no:cacheprovider -m cuda $XDIST tests/test_nac_triton.py tests/test_bench_nac_device.py; \
 a=\$?; $PY -m pytest -q -p no:cacheprovider tests/test_train_device_data.py -k cuda; b=\$?; exit \$(( a || b ))"
   [bench-nac-cuda]="$A bench nac --device cuda --nac-path $NAC_PATH --cuda-repeats 15 --cuda-timeout-s 55 --step-count 200 \
---cuda-profile --json $OUT/bench-nac-cuda.json --overwrite"
+--cuda-profile --selector-sweep --json $OUT/bench-nac-cuda.json --overwrite"
   [bench-train-cuda]="$A bench train --device cuda --frames 20000 --steps 30 --warmup 5 --threads 0 --data device loader \
 --workers 4 --json $OUT/bench-train-cuda.json --overwrite"
   [bench-nac-cpu]="$A bench nac --device cpu --paired-only --thread-counts 1 2 16 --sizes 256 1024 --no-peer --train-T 256 \

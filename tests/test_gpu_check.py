@@ -17,7 +17,7 @@ EXPECTED = {
               "missing modules"],
     "pytest-cuda": ["-m pytest", "-m cuda", "tests/test_nac_triton.py", "tests/test_bench_nac_device.py",
                     "tests/test_train_device_data.py -k cuda"],
-    "bench-nac-cuda": ["-m agent.cli bench nac --device cuda --nac-path both", "--json OUT_DIR/bench-nac-cuda.json"],
+    "bench-nac-cuda": ["-m agent.cli bench nac --device cuda --nac-path triton", "--cuda-profile --selector-sweep", "--json OUT_DIR/bench-nac-cuda.json"],
     "bench-train-cuda": ["-m agent.cli bench train --device cuda", "--json OUT_DIR/bench-train-cuda.json"],
     "bench-nac-cpu": ["-m agent.cli bench nac --device cpu --paired-only --thread-counts 1 2 16",
                       "--json OUT_DIR/bench-nac-cpu-threads.json"],

@@ -13,6 +13,7 @@ and is skipped without one. Without triton installed only the import/fallback te
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -239,6 +240,18 @@ def test_triton_selectors_over_several_key_blocks(T, K, causal, with_mask):
     _check_selectors("cpu", T, K, causal, with_mask)
 
 
+@needs_interpreter
+def test_the_exact_selectors_tunables_change_nothing_but_speed():
+    q, k, K, qpos, mask = _select_cases("cpu", 70, 8, True, True, seed=3)
+    want = _slot_sets(*nac_triton.topk_exact(q, k, K, qpos, mask, True))
+    for bk, warps, pre in ((16, 1, True), (64, 2, False), (128, 8, True)):
+        got = nac_triton.topk_exact(q, k, K, qpos, mask, True, block_k=bk, num_warps=warps, precheck=pre)
+        assert _slot_sets(*got) == want, (bk, warps, pre)
+    for bad in (dict(block_k=24), dict(block_k=8), dict(num_warps=3)):
+        with pytest.raises(ValueError, match="power of two"):
+            nac_triton.topk_exact(q, k, K, qpos, mask, True, **bad)
+
+
 def _scan_topk(scores: list[float], K: int) -> set[int]:
     """The key-by-key scan the exact selector's docstring promises: keep the K best, a later key
     enters only when strictly above the lowest kept, which leaves (on a tie the latest key)."""
@@ -367,7 +380,7 @@ print(len(built), "ok")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.update(TRITON_CACHE_DIR=str(tmp_path), TRITON_DEFAULT_FP_FUSION="1")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
-    assert r.returncode == 0 and r.stdout.strip() == "6 ok", r.stdout + r.stderr
+    assert r.returncode == 0 and r.stdout.strip() == "8 ok", r.stdout + r.stderr
 
 
 # ------------------------------------------------------------------ compiled, on a GPU
@@ -425,3 +438,19 @@ class TestCuda:
         assert spy.calls == 1
         with nac_triton.use_triton("off"):
             torch.testing.assert_close(y, m(x, t, mask), atol=1e-5, rtol=1e-5)
+
+
+@needs_interpreter
+def test_the_selector_sweep_times_every_setting_and_checks_its_selection():
+    from agent.bench.nac_cuda import print_sweep_table, sweep_selector
+
+    rows = sweep_selector(cells=("1x40",), configs=((16, 1, True), (64, 2, False)), repeats=2, device="cpu")
+    assert [(r["block_k"], r["num_warps"], r["precheck"]) for r in rows][0] == (
+        nac_triton.SELECT_TUNING["block_k"], nac_triton.SELECT_TUNING["num_warps"], nac_triton.SELECT_TUNING["precheck"])
+    assert len(rows) == 3 and sum(r["default"] for r in rows) == 1
+    for r in rows:
+        assert r["error"] is None and r["same"] is True and len(r["times_ms"]) == 2 and r["ms"] > 0
+    buf = io.StringIO()
+    print_sweep_table(rows, file=buf)
+    out = buf.getvalue()
+    assert "| 1 | 40 | 32 (default) | 4 | False |" in out and out.count("| yes |") == 3

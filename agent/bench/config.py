@@ -82,6 +82,9 @@ class BenchNac:
     """--device cuda: timed calls per model and cell (median)"""
     cuda_timeout_s: float = 300.0
     """--device cuda: time limit per NAC path (the cells finished before it are kept)"""
+    selector_sweep: bool = False
+    """--device cuda: also time the exact selector's Triton kernel alone under each of its tunables (key block,
+    warps, precheck) at 8x1024, 64x1024, 64x4096, and check each gives the default's selection"""
     cuda_profile: bool = False
     """--device cuda: also profile one NAC forward and forward + backward per cell (torch.profiler): the longest
     kernels, the launch count, GPU time against wall time"""

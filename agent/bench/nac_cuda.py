@@ -431,6 +431,107 @@ def bench_nac_cuda(cells=CUDA_CELLS, repeats: int = 20, nac_paths=("triton",), s
     return rows
 
 
+#: the exact selector's tunables that ``--selector-sweep`` times (block_k, num_warps, precheck)
+SWEEP_CONFIGS = tuple((bk, w, pre) for bk in (32, 64, 128) for w in (1, 2, 4) for pre in (False, True))
+SWEEP_CELLS = ("8x1024", "64x1024", "64x4096")
+
+
+def sweep_selector(cells=SWEEP_CELLS, configs=SWEEP_CONFIGS, repeats: int = 10, device: str = "cuda",
+                   heads: int = 4, d: int = 16, K: int = 8) -> list[dict]:
+    """Time the exact selector's Triton kernel (:func:`agent.nn.nac_triton.topk_exact`, causal, no
+    mask) under each tunable setting, side by side on the same fresh inputs: for the next change of
+    :data:`agent.nn.nac_triton.SELECT_TUNING`, chosen by measurement in one GPU call.
+
+    Args:
+        cells: (B, T) as "BxT"; each is q, k of shape (B, heads, T, d) float32.
+        configs: (block_k, num_warps, precheck) settings; the current default is always added first.
+        repeats: timed calls per setting (median), each on new q, k, settings interleaved.
+        device: "cuda" (CUDA events), or "cpu" under Triton's interpreter (tests; wall time).
+
+    Returns:
+        One row per (cell, setting): B, T, block_k, num_warps, precheck, ms (median), ``same``
+        (its selection equals the default setting's on one input) and ``default``, with the
+        versions of :func:`_versions`; ``error`` set where a setting failed.
+
+    Raises:
+        CudaUnavailable: device "cuda" without a CUDA GPU.
+    """
+    import torch
+
+    from agent.nn import nac_triton
+
+    if device == "cuda" and cuda_problem():
+        raise CudaUnavailable(cuda_problem())
+    default = (nac_triton.SELECT_TUNING["block_k"], nac_triton.SELECT_TUNING["num_warps"],
+               nac_triton.SELECT_TUNING["precheck"])
+    settings = [default] + [c for c in configs if tuple(c) != default]
+    rows = []
+    g = torch.Generator(device=device).manual_seed(0)
+    for cell in cells:
+        B, T = parse_cell(cell)
+        qpos = torch.arange(T, device=device)
+
+        def run(q, k, c):
+            return nac_triton.topk_exact(q, k, min(K, T), qpos, None, True, block_k=c[0], num_warps=c[1],
+                                         precheck=c[2])
+
+        q0, k0 = (torch.randn(B, heads, T, d, generator=g, device=device) for _ in range(2))
+        ref = None
+        out = {c: dict(kind="sweep", B=B, T=T, block_k=c[0], num_warps=c[1], precheck=c[2], default=c == default,
+                       ms=None, same=None, error=None, times_ms=[], **_versions()) for c in settings}
+        for c in settings:  # compile, warm up, and check the selection against the default's
+            try:
+                idx, valid = run(q0, k0, c)
+                got = torch.where(valid, idx, -1).sort(-1).values
+                ref = got if ref is None else ref
+                out[c]["same"] = bool(torch.equal(got, ref))
+            except Exception as e:  # noqa: BLE001 - one setting that fails to build is reported, the rest go on
+                out[c]["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        live = [c for c in settings if out[c]["error"] is None]
+        for i in range(repeats):
+            q, k = (torch.randn(B, heads, T, d, generator=g, device=device) for _ in range(2))
+            for c in live[i % len(live):] + live[:i % len(live)]:
+                if device == "cuda":
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    torch.cuda.synchronize()
+                    start.record()
+                    run(q, k, c)
+                    end.record()
+                    torch.cuda.synchronize()
+                    out[c]["times_ms"].append(start.elapsed_time(end))
+                else:
+                    t0 = time.perf_counter()
+                    run(q, k, c)
+                    out[c]["times_ms"].append((time.perf_counter() - t0) * 1e3)
+        for c in live:
+            out[c]["ms"] = statistics.median(out[c]["times_ms"]) if out[c]["times_ms"] else None
+        rows += list(out.values())
+    return rows
+
+
+def print_sweep_table(rows: list[dict], file=None) -> None:
+    """The rows of :func:`sweep_selector` as Markdown, fastest first per cell, with the speed-up
+    over the default setting and whether the selection is the default's."""
+    file = file or sys.stdout
+    p = lambda *a: print(*a, file=file)  # noqa: E731
+    p("")
+    p("The exact selector's tunables (topk_exact alone, causal, 4 heads, d = 16, K = 8; median of the timed calls):")
+    p("")
+    p("| B | T | block_k | warps | precheck | ms | vs default | same selection |")
+    p("|---|---|---|---|---|---|---|---|")
+    for cell in dict.fromkeys((r["B"], r["T"]) for r in rows):
+        group = [r for r in rows if (r["B"], r["T"]) == cell]
+        base = next((r["ms"] for r in group if r["default"]), None)
+        for r in sorted(group, key=lambda r: (r["ms"] is None, r["ms"] or 0.0)):
+            name = f"{r['block_k']}{' (default)' if r['default'] else ''}"
+            if r["error"]:
+                p(f"| {r['B']} | {r['T']} | {name} | {r['num_warps']} | {r['precheck']} | error: {r['error']} | | |")
+                continue
+            speed = f"{base / r['ms']:.2f}x" if base and r["ms"] else "-"
+            p(f"| {r['B']} | {r['T']} | {name} | {r['num_warps']} | {r['precheck']} | {_num(r['ms'], '.3f')} | {speed} | "
+              f"{'yes' if r['same'] else 'NO'} |")
+
+
 # --------------------------------------------------------------------------------------------
 # The table
 # --------------------------------------------------------------------------------------------
@@ -547,5 +648,6 @@ def print_cuda_table(rows: list[dict], file=None) -> None:
       + (f"; {errors} row(s) without numbers (see their errors)" if errors else ""))
 
 
-__all__ = ["CELL_KEYS", "CUDA_CELLS", "CUDA_MODELS", "CudaUnavailable", "NAC_PATHS", "PEERS", "STEP_KEYS", "TARGETS",
-           "bench_nac_cuda", "cuda_problem", "parse_cell", "print_cuda_table", "ratio_mark", "verdicts"]
+__all__ = ["CELL_KEYS", "CUDA_CELLS", "CUDA_MODELS", "CudaUnavailable", "NAC_PATHS", "PEERS", "STEP_KEYS", "SWEEP_CELLS",
+           "SWEEP_CONFIGS", "TARGETS", "bench_nac_cuda", "cuda_problem", "parse_cell", "print_cuda_table",
+           "print_sweep_table", "ratio_mark", "sweep_selector", "verdicts"]

@@ -11,7 +11,7 @@ from agent.bench import nac as bench
 from agent.bench.bridge import bench_bridge, bench_bridge_policy, print_bridge_table
 from agent.bench.config import BENCHES, BenchBridge, BenchDrive, BenchNac, BenchRollouts, BenchSoak, BenchTrain
 from agent.bench.drive import DisplayUnavailable, bench_drive, print_drive_table
-from agent.bench.nac_cuda import CudaUnavailable, bench_nac_cuda, print_cuda_table
+from agent.bench.nac_cuda import CudaUnavailable, bench_nac_cuda, print_cuda_table, print_sweep_table, sweep_selector
 from agent.bench.rollouts import bench_rollouts, print_rollouts_table
 from agent.bench.soak import bench_soak, print_soak_report
 from agent.bench.train import bench_train, print_train_table
@@ -64,9 +64,14 @@ def _nac(cfg: BenchNac) -> list[dict]:
                                   nac_paths=("triton", "torch") if cfg.nac_path == "both" else (cfg.nac_path,),
                                   step_window=cfg.step_window or None, step_count=cfg.step_count,
                                   policy=cfg.policy or None, timeout_s=cfg.cuda_timeout_s, profile=cfg.cuda_profile)
+            if cfg.selector_sweep:
+                sweep = sweep_selector()
         except CudaUnavailable as exc:
             raise CLIError(str(exc)) from exc
         print_cuda_table(rows)
+        if cfg.selector_sweep:
+            print_sweep_table(sweep)
+            rows += sweep
         return rows
     rows = bench.bench_nac(sizes=cfg.sizes, block_sizes=cfg.block_sizes, repeats=cfg.repeats, peer=cfg.peer,
                            peer_max_T=cfg.peer_max_T, peer_repeats=cfg.peer_repeats, threads=cfg.threads,

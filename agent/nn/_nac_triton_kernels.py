@@ -281,7 +281,7 @@ def _keep_best(vals, ids, score, new_id, slot):
 @triton.jit
 def nac_topk_exact(q, k, qpos, kmask, idx_out, valid_out, H, Tq, Tk, D, K,
                    HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_Q: tl.constexpr, KP: tl.constexpr,
-                   DP: tl.constexpr, BLOCK_K: tl.constexpr):
+                   DP: tl.constexpr, BLOCK_K: tl.constexpr, PRECHECK: tl.constexpr):
     """The exact selector: for BLOCK_Q queries of one head, the K keys of highest q . k among the
     allowed ones (at or before the query's position when causal, unmasked). The keys come BLOCK_K at
     a time: one ``tl.dot`` (IEEE float32) scores the block, then each query's best remaining score in
@@ -290,7 +290,8 @@ def nac_topk_exact(q, k, qpos, kmask, idx_out, valid_out, H, Tq, Tk, D, K,
     key, evicting the lowest kept (on a tie the latest key): the kept set is the K best under (score
     descending, key ascending), ties keep the earlier key. q (B H Tq, D), k (B H Tk, D), qpos (Tq,)
     int64, kmask (B, Tk) int8; idx_out (B H Tq, K) int64 (0 where invalid) and valid_out
-    (B H Tq, K) int8. DP >= 16 and BLOCK_Q, BLOCK_K >= 16 (``tl.dot``'s smallest tile)."""
+    (B H Tq, K) int8. DP >= 16 and BLOCK_Q, BLOCK_K >= 16 (``tl.dot``'s smallest tile). PRECHECK:
+    a block first checks that some score beats a query's lowest kept (the same selection)."""
     qb = tl.program_id(0)
     bhx = tl.program_id(1)
     b = bhx // H
@@ -320,6 +321,8 @@ def nac_topk_exact(q, k, qpos, kmask, idx_out, valid_out, H, Tq, Tk, D, K,
             allowed = allowed & (tl.load(kmask + b.to(tl.int64) * Tk + kj, mask=kin, other=0) != 0)[None, :]
         s = tl.where(allowed, s, float("-inf"))
         more = 1
+        if PRECHECK:  # skip the block without a merge round when no score beats a query's lowest kept
+            more = tl.max((tl.max(s, axis=1) > tl.min(vals, axis=1)).to(tl.int32), axis=0)
         while more > 0:
             best, at_k = tl.max(s, axis=1, return_indices=True, return_indices_tie_break_left=True)
             low = tl.min(vals, axis=1)

@@ -50,6 +50,8 @@ INSTALL_HINT = "install the triton extra: pip install -e .[triton]"
 BLOCK_Q = 16
 #: keys the exact selector scores at once (one ``tl.dot`` of BLOCK_Q x BLOCK_K), a power of two >= 16
 BLOCK_K = 32
+#: the exact selector's launch tunables (see :func:`topk_exact`); the values measured on an H200 on 2026-11-27
+SELECT_TUNING = {"block_k": BLOCK_K, "num_warps": 4, "precheck": False}
 
 
 def _env_mode() -> str:
@@ -292,7 +294,8 @@ def _select_args(q, k, qpos, key_mask, block_q):
 
 
 def topk_exact(q: Tensor, k: Tensor, K: int, qpos: Tensor, key_mask: Tensor | None, causal: bool,
-               block_q: int | None = None) -> tuple[Tensor, Tensor]:
+               block_q: int | None = None, block_k: int | None = None, num_warps: int | None = None,
+               precheck: bool | None = None) -> tuple[Tensor, Tensor]:
     """The exact selector (step 3 of :mod:`agent.nn.nac`) in a Triton kernel: for each query the K
     allowed keys of highest score q . k (keys up to the query's position when causal, unmasked
     ones), ``block_q`` queries per program with the keys streamed through one at a time and a
@@ -304,18 +307,28 @@ def topk_exact(q: Tensor, k: Tensor, K: int, qpos: Tensor, key_mask: Tensor | No
         q: (B, H, Tq, d) float32; k: (B, H, Tk, d) float32, on one device.
         K: keys per query, 1 <= K <= Tk. qpos: (Tq,) int64, each query's key position.
         key_mask: (B, Tk) bool, True = valid key, or None. causal: only keys j <= qpos.
-        block_q: queries per program (None: :data:`BLOCK_Q`).
+        block_q: queries per program (None: :data:`BLOCK_Q`; at least 16).
+        block_k, num_warps, precheck: the kernel's tunables, None for :data:`SELECT_TUNING`: keys
+            scored at once (a power of two >= 16), warps per program, and whether a key block first
+            checks that some score beats a query's lowest kept before its merge rounds. They change
+            the speed, never the selection (``agent bench nac --device cuda --selector-sweep``).
 
     Returns:
         idx (B, H, Tq, K) int64 (0 where not valid) and valid (B, H, Tq, K) bool.
 
     Raises:
-        TypeError: q or k not float32. ValueError: shapes that do not fit, K outside [1, Tk].
+        TypeError: q or k not float32. ValueError: shapes that do not fit, K outside [1, Tk], a
+        block_k that is not a power of two >= 16, num_warps not in 1, 2, 4, 8.
         ImportError: triton not installed. RuntimeError: CPU tensors without Triton's interpreter.
     """
     B, H, Tq, Tk, d, q, k, qpos, kmask, bq = _select_args(q, k, qpos, key_mask, block_q)
     if not 1 <= K <= Tk:
         raise ValueError(f"K must be in [1, Tk = {Tk}], got {K}")
+    bk = SELECT_TUNING["block_k"] if block_k is None else int(block_k)
+    warps = SELECT_TUNING["num_warps"] if num_warps is None else int(num_warps)
+    pre = SELECT_TUNING["precheck"] if precheck is None else bool(precheck)
+    if bk < 16 or bk & (bk - 1) or warps not in (1, 2, 4, 8):
+        raise ValueError(f"block_k must be a power of two >= 16 and num_warps 1, 2, 4 or 8, got {bk} and {warps}")
     kn = _ready(q.device)
     idx = torch.empty(B, H, Tq, K, dtype=torch.int64, device=q.device)
     valid = torch.empty(B, H, Tq, K, dtype=torch.int8, device=q.device)
@@ -323,7 +336,8 @@ def topk_exact(q: Tensor, k: Tensor, K: int, qpos: Tensor, key_mask: Tensor | No
         bq = _pow2(bq, 16)  # tl.dot's smallest tile
         kn.nac_topk_exact[(-(-Tq // bq), B * H)](q, k, qpos, kmask, idx, valid, H, Tq, Tk, d, K,
                                                  HAS_MASK=key_mask is not None, CAUSAL=bool(causal),
-                                                 BLOCK_Q=bq, KP=_pow2(K), DP=_pow2(d, 16), BLOCK_K=BLOCK_K)
+                                                 BLOCK_Q=bq, KP=_pow2(K), DP=_pow2(d, 16), BLOCK_K=bk,
+                                                 PRECHECK=pre, num_warps=warps)
     return idx, valid.bool()
 
 
@@ -405,7 +419,8 @@ def compile_kernels(arch: int = 90, modes: tuple[str, ...] = ("steady", "exact",
             jobs += [(kn.nac_pair_fwd, const), (kn.nac_pair_bwd, const)]
     for causal in selectors:
         const = dict(HAS_MASK=True, CAUSAL=causal, BLOCK_Q=BLOCK_Q, KP=8, DP=8)
-        jobs += [(kn.nac_topk_exact, dict(const, DP=16, BLOCK_K=BLOCK_K)), (kn.nac_topk_blocks, dict(const, MP=2))]
+        jobs += [(kn.nac_topk_exact, dict(const, DP=16, BLOCK_K=BLOCK_K, PRECHECK=pre)) for pre in (False, True)]
+        jobs += [(kn.nac_topk_blocks, dict(const, MP=2))]
     done = []
     for fn, const in jobs:
         sig = {n: "constexpr" if n in const else types.get(n, "i32") for n in fn.arg_names}
@@ -426,6 +441,6 @@ def pair_attention(q_half: Tensor, k_half: Tensor, v: Tensor, idx: Tensor, valid
                                      euler_steps, block_q)
 
 
-__all__ = ["BACKEND_MODES", "BLOCK_K", "BLOCK_Q", "INSTALL_HINT", "TritonPairAttention", "applies", "compile_kernels",
+__all__ = ["BACKEND_MODES", "BLOCK_K", "BLOCK_Q", "INSTALL_HINT", "SELECT_TUNING", "TritonPairAttention", "applies", "compile_kernels",
            "installed", "interpreted",
            "kernels", "mode", "pair_attention", "set_mode", "topk_blocks", "topk_exact", "use_triton"]
