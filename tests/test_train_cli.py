@@ -61,6 +61,49 @@ def test_a_two_stage_recipe_chains_its_stages_and_a_rerun_skips_them(tmp_path, c
     assert "bc epoch" not in log
 
 
+STAGES = [{"name": "bc", "policy": {"window": 2}, "train": {"epochs": 1}},
+          {"name": "more", "train": {"epochs": 1}}]
+
+
+def test_a_stage_added_after_the_last_copies_the_finished_one(tmp_path, capsys):
+    """The two-stage recipe's last stage wrote --out; with a third stage added it is a middle stage,
+    whose output lives in the run folder: the finished policy is copied there, not trained again."""
+    first_out, root = tmp_path / "a.pt", tmp_path / "run"
+    assert main(["train", "--config", str(_recipe(tmp_path / "two.toml", out=str(first_out), run_dir=str(root),
+                                                  stages=STAGES))]) == 0
+    three = _recipe(tmp_path / "three.toml", out=str(tmp_path / "b.pt"), run_dir=str(root),
+                    stages=STAGES + [{"name": "last", "train": {"epochs": 1}}])
+    capsys.readouterr()
+    assert main(["train", "--config", str(three)]) == 0
+    log = unbox(capsys.readouterr().err)
+    middle = root / "more" / "more.pt"
+    assert "stage 1/3 bc: finished earlier" in log
+    assert "stage 2/3 more: finished earlier as" in log and "not trained again" in log  # (paths wrap in the log)
+    assert log.count("bc epoch 1/1") == 1  # only the new stage trained
+    assert middle.read_bytes() == first_out.read_bytes() and first_out.is_file()
+    assert load_config(root / "more" / "config.toml").out == str(middle)
+    assert load_config(root / "last" / "config.toml").init == str(middle) and (tmp_path / "b.pt").is_file()
+    capsys.readouterr()  # a rerun finds every stage finished
+    assert main(["train", "--config", str(three)]) == 0
+    log = unbox(capsys.readouterr().err)
+    assert all(f"stage {i}/3 {n}: finished earlier (" in log for i, n in ((1, "bc"), (2, "more"), (3, "last")))
+    assert "bc epoch" not in log
+
+
+def test_a_file_another_run_wrote_is_not_taken_for_the_finished_stage(tmp_path, capsys):
+    first_out, root = tmp_path / "a.pt", tmp_path / "run"
+    assert main(["train", "--config", str(_recipe(tmp_path / "two.toml", out=str(first_out), run_dir=str(root),
+                                                  stages=STAGES))]) == 0
+    first_out.write_bytes((root / "bc" / "bc.pt").read_bytes())  # the first stage's policy under that name
+    three = _recipe(tmp_path / "three.toml", out=str(tmp_path / "b.pt"), run_dir=str(root),
+                    stages=STAGES + [{"name": "last", "train": {"epochs": 1}}])
+    capsys.readouterr()
+    assert main(["train", "--config", str(three)]) == 2  # not adopted; and training anew would overwrite the
+    err = unbox(capsys.readouterr().err)  # run folder's record of the finished run: refused, nothing lost
+    assert "finished earlier as" not in err and "holds another run's config" in err
+    assert not (root / "more" / "more.pt").exists() and not (tmp_path / "b.pt").exists()
+
+
 @pytest.fixture(scope="module")
 def overridden(tmp_path_factory):
     """A one-stage recipe that says 3 epochs, run with --train.epochs 1 on the command line."""

@@ -5,10 +5,15 @@ A command whose options are a config dataclass (``agent train``: :class:`agent.t
 are read (:func:`agent.train.config.load_recipe`), the command line is applied to each stage by
 tyro, and the stages are chained (each starts from the previous stage's output). A stage whose
 output exists beside a run folder holding the same resolved config is finished: a rerun skips it,
-so a recipe killed in its third stage resumes there.
+so a recipe killed in its third stage resumes there. A stage that finished under another output
+name (the recipe's last stage before a stage was added after it, or a renamed ``--out``) is not
+trained again either: its policy is copied to the new name (:func:`finished_as`).
 """
 from __future__ import annotations
 
+import os
+import shutil
+import tomllib
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
@@ -118,6 +123,49 @@ def stage_done(cfg, config_file: Path) -> bool:
     return cfg.out_path.exists() and config_file.is_file() and config_file.read_text() == resolved_text(cfg)
 
 
+def finished_as(cfg, config_file: Path) -> Path | None:
+    """Where an earlier, finished run of this stage wrote its policy under another name, or None.
+
+    That is: ``cfg``'s output does not exist; ``config_file`` (the stage's run folder) holds a
+    resolved config equal to ``cfg``'s but for ``out`` and ``overwrite``; the policy file that run
+    named exists, and its card says it was written by that run (the same ``out`` and ``run_dir``).
+    Then training again would only remake that file. Loading the card never runs code from it.
+    """
+    if cfg.out_path.exists() or not config_file.is_file():
+        return None
+    try:
+        old, new = tomllib.loads(config_file.read_text()), tomllib.loads(resolved_text(cfg))
+    except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError):
+        return None
+    old_out = old.pop("out", None)
+    for d in (old, new):
+        d.pop("overwrite", None)
+    new.pop("out", None)
+    if not old_out or old != new or not Path(old_out).is_file():
+        return None
+    from agent.actors.loading import load_policy
+
+    try:
+        card = load_policy(old_out).metadata.get("config") or {}
+    except Exception:  # noqa: BLE001 - any file that does not load as that run's policy is simply not adopted
+        return None
+    if card.get("out") != old_out or card.get("run_dir") != old.get("run_dir"):
+        return None
+    return Path(old_out)
+
+
+def _adopt(cfg, earlier: Path, config_file: Path) -> None:
+    """Copy ``earlier`` to ``cfg``'s output (atomically) and record ``cfg`` as the run folder's config."""
+    out = cfg.out_path
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.copyfile(earlier, tmp)
+    os.replace(tmp, out)
+    tmp = config_file.with_name(config_file.name + ".tmp")
+    tmp.write_text(resolved_text(cfg))
+    tmp.replace(config_file)
+
+
 def write_resolved(cfg, config_file: Path) -> None:
     """Write the resolved config to ``config_file`` (atomically; its folder is made).
 
@@ -145,6 +193,11 @@ def run_stages(stages: list[tuple[str, object]], run_one: Callable[[object], int
         if name and stage_done(cfg, config_file(cfg)):
             log.info("%s: finished earlier (%s); skipped", label, cfg.out_path)
             continue
+        earlier = finished_as(cfg, config_file(cfg)) if name else None
+        if earlier is not None:
+            _adopt(cfg, earlier, config_file(cfg))
+            log.info("%s: finished earlier as %s; copied to %s, not trained again", label, earlier, cfg.out_path)
+            continue
         if label:
             log.info("%s -> %s", label, cfg.out_path)
         rc = run_one(cfg)
@@ -153,5 +206,5 @@ def run_stages(stages: list[tuple[str, object]], run_one: Callable[[object], int
     return 0
 
 
-__all__ = ["RESOLVED_HEADER", "parse_stages", "resolved_text", "run_stages", "split_config", "stage_done",
-           "write_resolved"]
+__all__ = ["RESOLVED_HEADER", "finished_as", "parse_stages", "resolved_text", "run_stages", "split_config",
+           "stage_done", "write_resolved"]
