@@ -163,3 +163,20 @@ def test_a_section_value_is_refused_by_the_parser_naming_the_field(tmp_path, cap
     assert exc.value.code == 2
     assert "train.val_fraction must be in [0, 1), got 1.5" in unbox(capsys.readouterr().err)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_run_written_before_a_new_option_is_the_same_run(tmp_path):
+    """A run folder written before an option existed holds no value for it: with the option's default
+    it is the same run (a rerun skips or continues it); any changed value makes another run."""
+    from agent.cli.recipe import resolved_text, same_config
+    from agent.train.config import TrainRun
+
+    cfg = load_config(_recipe(tmp_path / "one.toml", out=str(tmp_path / "p.pt"), train={"epochs": 1}))
+    text = resolved_text(cfg)
+    older = "\n".join(line for line in text.splitlines() if not line.startswith("concordance ="))
+    assert older != text and "concordance" not in older
+    assert same_config(text, cfg) and same_config(older, cfg)
+    assert not same_config(older.replace("epochs = 1", "epochs = 2"), cfg)
+    assert not same_config(text.replace(f'out = "{tmp_path / "p.pt"}"', 'out = "q.pt"'), cfg)
+    assert same_config(text.replace(f'out = "{tmp_path / "p.pt"}"', 'out = "q.pt"'), cfg, ignore=("out",))
+    assert not same_config("not toml [", cfg) and isinstance(cfg, TrainRun)

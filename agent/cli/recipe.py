@@ -22,7 +22,7 @@ import tyro
 
 from agent.cli.common import CLIError
 from agent.log import get_logger
-from agent.train.config import ConfigError, load_recipe, to_toml
+from agent.train.config import ConfigError, from_dict, load_recipe, to_toml
 
 log = get_logger("agent.recipe")
 
@@ -117,10 +117,35 @@ def resolved_text(cfg) -> str:
     return RESOLVED_HEADER + to_toml(cfg.resolved())
 
 
+def same_config(old_text: str, cfg, ignore: tuple[str, ...] = ()) -> bool:
+    """Whether ``old_text``, a resolved config a run wrote (its run folder's config.toml or its
+    checkpoint), describes the same run as ``cfg``: the same text, or the same values once the
+    fields added to the project since that run are given their defaults (a new option's default
+    keeps the old behaviour), the top-level keys in ``ignore`` left out of the comparison."""
+    new_text = resolved_text(cfg)
+    if old_text == new_text and not ignore:
+        return True
+    try:
+        old = tomllib.loads(old_text)
+        new = tomllib.loads(new_text)
+        for d in (old, new):
+            for k in ignore:
+                d.pop(k, None)
+        if old == new:
+            return True
+        filled = tomllib.loads(resolved_text(from_dict(type(cfg), old, "the run folder's config")))
+    except (ConfigError, tomllib.TOMLDecodeError, TypeError, ValueError):
+        return False
+    for k in ignore:
+        filled.pop(k, None)
+    return filled == new
+
+
 def stage_done(cfg, config_file: Path) -> bool:
     """Whether a stage already ran to the end with this config: its output exists and
-    ``config_file`` (written at the start of that run) holds the same resolved config."""
-    return cfg.out_path.exists() and config_file.is_file() and config_file.read_text() == resolved_text(cfg)
+    ``config_file`` (written at the start of that run) holds the same resolved config
+    (:func:`same_config`)."""
+    return cfg.out_path.exists() and config_file.is_file() and same_config(config_file.read_text(), cfg)
 
 
 def finished_as(cfg, config_file: Path) -> Path | None:
@@ -134,14 +159,12 @@ def finished_as(cfg, config_file: Path) -> Path | None:
     if cfg.out_path.exists() or not config_file.is_file():
         return None
     try:
-        old, new = tomllib.loads(config_file.read_text()), tomllib.loads(resolved_text(cfg))
+        text = config_file.read_text()
+        old = tomllib.loads(text)
     except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError):
         return None
-    old_out = old.pop("out", None)
-    for d in (old, new):
-        d.pop("overwrite", None)
-    new.pop("out", None)
-    if not old_out or old != new or not Path(old_out).is_file():
+    old_out = old.get("out")
+    if not old_out or not same_config(text, cfg, ignore=("out", "overwrite")) or not Path(old_out).is_file():
         return None
     from agent.actors.loading import load_policy
 
@@ -173,7 +196,7 @@ def write_resolved(cfg, config_file: Path) -> None:
         CLIError: a different config is already there and ``overwrite`` is off.
     """
     text = resolved_text(cfg)
-    if config_file.is_file() and config_file.read_text() != text and not cfg.overwrite:
+    if config_file.is_file() and not same_config(config_file.read_text(), cfg) and not cfg.overwrite:
         raise CLIError(f"{config_file} holds another run's config; choose another run folder or pass --overwrite")
     config_file.parent.mkdir(parents=True, exist_ok=True)
     tmp = config_file.with_name(config_file.name + ".tmp")
@@ -206,5 +229,5 @@ def run_stages(stages: list[tuple[str, object]], run_one: Callable[[object], int
     return 0
 
 
-__all__ = ["RESOLVED_HEADER", "finished_as", "parse_stages", "resolved_text", "run_stages", "split_config",
-           "stage_done", "write_resolved"]
+__all__ = ["RESOLVED_HEADER", "finished_as", "parse_stages", "resolved_text", "run_stages", "same_config",
+           "split_config", "stage_done", "write_resolved"]

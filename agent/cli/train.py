@@ -21,7 +21,8 @@ import tyro
 from agent.actors.loading import is_continuous, load_policy, make_carracing_for, reads_speedometer, resolve_policy_path
 from agent.actors.vector import envs_for
 from agent.cli.common import udacity_loader, CLIError, check_udacity_folders, driver_tracks, write_json
-from agent.cli.recipe import parse_stages, resolved_text, run_stages, split_config, stage_done, write_resolved
+from agent.cli.recipe import (parse_stages, resolved_text, run_stages, same_config, split_config, stage_done,
+                              write_resolved)
 from agent.data.recordings import load_demonstrations
 from agent.data.udacity import AugmentConfig, measure_camera_offset
 from agent.data.windows import DemonstrationSource, UdacitySource
@@ -100,7 +101,7 @@ def unfinished_checkpoint(run: TrainRun) -> dict | None:
     except CheckpointError as exc:
         log.warning("%s; starting the run anew", exc)
         return None
-    if state.get("stage") == "done" or state.get("config") != resolved_text(run):
+    if state.get("stage") == "done" or not same_config(state.get("config") or "", run):
         return None
     return state
 
