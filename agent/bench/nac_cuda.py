@@ -149,22 +149,36 @@ def _build(name: str, T: int, device):
     raise ValueError(f"unknown model {name!r}")
 
 
-def _timed(call, x, train: bool, torch) -> float:
-    """ms of one call (forward, or forward + backward of the sum): by CUDA events with the device
-    synchronised before and after on a CUDA input, by ``time.perf_counter`` on a CPU one (tests)."""
-    cuda = x.is_cuda
+def _error_text(e: BaseException) -> str:
+    """An exception as one line for a row's ``error``: its type and the first line of its message."""
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+
+def _elapsed_ms(fn, cuda: bool, torch):
+    """(fn()'s result, its ms): by CUDA events with the device synchronised before and after when
+    ``cuda``, else by ``time.perf_counter`` (tests on the CPU)."""
     if cuda:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize()
         start.record()
     t0 = time.perf_counter()
-    y = call(x)
-    if train:
-        y.sum().backward()
+    out = fn()
     if cuda:
         end.record()
         torch.cuda.synchronize()
-    dt = start.elapsed_time(end) if cuda else (time.perf_counter() - t0) * 1e3
+    return out, (start.elapsed_time(end) if cuda else (time.perf_counter() - t0) * 1e3)
+
+
+def _timed(call, x, train: bool, torch) -> float:
+    """ms of one call (forward, or forward + backward of the sum), by :func:`_elapsed_ms`."""
+
+    def once():
+        y = call(x)
+        if train:
+            y.sum().backward()
+        return y
+
+    y, dt = _elapsed_ms(once, x.is_cuda, torch)
     if tuple(y.shape) != tuple(x.shape):
         raise RuntimeError(f"unexpected output shape {tuple(y.shape)}")
     return dt
@@ -222,7 +236,7 @@ def _profile(call, x, train: bool, torch) -> dict:
         kernels = [(e.key, e.self_device_time_total / 1e3, e.count) for e in prof.key_averages()
                    if e.device_type == torch.autograd.DeviceType.CUDA and e.self_device_time_total > 0]
     except Exception as e:  # noqa: BLE001 - a profiler that fails costs the profile only
-        return {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+        return {"error": _error_text(e)}
     kernels.sort(key=lambda k: -k[1])
     top = [{"kernel": n[:80], "ms": ms, "count": c} for n, ms, c in kernels[:PROFILE_TOP]]
     rest = kernels[PROFILE_TOP:]
@@ -271,7 +285,7 @@ def _cell(spec: dict, B: int, T: int, torch, device: str = "cuda") -> dict:
                     row["profile"][task] = _profile(models["nac"][1], xs[-1], train, torch)
             del xs
     except Exception as e:  # noqa: BLE001 - reported in the row (an OOM too), the benchmark goes on
-        row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        row["error"] = _error_text(e)
     finally:
         models.clear()
         if device == "cuda":
@@ -336,7 +350,7 @@ def _steps(spec: dict, torch, device: str = "cuda") -> list[dict]:
                         times.append((time.perf_counter() - t0) * 1e3)
             row["p50_ms"], row["p99_ms"] = statistics.median(times), _percentile(times, 99)
         except Exception as e:  # noqa: BLE001 - reported in the row
-            row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            row["error"] = _error_text(e)
         rows.append(row)
     return rows
 
@@ -486,23 +500,12 @@ def sweep_selector(cells=SWEEP_CELLS, configs=SWEEP_CONFIGS, repeats: int = 10, 
                 ref = got if ref is None else ref
                 out[c]["same"] = bool(torch.equal(got, ref))
             except Exception as e:  # noqa: BLE001 - one setting that fails to build is reported, the rest go on
-                out[c]["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                out[c]["error"] = _error_text(e)
         live = [c for c in settings if out[c]["error"] is None]
         for i in range(repeats):
             q, k = (torch.randn(B, heads, T, d, generator=g, device=device) for _ in range(2))
             for c in live[i % len(live):] + live[:i % len(live)]:
-                if device == "cuda":
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    torch.cuda.synchronize()
-                    start.record()
-                    run(q, k, c)
-                    end.record()
-                    torch.cuda.synchronize()
-                    out[c]["times_ms"].append(start.elapsed_time(end))
-                else:
-                    t0 = time.perf_counter()
-                    run(q, k, c)
-                    out[c]["times_ms"].append((time.perf_counter() - t0) * 1e3)
+                out[c]["times_ms"].append(_elapsed_ms(lambda: run(q, k, c), device == "cuda", torch)[1])
         for c in live:
             out[c]["ms"] = statistics.median(out[c]["times_ms"]) if out[c]["times_ms"] else None
         rows += list(out.values())

@@ -184,9 +184,15 @@ def _adopt(cfg, earlier: Path, config_file: Path) -> None:
     tmp = out.with_name(out.name + ".tmp")
     shutil.copyfile(earlier, tmp)
     os.replace(tmp, out)
-    tmp = config_file.with_name(config_file.name + ".tmp")
-    tmp.write_text(resolved_text(cfg))
-    tmp.replace(config_file)
+    _write_atomic(config_file, resolved_text(cfg))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """``text`` into ``path`` through a temporary file renamed over it (its folder is made)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 def write_resolved(cfg, config_file: Path) -> None:
@@ -198,10 +204,7 @@ def write_resolved(cfg, config_file: Path) -> None:
     text = resolved_text(cfg)
     if config_file.is_file() and not same_config(config_file.read_text(), cfg) and not cfg.overwrite:
         raise CLIError(f"{config_file} holds another run's config; choose another run folder or pass --overwrite")
-    config_file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = config_file.with_name(config_file.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(config_file)
+    _write_atomic(config_file, text)
 
 
 def run_stages(stages: list[tuple[str, object]], run_one: Callable[[object], int],

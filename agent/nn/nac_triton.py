@@ -298,7 +298,7 @@ def topk_exact(q: Tensor, k: Tensor, K: int, qpos: Tensor, key_mask: Tensor | No
                precheck: bool | None = None) -> tuple[Tensor, Tensor]:
     """The exact selector (step 3 of :mod:`agent.nn.nac`) in a Triton kernel: for each query the K
     allowed keys of highest score q . k (keys up to the query's position when causal, unmasked
-    ones), ``block_q`` queries per program with the keys streamed through one at a time and a
+    ones), ``block_q`` queries per program, the keys scored ``block_k`` at a time and merged into a
     running best-K per query (ties keep the earlier key). The same selection as
     :func:`agent.nn.nac.select_topk_exact` (the slots in another order: the attention is a sum over
     them, so the order does not matter).
