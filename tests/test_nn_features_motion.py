@@ -35,6 +35,34 @@ def test_motion_channels_are_the_frame_difference_and_zero_at_a_standstill():
         cnn.preprocess(now, before[:, :90])
 
 
+@pytest.mark.parametrize("dashboard", CarRacingCNN.DASHBOARD_MODES)
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+def test_the_in_place_preprocessing_equals_the_differentiable_one(dashboard, dtype):
+    # frames without a gradient take the in-place path (fewer passes, no full-size temporaries);
+    # frames that need one take the out-of-place path: the same values, in the same layout, and
+    # the caller's frames are left as they were
+    torch.manual_seed(0)
+    cnn = CarRacingCNN(dashboard=dashboard, motion=True, dropout=0.0).eval()
+    now = torch.from_numpy(_frames((3, 96, 96, 3), 1)).to(dtype)
+    before = torch.from_numpy(_frames((3, 96, 96, 3), 2)).to(dtype)
+    kept = now.clone(), before.clone()
+    for prev in (before, None):
+        fast = cnn.preprocess(now, prev)
+        ref = cnn.preprocess(now.float().clone().requires_grad_(),
+                             None if prev is None else prev.float().clone().requires_grad_())
+        assert ref.requires_grad and not fast.requires_grad
+        assert torch.equal(fast, ref.detach()) and fast.stride() == ref.stride()
+        assert torch.equal(now, kept[0]) and torch.equal(before, kept[1])
+        with torch.no_grad():
+            # scratch=True may blank x in place: the same features as on an untouched copy
+            assert torch.equal(cnn.from_preprocessed(fast.clone(), scratch=True), cnn.from_preprocessed(fast))
+    x = cnn.preprocess(now, before)
+    x.requires_grad_()
+    y = cnn.from_preprocessed(x, scratch=True)  # x needs a gradient: never changed in place
+    y.sum().backward()
+    assert torch.equal(x.detach(), cnn.preprocess(now, before)) and x.grad is not None
+
+
 def test_motion_channels_respect_the_dashboard_mask():
     """With dashboard="speed", the blanked indicators carry no motion either."""
     cnn = CarRacingCNN(dashboard="speed", motion=True)

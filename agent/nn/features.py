@@ -41,7 +41,10 @@ class FeaturesExtractor(nn.Module):
     def preprocess(self, obs, prev=None) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def from_preprocessed(self, x: Tensor) -> Tensor:  # pragma: no cover - abstract
+    def from_preprocessed(self, x: Tensor, *, scratch: bool = False) -> Tensor:  # pragma: no cover - abstract
+        """(N, C', H', W') -> (N, F). ``scratch``: x is the caller's scratch tensor (made by
+        ``preprocess`` for this call alone, no gradient asked of it), which the extractor may change
+        in place instead of copying it."""
         raise NotImplementedError
 
     @property
@@ -193,30 +196,58 @@ class CarRacingCNN(FeaturesExtractor):
         Raises:
             ValueError: frames (or previous frames) of another shape than ``obs_shape``.
         """
-        x = self._frames(obs)
-        if self.motion:
+        blank = self.dashboard in ("speed", "speedometer")
+        if not self.motion:
+            x = self._frames(obs)
+        elif torch.is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad for a in (obs, prev)):
+            # frames that need a gradient: differentiable, out-of-place operations
+            x = self._frames(obs)
             x = torch.cat([x, x - (x if prev is None else self._frames(prev))], dim=1)
+        else:
+            # the same values with fewer passes over memory and no (N, 2C, H, W) temporaries (the
+            # training step's input: 256 frames are 57 MB of float32, and each fresh allocation that
+            # size costs its page faults): both frames scaled in place, the difference written over
+            # the previous frame, one concatenation along the channels of the (N, H, W, 2C) layout,
+            # and the channels-first view of it, the same strides the concatenation of the
+            # channels-first views gave (so the convolutions compute exactly as before)
+            x = self._frames_hwc(obs).div_(255.0)
+            d = x.clone() if prev is None else self._frames_hwc(prev).div_(255.0)
+            x = torch.cat([x, torch.sub(x, d, out=d)], dim=-1).permute(0, 3, 1, 2)
+            if blank:
+                return x.mul_(self.dashboard_mask)
         if self.dashboard == "hidden":
             return x[:, :, : self.input_rows]
-        if self.dashboard in ("speed", "speedometer"):
+        if blank:
             return x * self.dashboard_mask
         return x
 
     def _frames(self, obs) -> Tensor:
         """(N, H, W, C) in [0, 255] -> (N, C, H, W) float in [0, 1] on the weights' device."""
         x = obs if isinstance(obs, Tensor) else torch.from_numpy(np.ascontiguousarray(obs))
-        if tuple(x.shape[1:]) != self.obs_shape:
-            raise ValueError(f"frames must be (N, {', '.join(map(str, self.obs_shape))}), got {tuple(x.shape)}")
+        self._check_frames(x)
         return x.to(self._device()).float().permute(0, 3, 1, 2) / 255.0
 
-    def from_preprocessed(self, x: Tensor) -> Tensor:
+    def _frames_hwc(self, obs) -> Tensor:
+        """(N, H, W, C) in [0, 255] -> a new (N, H, W, C) float32 tensor on the weights' device (not
+        scaled; never the caller's own tensor, so it may be changed in place)."""
+        x = obs if isinstance(obs, Tensor) else torch.from_numpy(np.ascontiguousarray(obs))
+        self._check_frames(x)
+        return x.to(device=self._device(), dtype=torch.float32, copy=True)
+
+    def _check_frames(self, x: Tensor) -> None:
+        if tuple(x.shape[1:]) != self.obs_shape:
+            raise ValueError(f"frames must be (N, {', '.join(map(str, self.obs_shape))}), got {tuple(x.shape)}")
+
+    def from_preprocessed(self, x: Tensor, *, scratch: bool = False) -> Tensor:
         """(N, C, H', W) preprocessed frames ((N, 2C, H', W) with motion) -> (N, F).
         ``"speed-input"``: the convolutions' features of the frames with the strip blanked, plus
-        the embedding of :meth:`read_speed`."""
+        the embedding of :meth:`read_speed`. ``scratch``: x may be blanked in place (see
+        :meth:`FeaturesExtractor.from_preprocessed`; the same values, without a copy of x)."""
         if self.speed_embed is None:
             return self.dropout(self.cnn(x))
         speed = self.read_speed(x)  # (N,) units/s
-        feats = self.dropout(self.cnn(x * self.dashboard_mask))
+        in_place = scratch and not (torch.is_grad_enabled() and x.requires_grad)
+        feats = self.dropout(self.cnn(x.mul_(self.dashboard_mask) if in_place else x * self.dashboard_mask))
         return feats + self.speed_embed((speed / SPEEDOMETER_FULL_SCALE)[:, None].to(feats.dtype))
 
     def read_speed(self, x: Tensor) -> Tensor:
@@ -296,7 +327,7 @@ class PilotNet(FeaturesExtractor):
         x = torch.from_numpy(np.ascontiguousarray(arr)).to(self._device())
         return x.permute(0, 3, 1, 2).float() / 127.5 - 1.0  # (N, 3, 66, 200)
 
-    def from_preprocessed(self, x: Tensor) -> Tensor:
+    def from_preprocessed(self, x: Tensor, *, scratch: bool = False) -> Tensor:
         """(N, 3, 66, 200) -> (N, 1152)."""
         return self.dropout(self.convs(x).flatten(1))
 

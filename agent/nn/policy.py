@@ -450,7 +450,8 @@ class DrivingPolicy(nn.Module):
                                          before.reshape(B * T, *obs.shape[2:]))  # (B*T, 2C, H', W')
         else:
             x = self.features.preprocess(obs.reshape(B * T, *obs.shape[2:]))  # (B*T, C', H', W')
-        feats = self.features.from_preprocessed(x).view(B, T, -1)  # (B, T, F)
+        # x is this call's own: the extractor may blank it in place
+        feats = self.features.from_preprocessed(x, scratch=True).view(B, T, -1)  # (B, T, F)
         if t is not None:
             t = torch.as_tensor(t, device=feats.device)
         if mask is not None:
