@@ -162,6 +162,10 @@ class CarRacingCNN(FeaturesExtractor):
         c_in = 2 * c if self.motion else c
         self.register_buffer("dashboard_mask", torch.from_numpy(dashboard_mask(h, w, dashboard))[None, None],
                              persistent=False)
+        mask = self.dashboard_mask[0, 0]
+        # the first row the mask blanks anything in (rows above it are all ones): in-place blanking
+        # multiplies only from there on (x * 1 is x, so the result is the same)
+        self._blank_from = int((mask < 1).any(1).nonzero()[0, 0]) if bool((mask < 1).any()) else h
         self.input_rows = h - dashboard_rows(h) if dashboard == "hidden" else h
         h = self.input_rows
         self.cnn = nn.Sequential(
@@ -214,11 +218,16 @@ class CarRacingCNN(FeaturesExtractor):
             d = x.clone() if prev is None else self._frames_hwc(prev).div_(255.0)
             x = torch.cat([x, torch.sub(x, d, out=d)], dim=-1).permute(0, 3, 1, 2)
             if blank:
-                return x.mul_(self.dashboard_mask)
+                return self._blank_in_place(x)
         if self.dashboard == "hidden":
             return x[:, :, : self.input_rows]
         if blank:
             return x * self.dashboard_mask
+        return x
+
+    def _blank_in_place(self, x: Tensor) -> Tensor:
+        """x * dashboard_mask, written into x (N, C, H, W): only the rows the mask blanks anything in."""
+        x[:, :, self._blank_from:].mul_(self.dashboard_mask[:, :, self._blank_from:])
         return x
 
     def _frames(self, obs) -> Tensor:
@@ -247,7 +256,7 @@ class CarRacingCNN(FeaturesExtractor):
             return self.dropout(self.cnn(x))
         speed = self.read_speed(x)  # (N,) units/s
         in_place = scratch and not (torch.is_grad_enabled() and x.requires_grad)
-        feats = self.dropout(self.cnn(x.mul_(self.dashboard_mask) if in_place else x * self.dashboard_mask))
+        feats = self.dropout(self.cnn(self._blank_in_place(x) if in_place else x * self.dashboard_mask))
         return feats + self.speed_embed((speed / SPEEDOMETER_FULL_SCALE)[:, None].to(feats.dtype))
 
     def read_speed(self, x: Tensor) -> Tensor:
