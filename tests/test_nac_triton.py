@@ -210,7 +210,7 @@ def _select_cases(device, T, K, causal, with_mask, seed=0):
     return mv(q), mv(k), min(K, T), torch.arange(T, device=device), mv(mask)
 
 
-def _check_selectors(device, T, K, causal, with_mask, block_q=None):
+def _check_selectors(device, T, K, causal, with_mask, block_q=None, slots=False):
     q, k, KK, qpos, mask = _select_cases(device, T, K, causal, with_mask)
     with nac_triton.use_triton("off"), nac_kernels.use_kernels(False):
         ref_e = select_topk_exact(q, k, K, qpos, mask, causal)
@@ -221,14 +221,22 @@ def _check_selectors(device, T, K, causal, with_mask, block_q=None):
         assert gi.shape == ri.shape and gi.dtype == torch.int64 and gv.dtype == torch.bool
         assert _slot_sets(gi, gv) == _slot_sets(ri, rv)
     assert any(len(s) > 1 for s in _slot_sets(*got_b)) or T == 1  # not a trivial selection
+    if slots:  # the int32 slot table the layer's Triton path reads: the same keys, -1 where none
+        tables = (nac_triton.topk_exact(q, k, KK, qpos, mask, causal, block_q=block_q, slots=True),
+                  nac_triton.topk_blocks(q, k, KK, qpos, mask, causal, *blocks_layout(T, K), block_q=block_q,
+                                         slots=True))
+        for table, (gi, gv) in zip(tables, (got_e, got_b)):
+            assert table.dtype == torch.int32 and table.shape == gi.shape
+            assert torch.equal(table.long(), torch.where(gv, gi, -1))
 
 
 @needs_interpreter
 @pytest.mark.parametrize("T,K,causal,with_mask", [(1, 4, True, False), (10, 3, True, True), (10, 8, False, True),
                                                   (9, 4, False, False)])
 def test_triton_selectors_select_what_the_torch_selectors_select(T, K, causal, with_mask):
-    """Both selectors, block of 4 queries: T = 9, 10 end in a partial block; K = 3 pads to 4 slots."""
-    _check_selectors("cpu", T, K, causal, with_mask, block_q=4)
+    """Both selectors, block of 4 queries: T = 9, 10 end in a partial block; K = 3 pads to 4 slots;
+    both output forms ((idx, valid) and the int32 slot table)."""
+    _check_selectors("cpu", T, K, causal, with_mask, block_q=4, slots=True)
 
 
 @needs_interpreter
@@ -302,6 +310,10 @@ def test_pair_attention_is_independent_of_the_query_block():
     assert outs[0].shape == (B, Tq, H, d)
     torch.testing.assert_close(outs[1], outs[0])
     torch.testing.assert_close(outs[2], outs[0])
+    # the selectors' int32 slot table (-1 = no key) in place of (idx, valid): the same output
+    table = torch.where(valid, idx, -1).to(torch.int32)
+    assert torch.equal(nac_triton.pair_attention(q_half, k_half, v, table, None, backbone, None, None, "exact", 1.0,
+                                                 1e-2, 6), outs[0])
     # the same function as the CPU kernels' pair attention (itself tested against the torch path)
     if nac_kernels.available():
         ref = nac_kernels.pair_attention(q_half, k_half, v, idx, valid, backbone, None, None, "exact", 1.0, 1e-2, 6)
@@ -353,6 +365,8 @@ def test_pair_attention_rejects_bad_inputs():
         nac_triton.pair_attention(q_half.double(), k_half, v, idx, valid, backbone, *args)
     with pytest.raises(ValueError, match="idx and valid"):
         nac_triton.pair_attention(q_half, k_half, v, idx[:, :, :2], valid[:, :, :2], backbone, *args)
+    with pytest.raises(ValueError, match="int32 slot table"):
+        nac_triton.pair_attention(q_half, k_half, v, idx, None, backbone, *args)
     with pytest.raises(ValueError, match="mode"):
         nac_triton.pair_attention(q_half, k_half, v, idx, valid, backbone, None, None, "rk4", 1.0, 1e-2, 6)
 
@@ -361,7 +375,8 @@ def test_pair_attention_rejects_bad_inputs():
 def test_kernels_compile_for_a_gpu_and_cpu_tensors_need_the_interpreter(tmp_path):
     """Without TRITON_INTERPRET: the kernels build down to sm_90 machine code with Triton's bundled
     ptxas (no GPU needed; the forward and backward in Euler mode with timestamps, the largest, and
-    both selectors, causal or not), and CPU tensors fail with a clear error."""
+    both causal selectors, writing (idx, valid) or the int32 slot table), and CPU tensors fail with a
+    clear error."""
     code = """
 import torch
 from agent.nn import nac_triton
@@ -374,7 +389,7 @@ with nac_triton.use_triton("on"):
         assert "TRITON_INTERPRET=1" in str(e), e
     else:
         raise SystemExit("no RuntimeError")
-built = nac_triton.compile_kernels(90, modes=("euler",), with_times=(True,), selectors=(True, False))
+built = nac_triton.compile_kernels(90, modes=("euler",), with_times=(True,), selectors=(True,))
 print(len(built), "ok")
 """
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

@@ -281,7 +281,7 @@ def _keep_best(vals, ids, score, new_id, slot):
 @triton.jit
 def nac_topk_exact(q, k, qpos, kmask, idx_out, valid_out, H, Tq, Tk, D, K,
                    HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_Q: tl.constexpr, KP: tl.constexpr,
-                   DP: tl.constexpr, BLOCK_K: tl.constexpr, PRECHECK: tl.constexpr):
+                   DP: tl.constexpr, BLOCK_K: tl.constexpr, PRECHECK: tl.constexpr, SLOTS: tl.constexpr):
     """The exact selector: for BLOCK_Q queries of one head, the K keys of highest q . k among the
     allowed ones (at or before the query's position when causal, unmasked). The keys come BLOCK_K at
     a time: one ``tl.dot`` (IEEE float32) scores the block, then each query's best remaining score in
@@ -290,7 +290,8 @@ def nac_topk_exact(q, k, qpos, kmask, idx_out, valid_out, H, Tq, Tk, D, K,
     key, evicting the lowest kept (on a tie the latest key): the kept set is the K best under (score
     descending, key ascending), ties keep the earlier key. q (B H Tq, D), k (B H Tk, D), qpos (Tq,)
     int64, kmask (B, Tk) int8; idx_out (B H Tq, K) int64 (0 where invalid) and valid_out
-    (B H Tq, K) int8. DP >= 16 and BLOCK_Q, BLOCK_K >= 16 (``tl.dot``'s smallest tile). PRECHECK:
+    (B H Tq, K) int8, or with SLOTS idx_out (B H Tq, K) int32 alone, -1 where invalid (valid_out
+    unused). DP >= 16 and BLOCK_Q, BLOCK_K >= 16 (``tl.dot``'s smallest tile). PRECHECK:
     a block first checks that some score beats a query's lowest kept (the same selection)."""
     qb = tl.program_id(0)
     bhx = tl.program_id(1)
@@ -337,14 +338,17 @@ def nac_topk_exact(q, k, qpos, kmask, idx_out, valid_out, H, Tq, Tk, D, K,
     ok = (vals > float("-inf")) & (slot[None, :] < K)
     optr = qrow[:, None] * K + slot[None, :]
     omask = qok[:, None] & (slot[None, :] < K)
-    tl.store(idx_out + optr, tl.where(ok, ids, 0), mask=omask)
-    tl.store(valid_out + optr, ok.to(tl.int8), mask=omask)
+    if SLOTS:  # one int32 slot table, -1 = no key: what the pair kernels read
+        tl.store(idx_out + optr, tl.where(ok, ids, -1).to(tl.int32), mask=omask)
+    else:
+        tl.store(idx_out + optr, tl.where(ok, ids, 0), mask=omask)
+        tl.store(valid_out + optr, ok.to(tl.int8), mask=omask)
 
 
 @triton.jit
 def nac_topk_blocks(q, k, qpos, kmask, cent, block_ok, idx_out, valid_out, H, Tq, Tk, D, K, BS, NB, N_OTHER,
                     HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_Q: tl.constexpr, KP: tl.constexpr,
-                    MP: tl.constexpr, DP: tl.constexpr):
+                    MP: tl.constexpr, DP: tl.constexpr, SLOTS: tl.constexpr):
     """The blocks selector (the NAC paper's Section 2.3, Algorithm 2) for BLOCK_Q queries of one head:
     the N_OTHER blocks whose centroids score highest (among the blocks before the query's own when
     causal, which is then always kept), then the K best allowed keys inside the kept blocks.
@@ -402,5 +406,8 @@ def nac_topk_blocks(q, k, qpos, kmask, cent, block_ok, idx_out, valid_out, H, Tq
     ok = (vals > float("-inf")) & (slot[None, :] < K)
     optr = qrow[:, None] * K + slot[None, :]
     omask = qok[:, None] & (slot[None, :] < K)
-    tl.store(idx_out + optr, tl.where(ok, ids, 0), mask=omask)
-    tl.store(valid_out + optr, ok.to(tl.int8), mask=omask)
+    if SLOTS:  # one int32 slot table, -1 = no key: what the pair kernels read
+        tl.store(idx_out + optr, tl.where(ok, ids, -1).to(tl.int32), mask=omask)
+    else:
+        tl.store(idx_out + optr, tl.where(ok, ids, 0), mask=omask)
+        tl.store(valid_out + optr, ok.to(tl.int8), mask=omask)

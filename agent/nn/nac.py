@@ -621,6 +621,18 @@ class NAC(DerivedWeights, nn.Module):
             return select_topk_blocks(q, k, self.topk, qpos, key_mask, self.causal)
         return select_topk_exact(q, k, self.topk, qpos, key_mask, self.causal)
 
+    def _select_slots(self, q, k, qpos, key_mask) -> Tensor:
+        """The layer's selector through the Triton kernels, as the int32 slot table (B, H, Tq, K) of
+        :func:`agent.nn.nac_triton.topk_exact` with ``slots=True`` (-1 = no key): the same keys as
+        :meth:`_select`."""
+        Tk = k.shape[2]
+        K = min(self.topk, Tk)
+        with torch.no_grad():  # no gradient flows through the selection
+            if self.selector == "blocks":
+                bs, m = blocks_layout(Tk, self.topk)
+                return nac_triton.topk_blocks(q, k, K, qpos, key_mask, self.causal, bs, m, slots=True)
+            return nac_triton.topk_exact(q, k, K, qpos, key_mask, self.causal, slots=True)
+
     def attend(self, q: Tensor, k: Tensor, v: Tensor, qpos: Tensor, key_mask: Tensor | None = None,
                q_times: Tensor | None = None, k_times: Tensor | None = None,
                return_intermediates: bool = False) -> tuple[Tensor, NACIntermediates | None]:
@@ -643,12 +655,14 @@ class NAC(DerivedWeights, nn.Module):
         """
         wq, bq, wk = self._pair_weights()
         if not return_intermediates and nac_triton.applies(q, k, v, wq):
-            # CUDA float32 (or NAC_TRITON=on): steps 4-8 in the Triton kernels of agent.nn.nac_triton
+            # CUDA float32 (or NAC_TRITON=on): steps 4-8 in the Triton kernels of agent.nn.nac_triton.
+            # q, k, v laid out once: the matrix products and the kernels then read them as they are
+            # (each would copy the transposed views of the projection on its own: launches on a GPU)
+            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
             k_half = k @ wk  # (B, H, Tk, F): the key half of the first layer
 
             def one(qc, pc, tc, _intermediates=False):
-                return self._attend_kernels(qc, k, v, k_half, wq, bq, pc, key_mask, tc, k_times,
-                                            nac_triton.pair_attention), None
+                return self._attend_kernels(qc, k, v, k_half, wq, bq, pc, key_mask, tc, k_times, triton=True), None
         elif not return_intermediates and nac_kernels.applies(q, k, v, wq):
             # the key side laid out once for every chunk of queries: v contiguous, and k as a view
             # of its contiguous transpose (B, H, d, Tk), which the ranking kernels read
@@ -672,15 +686,26 @@ class NAC(DerivedWeights, nn.Module):
         return torch.cat(outs, 1), None
 
     def _attend_kernels(self, q, k, v, k_half, wq, bq, qpos, key_mask, q_times, k_times,
-                        pair_attention=nac_kernels.pair_attention) -> Tensor:
+                        triton: bool = False) -> Tensor:
         """:meth:`attend` for one block of queries through fused kernels: the CPU kernels of
-        :mod:`agent.nn.nac_kernels`, or ``pair_attention=nac_triton.pair_attention`` (the Triton
-        kernels of :mod:`agent.nn.nac_triton`); k_half (B, H, Tk, F) is the key half of the first
-        layer. Returns o (B, Tq, d_model)."""
+        :mod:`agent.nn.nac_kernels`, or with ``triton`` the Triton kernels of
+        :mod:`agent.nn.nac_triton`; k_half (B, H, Tk, F) is the key half of the first layer.
+        Returns o (B, Tq, d_model)."""
         B, H, Tq, d = q.shape
-        idx, valid = self._select(q, k, qpos, key_mask)  # (B, H, Tq, K)
-        q_half = q @ wq + bq  # (B, H, Tq, F)
+        if triton:
+            # the selector writes the int32 slot table the pair kernel reads (no conversions between
+            # them): on a GPU each operation is a kernel launch, and at T <= 1024 the launches, not
+            # the arithmetic, set the layer's time
+            idx, valid = self._select_slots(q, k, qpos, key_mask), None  # (B, H, Tq, K) int32
+            q_half = q @ wq + bq  # (B, H, Tq, F)
+            pair_attention = nac_triton.pair_attention
+        else:
+            idx, valid = self._select(q, k, qpos, key_mask)  # (B, H, Tq, K)
+            q_half = q @ wq + bq  # (B, H, Tq, F)
+            pair_attention = nac_kernels.pair_attention
         wh, bh = self._gate_heads()
+        if triton:  # the kernel reads it contiguous: kept so at inference, not copied every call
+            wh = self.derived("gate_heads_contiguous", (self.head_phi.weight, self.head_omega.weight), wh.contiguous)
         backbone = (self.to_command.masked_weight(), self.to_command.bias, self.to_motor.masked_weight(),
                     self.to_motor.bias, wh, bh)
         o = pair_attention(q_half, k_half, v, idx, valid, backbone, q_times, k_times, self.mode, self.delta_t,

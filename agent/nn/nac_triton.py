@@ -159,7 +159,8 @@ def _pow2(n: int, floor: int = 1) -> int:
 
 
 def _layout(q_half, k_half, v, idx, valid, Wc, Wm, q_times, k_times, block_q):
-    """Contiguous float32 operands, the int32 slot table (-1 = no key) and the launch constants."""
+    """Contiguous float32 operands, the int32 slot table (-1 = no key; ``valid`` None: ``idx`` is
+    that table already) and the launch constants."""
     B, H, Tq, F = q_half.shape
     Tk, D = v.shape[2], v.shape[3]
     K = idx.shape[-1]
@@ -169,13 +170,14 @@ def _layout(q_half, k_half, v, idx, valid, Wc, Wm, q_times, k_times, block_q):
     KP = _pow2(K)
     bq = _pow2(block_q if block_q is not None else BLOCK_Q)
     bq = max(bq, _pow2(-(-16 // KP)))  # at least 16 pairs per program (tl.dot's smallest tile)
-    ix = torch.where(valid, idx, -1).to(torch.int32).contiguous()
+    # the kernels read one int32 slot table, -1 = no key (the selectors write it so with slots=True)
+    ix = idx.contiguous() if valid is None else torch.where(valid, idx, -1).to(torch.int32).contiguous()
     has_t = q_times is not None and k_times is not None
     if has_t:
         dt = torch.promote_types(q_times.dtype, k_times.dtype)  # the difference in the stamps' own dtype
         qt, kt = q_times.to(dt).contiguous(), k_times.to(dt).contiguous()
     else:
-        qt = kt = torch.zeros(1, dtype=torch.float32, device=q_half.device)
+        qt = kt = _placeholder(q_half.device, torch.float32)
     shape = dict(B=B, H=H, Tq=Tq, Tk=Tk, K=K, Ni=Ni, Nc=Nc, Nm=Nm, D=D, F=F)
     const = dict(HAS_T=has_t, BLOCK_Q=bq, KP=KP, NIP=_pow2(Ni, 16), NCP=_pow2(Nc, 16), NMP=_pow2(Nm, 16),
                  DP=_pow2(D))
@@ -187,13 +189,17 @@ def _check(q_half, k_half, v, idx, valid, weights, mode):
     if any(t.dtype != torch.float32 for t in tensors):
         raise TypeError("the NAC Triton kernels take float32 tensors, got "
                         f"{sorted({str(t.dtype) for t in tensors})}")
-    devices = {t.device for t in (*tensors, idx, valid)}
+    devices = {t.device for t in (*tensors, idx) + (() if valid is None else (valid,))}
     if len(devices) != 1:
         raise ValueError(f"the NAC Triton kernels need every tensor on one device, got {devices}")
     if mode not in ("steady", "exact", "euler"):
         raise ValueError(f"mode must be 'steady', 'exact' or 'euler', got {mode!r}")
     B, H, Tq, _ = q_half.shape
-    if idx.shape != valid.shape or tuple(idx.shape[:3]) != (B, H, Tq):
+    if valid is None:
+        if idx.dtype != torch.int32 or idx.dim() != 4 or tuple(idx.shape[:3]) != (B, H, Tq):
+            raise ValueError(f"without valid, idx must be the int32 slot table (B, H, Tq, K) = ({B}, {H}, {Tq}, K) "
+                             f"(-1 = no key), got {idx.dtype} {tuple(idx.shape)}")
+    elif idx.shape != valid.shape or tuple(idx.shape[:3]) != (B, H, Tq):
         raise ValueError(f"idx and valid must be (B, H, Tq, K) = ({B}, {H}, {Tq}, K), got {tuple(idx.shape)} "
                          f"and {tuple(valid.shape)}")
     if k_half.shape[:3] != v.shape[:3] or k_half.shape[3] != q_half.shape[3]:
@@ -214,7 +220,8 @@ class TritonPairAttention(torch.autograd.Function):
             affine, bias included (``q @ Wq + b``; :meth:`agent.nn.nac.NAC._pair_weights`), F = N_i + 2.
         k_half: (B, H, Tk, F) float32, the key half (``k @ Wk``).
         v: (B, H, Tk, d) float32 values.
-        idx, valid: (B, H, Tq, K) the selected keys (int64) and whether each slot holds one (bool).
+        idx, valid: (B, H, Tq, K) the selected keys (int64) and whether each slot holds one (bool);
+            or idx the int32 slot table of the selectors' ``slots=True`` (-1 = no key) and valid None.
         Wc (N_i, N_c), bc (N_c,), Wm (N_c, N_m), bm (N_m,), Wh (N_m, 2), bh (2,): the backbone's
             inter -> command and command -> motor layers (masked weights) and the phi / omega heads.
         q_times (B, Tq), k_times (B, Tk): timestamps in seconds (the age is their difference in
@@ -277,6 +284,19 @@ class TritonPairAttention(torch.autograd.Function):
         return (dq, dk, dv, None, None, *dws, None, None, None, None, None, None, None)
 
 
+_PLACEHOLDERS: dict = {}
+
+
+def _placeholder(device: torch.device, dtype: torch.dtype) -> Tensor:
+    """A one-element tensor for a pointer argument the kernel does not read (no key mask, no
+    timestamps), kept per device and dtype so that a call allocates (on CUDA: launches) nothing for it."""
+    key = (device, dtype)
+    t = _PLACEHOLDERS.get(key)
+    if t is None:
+        t = _PLACEHOLDERS[key] = torch.zeros(1, dtype=dtype, device=device)
+    return t
+
+
 def _select_args(q, k, qpos, key_mask, block_q):
     if q.dtype != torch.float32 or k.dtype != torch.float32:
         raise TypeError(f"the NAC Triton selectors take float32 q and k, got {q.dtype} and {k.dtype}")
@@ -287,15 +307,14 @@ def _select_args(q, k, qpos, key_mask, block_q):
                          f"{tuple(k.shape)}, {tuple(qpos.shape)}")
     if key_mask is not None and tuple(key_mask.shape) != (B, Tk):
         raise ValueError(f"key_mask must be (B, Tk) = ({B}, {Tk}), got {tuple(key_mask.shape)}")
-    kmask = (key_mask.to(torch.int8).contiguous() if key_mask is not None
-             else torch.ones(1, dtype=torch.int8, device=q.device))
+    kmask = key_mask.to(torch.int8).contiguous() if key_mask is not None else _placeholder(q.device, torch.int8)
     bq = _pow2(block_q if block_q is not None else BLOCK_Q)
     return B, H, Tq, Tk, d, q.contiguous(), k.contiguous(), qpos.to(torch.int64).contiguous(), kmask, bq
 
 
 def topk_exact(q: Tensor, k: Tensor, K: int, qpos: Tensor, key_mask: Tensor | None, causal: bool,
                block_q: int | None = None, block_k: int | None = None, num_warps: int | None = None,
-               precheck: bool | None = None) -> tuple[Tensor, Tensor]:
+               precheck: bool | None = None, slots: bool = False) -> tuple[Tensor, Tensor] | Tensor:
     """The exact selector (step 3 of :mod:`agent.nn.nac`) in a Triton kernel: for each query the K
     allowed keys of highest score q . k (keys up to the query's position when causal, unmasked
     ones), ``block_q`` queries per program, the keys scored ``block_k`` at a time and merged into a
@@ -312,9 +331,12 @@ def topk_exact(q: Tensor, k: Tensor, K: int, qpos: Tensor, key_mask: Tensor | No
             scored at once (a power of two >= 16), warps per program, and whether a key block first
             checks that some score beats a query's lowest kept before its merge rounds. They change
             the speed, never the selection (``agent bench nac --device cuda --selector-sweep``).
+        slots: return the int32 slot table the pair kernels read instead (below).
 
     Returns:
-        idx (B, H, Tq, K) int64 (0 where not valid) and valid (B, H, Tq, K) bool.
+        idx (B, H, Tq, K) int64 (0 where not valid) and valid (B, H, Tq, K) bool; with ``slots``,
+        one (B, H, Tq, K) int32 table, the key or -1 where no key (one kernel writes it: no
+        conversions after it, which on a GPU are launches of their own).
 
     Raises:
         TypeError: q or k not float32. ValueError: shapes that do not fit, K outside [1, Tk], a
@@ -330,19 +352,27 @@ def topk_exact(q: Tensor, k: Tensor, K: int, qpos: Tensor, key_mask: Tensor | No
     if bk < 16 or bk & (bk - 1) or warps not in (1, 2, 4, 8):
         raise ValueError(f"block_k must be a power of two >= 16 and num_warps 1, 2, 4 or 8, got {bk} and {warps}")
     kn = _ready(q.device)
-    idx = torch.empty(B, H, Tq, K, dtype=torch.int64, device=q.device)
-    valid = torch.empty(B, H, Tq, K, dtype=torch.int8, device=q.device)
+    idx, valid = _select_out(B, H, Tq, K, q.device, slots)
     if Tq and B * H:
         bq = _pow2(bq, 16)  # tl.dot's smallest tile
         kn.nac_topk_exact[(-(-Tq // bq), B * H)](q, k, qpos, kmask, idx, valid, H, Tq, Tk, d, K,
                                                  HAS_MASK=key_mask is not None, CAUSAL=bool(causal),
                                                  BLOCK_Q=bq, KP=_pow2(K), DP=_pow2(d, 16), BLOCK_K=bk,
-                                                 PRECHECK=pre, num_warps=warps)
-    return idx, valid.bool()
+                                                 PRECHECK=pre, SLOTS=bool(slots), num_warps=warps)
+    return idx if slots else (idx, valid.bool())
+
+
+def _select_out(B, H, Tq, K, device, slots):
+    """The selectors' outputs: (int32 slot table, an unused placeholder) or (int64 idx, int8 valid)."""
+    if slots:
+        return torch.empty(B, H, Tq, K, dtype=torch.int32, device=device), _placeholder(device, torch.int8)
+    return (torch.empty(B, H, Tq, K, dtype=torch.int64, device=device),
+            torch.empty(B, H, Tq, K, dtype=torch.int8, device=device))
 
 
 def topk_blocks(q: Tensor, k: Tensor, K: int, qpos: Tensor, key_mask: Tensor | None, causal: bool,
-                block_size: int, n_blocks: int, block_q: int | None = None) -> tuple[Tensor, Tensor]:
+                block_size: int, n_blocks: int, block_q: int | None = None,
+                slots: bool = False) -> tuple[Tensor, Tensor] | Tensor:
     """The blocks selector (the NAC paper's sub-quadratic square-root partition, Section 2.3,
     Algorithm 2) in a Triton kernel: keys in blocks of ``block_size``; each query scores the block
     centroids (the means of the valid keys, computed here in torch as
@@ -370,13 +400,13 @@ def topk_blocks(q: Tensor, k: Tensor, K: int, qpos: Tensor, key_mask: Tensor | N
         cent = ((kb * mb[..., None]).sum(3) / count.clamp(min=1)[..., None]).contiguous()  # (B, H, nb, d)
         block_ok = (count[:, 0] > 0).to(torch.int8).contiguous()  # (B, nb)
     n_other = m - 1 if causal else m
-    idx = torch.empty(B, H, Tq, K, dtype=torch.int64, device=q.device)
-    valid = torch.empty(B, H, Tq, K, dtype=torch.int8, device=q.device)
+    idx, valid = _select_out(B, H, Tq, K, q.device, slots)
     if Tq and B * H:
         kn.nac_topk_blocks[(-(-Tq // bq), B * H)](q, k, qpos, kmask, cent, block_ok, idx, valid, H, Tq, Tk, d, K, bs,
                                                   nb, n_other, HAS_MASK=key_mask is not None, CAUSAL=bool(causal),
-                                                  BLOCK_Q=bq, KP=_pow2(K), MP=_pow2(n_other), DP=_pow2(d))
-    return idx, valid.bool()
+                                                  BLOCK_Q=bq, KP=_pow2(K), MP=_pow2(n_other), DP=_pow2(d),
+                                                  SLOTS=bool(slots))
+    return idx if slots else (idx, valid.bool())
 
 
 def compile_kernels(arch: int = 90, modes: tuple[str, ...] = ("steady", "exact", "euler"), with_times=(True, False),
@@ -419,11 +449,14 @@ def compile_kernels(arch: int = 90, modes: tuple[str, ...] = ("steady", "exact",
             jobs += [(kn.nac_pair_fwd, const), (kn.nac_pair_bwd, const)]
     for causal in selectors:
         const = dict(HAS_MASK=True, CAUSAL=causal, BLOCK_Q=BLOCK_Q, KP=8, DP=8)
-        jobs += [(kn.nac_topk_exact, dict(const, DP=16, BLOCK_K=BLOCK_K, PRECHECK=pre)) for pre in (False, True)]
-        jobs += [(kn.nac_topk_blocks, dict(const, MP=2))]
+        jobs += [(kn.nac_topk_exact, dict(const, DP=16, BLOCK_K=BLOCK_K, PRECHECK=pre, SLOTS=sl))
+                 for pre in (False, True) for sl in (False, True)]
+        jobs += [(kn.nac_topk_blocks, dict(const, MP=2, SLOTS=sl)) for sl in (False, True)]
     done = []
     for fn, const in jobs:
         sig = {n: "constexpr" if n in const else types.get(n, "i32") for n in fn.arg_names}
+        if const.get("SLOTS"):
+            sig["idx_out"] = "*i32"
         compiled = triton.compile(ASTSource(fn, sig, const), target=target)
         if "cubin" not in compiled.asm:
             raise RuntimeError(f"{fn.__name__} {const}: no cubin")
