@@ -25,7 +25,7 @@ if not torch.cuda.is_available():  # the CPU runs the kernels only in Triton's i
 
 import pytest  # noqa: E402
 
-from agent.nn import nac_kernels, nac_triton  # noqa: E402
+from agent.nn import nac as nac_module, nac_kernels, nac_triton  # noqa: E402
 from agent.nn.nac import NAC, blocks_layout, select_topk_blocks, select_topk_exact  # noqa: E402
 
 MODES = ("steady", "exact", "euler")
@@ -174,6 +174,18 @@ def test_triton_equals_the_torch_path(mode, selector, monkeypatch):
     """T = 19: two blocks of 16 queries, the second partial; timestamps and a key mask."""
     m = _layer("cpu", mode=mode, selector=selector)
     _compare(m, *_inputs("cpu", T=19), monkeypatch)
+
+
+@needs_interpreter
+def test_the_triton_path_takes_every_query_in_one_call(monkeypatch):
+    """The torch path splits more than ATTEND_QUERY_CHUNK queries into chunks; the Triton path,
+    which holds no per-pair tensor, selects and attends once (fewer launches), with the same result."""
+    monkeypatch.setattr(nac_module, "ATTEND_QUERY_CHUNK", 7)
+    spy = _Spy(monkeypatch)
+    m = _layer("cpu", mode="exact", selector="exact")
+    x, t, mask = _inputs("cpu", T=19)
+    y = _compare(m, x, t, mask, monkeypatch)
+    assert y.shape[1] == 19 and spy.calls == spy.selects == 1
 
 
 @needs_interpreter

@@ -644,7 +644,8 @@ class NAC(DerivedWeights, nn.Module):
         Without intermediates, more than ``ATTEND_QUERY_CHUNK`` queries are processed that many
         at a time (the key side once), so the per-pair tensors, (B, H, chunk, K, ...), and the
         selectors' working memory bound the memory instead of (B, H, Tq, K, ...); the output is
-        the same. Without intermediates, on CPU float32/float64 tensors, steps 4-8 run in the fused
+        the same. The Triton path keeps no per-pair tensor, so it takes every query in one call
+        (chunks would only multiply its kernel launches). Without intermediates, on CPU float32/float64 tensors, steps 4-8 run in the fused
         kernels of :mod:`agent.nn.nac_kernels` (the same function, no per-pair tensor at all), and
         on CUDA float32 tensors, when triton is installed, in the Triton kernels of
         :mod:`agent.nn.nac_triton` (``NAC_TRITON=off`` keeps the torch path; ``NAC_TRITON=on`` asks
@@ -654,7 +655,9 @@ class NAC(DerivedWeights, nn.Module):
             ImportError: ``NAC_TRITON=on`` without triton installed.
         """
         wq, bq, wk = self._pair_weights()
+        whole = return_intermediates  # every query in one call (else chunks of ATTEND_QUERY_CHUNK)
         if not return_intermediates and nac_triton.applies(q, k, v, wq):
+            whole = True
             # CUDA float32 (or NAC_TRITON=on): steps 4-8 in the Triton kernels of agent.nn.nac_triton.
             # q, k, v laid out once: the matrix products and the kernels then read them as they are
             # (each would copy the transposed views of the projection on its own: launches on a GPU)
@@ -678,7 +681,7 @@ class NAC(DerivedWeights, nn.Module):
             def one(qc, pc, tc, intermediates=False):
                 return self._attend_queries(qc, k, kv, wq, bq, pc, key_mask, tc, k_times, intermediates)
         Tq = q.shape[2]
-        if return_intermediates or Tq <= ATTEND_QUERY_CHUNK:
+        if whole or Tq <= ATTEND_QUERY_CHUNK:
             return one(q, qpos, q_times, return_intermediates)
         C = ATTEND_QUERY_CHUNK
         outs = [one(q[:, :, s:s + C], qpos[s:s + C], None if q_times is None else q_times[:, s:s + C])[0]
