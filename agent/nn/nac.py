@@ -645,11 +645,12 @@ class NAC(DerivedWeights, nn.Module):
         at a time (the key side once), so the per-pair tensors, (B, H, chunk, K, ...), and the
         selectors' working memory bound the memory instead of (B, H, Tq, K, ...); the output is
         the same. The Triton path keeps no per-pair tensor, so it takes every query in one call
-        (chunks would only multiply its kernel launches). Without intermediates, on CPU float32/float64 tensors, steps 4-8 run in the fused
-        kernels of :mod:`agent.nn.nac_kernels` (the same function, no per-pair tensor at all), and
-        on CUDA float32 tensors, when triton is installed, in the Triton kernels of
-        :mod:`agent.nn.nac_triton` (``NAC_TRITON=off`` keeps the torch path; ``NAC_TRITON=on`` asks
-        for them on any float32 tensors, CPU ones through Triton's interpreter).
+        (chunks would only multiply its kernel launches). Without intermediates, on CPU
+        float32/float64 tensors, steps 4-8 run in the fused kernels of :mod:`agent.nn.nac_kernels`
+        (the same function, no per-pair tensor at all), and on CUDA float32 tensors, when triton is
+        installed, in the Triton kernels of :mod:`agent.nn.nac_triton` (``NAC_TRITON=off`` keeps the
+        torch path; ``NAC_TRITON=on`` asks for them on any float32 tensors, CPU ones through
+        Triton's interpreter).
 
         Raises:
             ImportError: ``NAC_TRITON=on`` without triton installed.
@@ -700,12 +701,11 @@ class NAC(DerivedWeights, nn.Module):
             # them): on a GPU each operation is a kernel launch, and at T <= 1024 the launches, not
             # the arithmetic, set the layer's time
             idx, valid = self._select_slots(q, k, qpos, key_mask), None  # (B, H, Tq, K) int32
-            q_half = q @ wq + bq  # (B, H, Tq, F)
             pair_attention = nac_triton.pair_attention
         else:
             idx, valid = self._select(q, k, qpos, key_mask)  # (B, H, Tq, K)
-            q_half = q @ wq + bq  # (B, H, Tq, F)
             pair_attention = nac_kernels.pair_attention
+        q_half = q @ wq + bq  # (B, H, Tq, F)
         wh, bh = self._gate_heads()
         if triton:  # the kernel reads it contiguous: kept so at inference, not copied every call
             wh = self.derived("gate_heads_contiguous", (self.head_phi.weight, self.head_omega.weight), wh.contiguous)
