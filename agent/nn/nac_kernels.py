@@ -1060,10 +1060,10 @@ def _tile_softmax(r0, nq, valid2, logit, shift, keep, weight, like):  # pragma: 
 
 @_jit
 def _activations(like, n_tiles, P, F, Ni, Nc, Nm):  # pragma: no cover - compiled
-    """The forward's per-pair activations, tile by tile: krow (n_tiles, P) int64; inter, command,
-    motor, gates (n_tiles, N, P) in the compute dtype; phi, omega, t_gate, age, logit (n_tiles, P)
-    float64. With n_tiles = 1, one tile's work arrays (reused tile after tile). pre (1, F, P), the
-    first layer's pre-activations, is one tile's work array either way: the backward does not read it."""
+    """A tile's per-pair activations, as work arrays reused tile after tile (n_tiles = 1 in every
+    caller): krow (n_tiles, P) int64; pre (1, F, P), the first layer's pre-activations; inter,
+    command, motor, gates (n_tiles, N, P) in the compute dtype; phi, omega, t_gate, age, logit
+    (n_tiles, P) float64."""
     dt = like.dtype
     return (np.empty((n_tiles, P), np.int64), np.empty((1, F, P), dt), np.empty((n_tiles, Ni, P), dt),
             np.empty((n_tiles, Nc, P), dt), np.empty((n_tiles, Nm, P), dt), np.empty((n_tiles, 2, P), dt),
@@ -1073,11 +1073,10 @@ def _activations(like, n_tiles, P, F, Ni, Nc, Nm):  # pragma: no cover - compile
 
 @_jit
 def _forward_chunk(c, n_chunks, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_times,
-                   has_t, mode, delta_t, eps, n_euler, store, krow_a, inter_a, command_a, motor_a, gates_a, phi_a,
-                   omega_a, tg_a, age_a, logit_a, out):  # pragma: no cover - compiled
+                   has_t, mode, delta_t, eps, n_euler, out):  # pragma: no cover - compiled
     """Chunk c of n_chunks of :func:`_forward_run`: the tiles c, c + n_chunks, ... (a tile: TILE_QUERIES
-    rows of q2), with one set of work arrays. With ``store`` a tile's activations go to its own
-    entries of the *_a arrays (kept for the backward), else to this chunk's one-tile work arrays."""
+    rows of q2), with one set of one-tile work arrays (nothing is kept for the backward, which
+    computes each tile's activations again: :func:`_backward_chunk`)."""
     R, F = q2.shape
     K = idx2.shape[1]
     d = v2.shape[1]
@@ -1089,15 +1088,11 @@ def _forward_chunk(c, n_chunks, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm,
     wk, pre_w, wi, wc, wm, wg, wphi, wom, wtg, wage, wlog = _activations(q2, 1, P, F, Wc.shape[0], Wc.shape[1],
                                                                          Wm.shape[1])
     pre = pre_w[0]
-    ka, ia, ca, ma, ga, pa, oa, ta, aa, la = (krow_a, inter_a, command_a, motor_a, gates_a, phi_a, omega_a, tg_a,
-                                              age_a, logit_a) if store else (wk, wi, wc, wm, wg, wphi, wom, wtg,
-                                                                             wage, wlog)
+    krow, inter, command, motor, gates = wk[0], wi[0], wc[0], wm[0], wg[0]
+    phi, omega, tg, age, logit = wphi[0], wom[0], wtg[0], wage[0], wlog[0]
     for t_ in range(c, (R + TILE_QUERIES - 1) // TILE_QUERIES, n_chunks):
         r0 = t_ * TILE_QUERIES
         nq = min(TILE_QUERIES, R - r0)
-        t = t_ if store else 0
-        krow, inter, command, motor, gates = ka[t], ia[t], ca[t], ma[t], ga[t]
-        phi, omega, tg, age, logit = pa[t], oa[t], ta[t], aa[t], la[t]
         _tile_forward(r0, nq, q2, k2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_times, has_t,
                       mode, delta_t, eps, n_euler, krow, pre, inter, command, motor, gates, cast, nzk, nzw,
                       phi, omega, tg, age, logit)
@@ -1117,31 +1112,35 @@ def _forward_chunk(c, n_chunks, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm,
 
 
 def _forward_run(q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_times, has_t,
-                 mode, delta_t, eps, n_euler, store, krow_a, inter_a, command_a, motor_a, gates_a, phi_a, omega_a,
-                 tg_a, age_a, logit_a, out, n_chunks):  # pragma: no cover - compiled
+                 mode, delta_t, eps, n_euler, out, n_chunks):  # pragma: no cover - compiled
     """out (B, Tq, H, d) = per head, the sum over kept keys of softmax(logit) * t_gate * v_j.
-    q2 (B H Tq, F), k2 (B H Tk, F), v2 (B H Tk, d), idx2 and valid2 (B H Tq, K). The *_a arrays
-    come from :func:`_activations` (with ``store``, one entry per tile, kept for the backward). The
-    tiles are independent (each writes its own rows of out and its own activations): n_chunks
-    chunks of them (:func:`_forward_chunk`), which ``prange`` may run on threads."""
+    q2 (B H Tq, F), k2 (B H Tk, F), v2 (B H Tk, d), idx2 and valid2 (B H Tq, K). The tiles are
+    independent (each writes its own rows of out): n_chunks chunks of them (:func:`_forward_chunk`),
+    which ``prange`` may run on threads."""
     for c in prange(n_chunks):
         _forward_chunk(c, n_chunks, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_times,
-                       has_t, mode, delta_t, eps, n_euler, store, krow_a, inter_a, command_a, motor_a, gates_a,
-                       phi_a, omega_a, tg_a, age_a, logit_a, out)
+                       has_t, mode, delta_t, eps, n_euler, out)
 
 
 _FORWARD = _variants(_forward_run)
 
 
 @_jit
-def _backward_chunk(c, n_chunks, grad_out, q2, v2, valid2, Tq, H, Wc, Wm, Wh, mode, delta_t, n_euler, krow_a,
-                    inter_a, command_a, motor_a, gates_a, phi_a, omega_a, tg_a, age_a, logit_a, g_a, row_ok, dpre_a,
-                    dalpha_a, dbeta_a, pWc, pbc, pWm, pbm, pWh, pbh):  # pragma: no cover - compiled
-    """The backward of the tiles c, c + n_chunks, ... (chunk c of n_chunks), each on its own: from
-    the forward's activations (the *_a arrays of :func:`_activations`) and grad_out (B, Tq, H, d),
-    per pair of tile t: g_a[t] = weight * t_gate (the pair's factor on v), dpre_a[t] (N_i, P) the
+def _backward_chunk(c, n_chunks, grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times,
+                    k_times, has_t, mode, delta_t, eps, n_euler, g_a, row_ok, dpre_a, dalpha_a, dbeta_a, pWc, pbc,
+                    pWm, pbm, pWh, pbh, d_q2):  # pragma: no cover - compiled
+    """The backward of the tiles c, c + n_chunks, ... (chunk c of n_chunks), each on its own. A
+    tile's activations are computed again here (:func:`_tile_forward`, the forward's own function
+    on the same inputs, so the same values) into one tile's work arrays that stay in the cache,
+    instead of being kept by the forward: kept, they were about 95 MB at B = 8, T = 256, written
+    by the forward and read back here, and on the 2-core development CPU that traffic, not the
+    arithmetic, set the backward's time (2 threads: 5.3 ms against 6.0 on one). This is
+    FlashAttention's recomputation (Dao et al. 2022, "FlashAttention: Fast and Memory-Efficient
+    Exact Attention with IO-Awareness", Section 3.1, "Recomputation"). From them and grad_out
+    (B, Tq, H, d), per pair of tile t: g_a[t] = weight * t_gate (the pair's factor on v), dpre_a[t] (N_i, P) the
     gradient at the first layer's inter pre-activations, dalpha_a[t] / dbeta_a[t] at the time
-    affine's alpha and beta; per query row, row_ok (whether it has a valid key); and the tile's
+    affine's alpha and beta; per query row, row_ok (whether it has a valid key) and its gradient
+    at the first layer, added into d_q2 (B H Tq, F) (a tile's rows are its own); and the tile's
     sums of the backbone's weight gradients, pWc[t] .. pbh[t] (zeroed, float64). Nothing here is
     shared between tiles: :func:`_backward_scatter` and :func:`_sum_tiles` add them up after."""
     R = q2.shape[0]
@@ -1151,6 +1150,12 @@ def _backward_chunk(c, n_chunks, grad_out, q2, v2, valid2, Tq, H, Wc, Wm, Wh, mo
     Nm = Wm.shape[1]
     P = TILE_QUERIES * K
     dt = q2.dtype
+    wk, pre_w, wi, wc, wm, wg, wphi, wom, wtg, wage, wlog = _activations(q2, 1, P, q2.shape[1], Ni, Nc, Nm)
+    pre = pre_w[0]
+    krow, inter, command, motor, gates = wk[0], wi[0], wc[0], wm[0], wg[0]
+    phi, omega, tg, age, logit = wphi[0], wom[0], wtg[0], wage[0], wlog[0]
+    cast = np.empty(1, dtype=dt)
+    nzk, nzw = _nz_work(Wc, Wm, Wh)
     d_pc, d_pm = np.empty((Nc, P), dt), np.empty((Nm, P), dt)
     d_w, d_tg, d_aphi, d_aom = np.empty(P), np.empty(P), np.empty(P), np.empty(P)
     weight, shift, keep = np.empty(P), np.empty(P), np.empty(P)
@@ -1160,8 +1165,9 @@ def _backward_chunk(c, n_chunks, grad_out, q2, v2, valid2, Tq, H, Wc, Wm, Wh, mo
         r0 = t * TILE_QUERIES
         nq = min(TILE_QUERIES, R - r0)
         n = nq * K
-        krow, inter, command, motor, gates = krow_a[t], inter_a[t], command_a[t], motor_a[t], gates_a[t]
-        phi, omega, tg, age, logit = phi_a[t], omega_a[t], tg_a[t], age_a[t], logit_a[t]
+        _tile_forward(r0, nq, q2, k2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_times, has_t,
+                      mode, delta_t, eps, n_euler, krow, pre, inter, command, motor, gates, cast, nzk, nzw,
+                      phi, omega, tg, age, logit)
         d_pre, d_alpha, d_beta, gv = dpre_a[t], dalpha_a[t], dbeta_a[t], g_a[t]
         _tile_softmax(r0, nq, valid2, logit, shift, keep, weight, q2)
         for qi in range(nq):
@@ -1269,42 +1275,62 @@ def _backward_chunk(c, n_chunks, grad_out, q2, v2, valid2, Tq, H, Wc, Wm, Wh, mo
             dWh[m, 1] += a1
         _dense_backward(command, Wm, d_pm, pWm[t], pbm[t], d_pc, n)
         _dense_backward(inter, Wc, d_pc, pWc[t], pbc[t], d_pre, n)
+        # the query rows' gradients at the first layer's query half: the tile's rows are its own,
+        # so they are summed here, slot after slot (:func:`_backward_scatter` adds the key rows')
+        for qi in range(nq):
+            r = r0 + qi
+            p0 = qi * K
+            for f in range(Ni):
+                for p in range(p0, p0 + K):
+                    d_q2[r, f] += d_pre[f, p]
+            for p in range(p0, p0 + K):
+                d_q2[r, Ni] += d_alpha[p]
+            for p in range(p0, p0 + K):
+                d_q2[r, Ni + 1] += d_beta[p]
 
 
 @_jit
-def _backward_scatter(bh, grad_out, v2, valid2, Tq, H, krow_a, g_a, row_ok, dpre_a, dalpha_a, dbeta_a, d_q2, d_k2,
+def _backward_scatter(bh, grad_out, v2, idx2, valid2, Tq, Tk, H, g_a, row_ok, dpre_a, dalpha_a, dbeta_a, d_k2,
                       d_v2):  # pragma: no cover - compiled
-    """The gradients of head bh's (a row of (B H)) query rows, key rows and values from its pairs'
-    (:func:`_backward_chunk`): g * grad_out into d_v2, and the first layer's gradients into d_q2
-    and d_k2, query row after query row and slot after slot, the order the serial kernel added
-    them in. Only the head's own query rows touch its key rows, so heads may run on threads."""
+    """The gradients of head bh's (a row of (B H)) key rows and values from its pairs'
+    (:func:`_backward_chunk`): g * grad_out into d_v2, and the first layer's gradients into d_k2,
+    each element's terms added query row after query row and slot after slot (the order the
+    serial kernel added them in). Feature by feature: a pass reads each pair's gradient at that
+    feature from one contiguous row of the tile (a pass per pair read one value from each of
+    N_i + 2 rows). Only the head's own query rows touch its key rows, so heads may run on threads."""
     K = valid2.shape[1]
     d = v2.shape[1]
     Ni = dpre_a.shape[1]
     b_, h_ = bh // H, bh % H
     for t_ in range(Tq):
         r = bh * Tq + t_
-        t = r // TILE_QUERIES
-        p0 = (r - t * TILE_QUERIES) * K
-        krow, gv = krow_a[t], g_a[t]
         if row_ok[r]:
+            t = r // TILE_QUERIES
+            p0 = (r - t * TILE_QUERIES) * K
+            gv = g_a[t]
             for s in range(K):
                 if valid2[r, s]:
                     g = gv[p0 + s]
-                    kr = krow[p0 + s]
+                    kr = bh * Tk + idx2[r, s]
                     for e in range(d):
                         go = grad_out[b_, t_, h_, e]
                         d_v2[kr, e] += g * go
-        d_pre, d_alpha, d_beta = dpre_a[t], dalpha_a[t], dbeta_a[t]
-        for p in range(p0, p0 + K):  # the first layer's halves: one query row and one key row per pair
-            kr = krow[p]
-            for f in range(Ni):
-                d_q2[r, f] += d_pre[f, p]
-                d_k2[kr, f] += d_pre[f, p]
-            d_q2[r, Ni] += d_alpha[p]
-            d_k2[kr, Ni] += d_alpha[p]
-            d_q2[r, Ni + 1] += d_beta[p]
-            d_k2[kr, Ni + 1] += d_beta[p]
+    for f in range(Ni):  # the first layer's key half, one feature at a time
+        for t_ in range(Tq):
+            r = bh * Tq + t_
+            t = r // TILE_QUERIES
+            p0 = (r - t * TILE_QUERIES) * K
+            src = dpre_a[t, f]
+            for s in range(K):
+                d_k2[bh * Tk + idx2[r, s], f] += src[p0 + s]
+    for t_ in range(Tq):  # the time affine's alpha and beta
+        r = bh * Tq + t_
+        t = r // TILE_QUERIES
+        p0 = (r - t * TILE_QUERIES) * K
+        for s in range(K):
+            kr = bh * Tk + idx2[r, s]
+            d_k2[kr, Ni] += dalpha_a[t, p0 + s]
+            d_k2[kr, Ni + 1] += dbeta_a[t, p0 + s]
 
 
 @_jit
@@ -1321,14 +1347,15 @@ def _sum_tiles(parts, out):  # pragma: no cover - compiled
             o[i] += flat[t, i]
 
 
-def _backward_run(grad_out, q2, v2, idx2, valid2, Tq, H, Wc, Wm, Wh, mode, delta_t, n_euler, krow_a, inter_a,
-                  command_a, motor_a, gates_a, phi_a, omega_a, tg_a, age_a, logit_a, d_q2, d_k2, d_v2, dWc, dbc,
-                  dWm, dbm, dWh, dbh, n_chunks):  # pragma: no cover - compiled
+def _backward_run(grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_times, has_t,
+                  mode, delta_t, eps, n_euler, d_q2, d_k2, d_v2, dWc, dbc, dWm, dbm, dWh, dbh,
+                  n_chunks):  # pragma: no cover - compiled
     """Gradients of sum(grad_out * out) with respect to q2, k2, v2 and the backbone's weights
     (accumulated into the zeroed d_* arrays; float64 accumulators for the weights), from the
-    forward's activations of every tile (the *_a arrays, kept by :func:`_forward_run`). Three
-    steps: every tile's own work (:func:`_backward_chunk`, in n_chunks chunks), then each head's
-    sums into its query and key rows (:func:`_backward_scatter`), then the weights' sums over the
+    forward's inputs (each tile's activations are computed again, :func:`_backward_chunk`). Three
+    steps: every tile's own work, its query rows' gradients included (:func:`_backward_chunk`, in
+    n_chunks chunks), then each head's sums into its key rows and values (:func:`_backward_scatter`),
+    then the weights' sums over the
     tiles (:func:`_sum_tiles`, serial and in tile order). The first two may run on threads; every
     sum is added in the order of the serial kernel, so the result does not depend on the threads."""
     R = q2.shape[0]
@@ -1345,12 +1372,12 @@ def _backward_run(grad_out, q2, v2, idx2, valid2, Tq, H, Wc, Wm, Wh, mode, delta
     pWm, pbm = np.zeros((n_tiles, Nc, Nm)), np.zeros((n_tiles, Nm))
     pWh, pbh = np.zeros((n_tiles, Nm, 2)), np.zeros((n_tiles, 2))
     for c in prange(n_chunks):
-        _backward_chunk(c, n_chunks, grad_out, q2, v2, valid2, Tq, H, Wc, Wm, Wh, mode, delta_t, n_euler, krow_a,
-                        inter_a, command_a, motor_a, gates_a, phi_a, omega_a, tg_a, age_a, logit_a, g_a, row_ok,
-                        dpre_a, dalpha_a, dbeta_a, pWc, pbc, pWm, pbm, pWh, pbh)
+        _backward_chunk(c, n_chunks, grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times,
+                        k_times, has_t, mode, delta_t, eps, n_euler, g_a, row_ok, dpre_a, dalpha_a, dbeta_a, pWc, pbc,
+                        pWm, pbm, pWh, pbh, d_q2)
     for bh_ in prange(R // Tq if Tq > 0 else 0):
-        _backward_scatter(bh_, grad_out, v2, valid2, Tq, H, krow_a, g_a, row_ok, dpre_a, dalpha_a, dbeta_a, d_q2,
-                          d_k2, d_v2)
+        _backward_scatter(bh_, grad_out, v2, idx2, valid2, Tq, Tk, H, g_a, row_ok, dpre_a, dalpha_a, dbeta_a, d_k2,
+                          d_v2)
     _sum_tiles(pWc, dWc)
     _sum_tiles(pbc, dbc)
     _sum_tiles(pWm, dWm)
@@ -1360,6 +1387,7 @@ def _backward_run(grad_out, q2, v2, idx2, valid2, Tq, H, Wc, Wm, Wh, mode, delta
 
 
 _BACKWARD = _variants(_backward_run)
+
 
 
 #: positions in :meth:`agent.nn.nac.NAC.fused_weights` of the weights torch's GEMM reads (Wqkv, bqkv,
@@ -1671,27 +1699,19 @@ class PairAttention(torch.autograd.Function):
         weights = [_np(a.to(dtype)) for a in (Wc, bc, Wm, bm, Wh, bh)]
         out = np.empty((B, Tq, H, d), dtype=q2.dtype)
         args = (MODE_IDS[mode], float(delta_t), float(eps), int(euler_steps))
-        # under autograd the per-pair activations are kept for the backward (B H Tq K (N_i + N_c
-        # + N_m + 2) values of the compute dtype and 5 float64 values per pair); else one tile's
-        store = any(ctx.needs_input_grad)
+        # nothing per pair is kept for the backward: it computes each tile's activations again
         tiles = -(-(B * H * Tq) // TILE_QUERIES)
-        acts = _activations(q2, tiles if store else 1, TILE_QUERIES * ix.shape[1], F, Wc.shape[0], Wc.shape[1],
-                            Wm.shape[1])
-        krow_a, _, *acts_rest = acts  # pre (one tile's work array) is each chunk's own
         _call(_FORWARD, _threads(ix.size, PARALLEL_MIN_PAIRS), tiles, q2, k2, v2, ix, ok, Tq, Tk, H, *weights, qt,
-              kt, has_t, *args, store, krow_a, *acts_rest, out)
+              kt, has_t, *args, out)
         ctx.save_for_backward(q_half, k_half, v, idx, valid, Wc, bc, Wm, bm, Wh, bh)
-        ctx.kernel = (qt, kt, has_t, args, acts if store else None)
+        ctx.kernel = (qt, kt, has_t, args)
         return torch.from_numpy(out)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
         q_half, k_half, v, idx, valid, Wc, bc, Wm, bm, Wh, bh = ctx.saved_tensors
-        qt, kt, has_t, args, acts = ctx.kernel
-        if acts is None:
-            raise RuntimeError("PairAttention's forward ran without autograd (no input needed a gradient), so it "
-                               "kept no activations for a backward")
+        qt, kt, has_t, args = ctx.kernel
         B, H, Tq, F = q_half.shape
         Tk, d = v.shape[2], v.shape[3]
         dtype = q_half.dtype
@@ -1701,12 +1721,9 @@ class PairAttention(torch.autograd.Function):
         d_in = [np.zeros(a.shape, dtype=a.dtype) for a in (q2, k2, v2)]
         d_w = [np.zeros(a.shape, dtype=np.float64) for a in weights]  # float64 sums
         ix = _np(idx).reshape(B * H * Tq, -1)
-        mode, delta_t, _, n_euler = args
-        krow_a, _, *acts_rest = acts
-        Wc_, _, Wm_, _, Wh_, _ = weights
         _call(_BACKWARD, _threads(ix.size, PARALLEL_MIN_PAIRS), -(-(B * H * Tq) // TILE_QUERIES),
-              _np(grad_out.to(dtype)), q2, v2, ix, _np(valid).reshape(B * H * Tq, -1), Tq, H, Wc_, Wm_, Wh_, mode,
-              delta_t, n_euler, krow_a, *acts_rest, *d_in, *d_w)
+              _np(grad_out.to(dtype)), q2, k2, v2, ix, _np(valid).reshape(B * H * Tq, -1), Tq, Tk, H, *weights, qt,
+              kt, has_t, *args, *d_in, *d_w)
         shapes = (q_half.shape, k_half.shape, v.shape)
         grads = [torch.from_numpy(g).view(shape) for g, shape in zip(d_in, shapes)] + [None, None]
         grads += [torch.from_numpy(g).to(dtype) for g in d_w]
