@@ -53,11 +53,11 @@ Parallel Loops"):
   than ``ITEMS_PER_THREAD`` items a thread (B = 1 with 4 heads), and whole groups of four
   queries (the score loop's) or whole tiles;
 - :class:`PairAttention`'s forward: its tiles of ``TILE_QUERIES`` query rows (of B H Tq);
-- its backward: the tiles too, each writing only its own buffers (per pair: the gradients at the
-  first layer and the factor on v; per tile: the sums of the backbone weights' gradients); then
-  each head adds its pairs' gradients into its own query, key and value rows (only a head's
-  queries select its keys), query after query and slot after slot; then the weights' per-tile
-  sums are added serially in tile order.
+- its backward: whole heads (batch x head), each a tile at a time in order: it computes the tile's
+  activations again (nothing per pair is kept by the forward) and adds the tile's gradients into
+  the head's own query, key and value rows (only a head's queries select its keys), query after
+  query and slot after slot, and the backbone weights' gradients into the head's own sums; then
+  the heads' sums are added serially in head order.
 
 Every output element is thus computed by the same float operations in the same order on any
 number of threads, the serial kernels' order (tests/test_nn_nac_kernels.py checks bit-identical
@@ -1127,22 +1127,24 @@ _FORWARD = _variants(_forward_run)
 
 @_jit
 def _backward_chunk(c, n_chunks, grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times,
-                    k_times, has_t, mode, delta_t, eps, n_euler, g_a, row_ok, dpre_a, dalpha_a, dbeta_a, pWc, pbc,
-                    pWm, pbm, pWh, pbh, d_q2):  # pragma: no cover - compiled
-    """The backward of the tiles c, c + n_chunks, ... (chunk c of n_chunks), each on its own. A
-    tile's activations are computed again here (:func:`_tile_forward`, the forward's own function
-    on the same inputs, so the same values) into one tile's work arrays that stay in the cache,
-    instead of being kept by the forward: kept, they were about 95 MB at B = 8, T = 256, written
-    by the forward and read back here, and on the 2-core development CPU that traffic, not the
-    arithmetic, set the backward's time (2 threads: 5.3 ms against 6.0 on one). This is
-    FlashAttention's recomputation (Dao et al. 2022, "FlashAttention: Fast and Memory-Efficient
-    Exact Attention with IO-Awareness", Section 3.1, "Recomputation"). From them and grad_out
-    (B, Tq, H, d), per pair of tile t: g_a[t] = weight * t_gate (the pair's factor on v), dpre_a[t] (N_i, P) the
-    gradient at the first layer's inter pre-activations, dalpha_a[t] / dbeta_a[t] at the time
-    affine's alpha and beta; per query row, row_ok (whether it has a valid key) and its gradient
-    at the first layer, added into d_q2 (B H Tq, F) (a tile's rows are its own); and the tile's
-    sums of the backbone's weight gradients, pWc[t] .. pbh[t] (zeroed, float64). Nothing here is
-    shared between tiles: :func:`_backward_scatter` and :func:`_sum_tiles` add them up after."""
+                    k_times, has_t, mode, delta_t, eps, n_euler, pWc, pbc, pWm, pbm, pWh, pbh, d_q2, d_k2,
+                    d_v2):  # pragma: no cover - compiled
+    """The backward of the heads (rows of B H) c, c + n_chunks, ... (chunk c of n_chunks), each whole
+    and on its own, a tile of TILE_QUERIES of its query rows at a time, in order.
+
+    A tile's activations are computed again here (:func:`_tile_forward`, the forward's own function
+    on the same inputs) into one tile's work arrays, and its pairs' gradients are added into the
+    query rows (d_q2 (B H Tq, F), the tile's own), the key rows (d_k2 (B H Tk, F)) and the values
+    (d_v2 (B H Tk, d)) at once: no per-pair array outlives its tile. Kept for the backward, the
+    forward's activations were about 95 MB at B = 8, T = 256 and the pairs' gradients another
+    43 MB, written to memory and read back; on the 2-core development CPU that traffic, not the
+    arithmetic, set the backward's time (2 threads gained 1.1x over one). This is FlashAttention's
+    recomputation and its parallelism over batch and heads in the backward (Dao et al. 2022,
+    "FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness", Section 3.1).
+    Only a head's own query rows select its keys, so heads never share a row: every element gets
+    its terms query row after query row and slot after slot, the serial kernel's order, on any
+    number of threads. The head's sums of the backbone's weight gradients go to pWc[h] .. pbh[h]
+    (zeroed, float64), added over the heads by :func:`_sum_tiles` after."""
     R = q2.shape[0]
     K = valid2.shape[1]
     d = v2.shape[1]
@@ -1157,18 +1159,26 @@ def _backward_chunk(c, n_chunks, grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, 
     cast = np.empty(1, dtype=dt)
     nzk, nzw = _nz_work(Wc, Wm, Wh)
     d_pc, d_pm = np.empty((Nc, P), dt), np.empty((Nm, P), dt)
+    d_pre = np.empty((Ni, P), dt)
+    d_alpha, d_beta, gv = np.empty(P), np.empty(P), np.empty(P)
+    row_ok = np.empty(TILE_QUERIES, np.bool_)
     d_w, d_tg, d_aphi, d_aom = np.empty(P), np.empty(P), np.empty(P), np.empty(P)
     weight, shift, keep = np.empty(P), np.empty(P), np.empty(P)
     wdw_all = np.empty(P)
     euler_a = np.empty(max(n_euler, 1))
-    for t in range(c, (R + TILE_QUERIES - 1) // TILE_QUERIES, n_chunks):
-        r0 = t * TILE_QUERIES
-        nq = min(TILE_QUERIES, R - r0)
+    n_heads = R // Tq if Tq > 0 else 0
+    n_tq = (Tq + TILE_QUERIES - 1) // TILE_QUERIES  # tiles a head
+    for it in range(n_heads * n_tq):  # the chunk's heads, each a tile at a time, in order
+        hd = it // n_tq
+        if hd % n_chunks != c:
+            continue
+        t0 = (it - hd * n_tq) * TILE_QUERIES
+        r0 = hd * Tq + t0
+        nq = min(TILE_QUERIES, Tq - t0)
         n = nq * K
         _tile_forward(r0, nq, q2, k2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_times, has_t,
                       mode, delta_t, eps, n_euler, krow, pre, inter, command, motor, gates, cast, nzk, nzw,
                       phi, omega, tg, age, logit)
-        d_pre, d_alpha, d_beta, gv = dpre_a[t], dalpha_a[t], dbeta_a[t], g_a[t]
         _tile_softmax(r0, nq, valid2, logit, shift, keep, weight, q2)
         for qi in range(nq):
             r = r0 + qi
@@ -1179,13 +1189,13 @@ def _backward_chunk(c, n_chunks, grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, 
                 d_tg[p] = 0.0
                 wdw_all[p] = 0.0
                 wsum += weight[p]
-            row_ok[r] = wsum != 0.0
+            row_ok[qi] = wsum != 0.0
             if wsum == 0.0:  # no valid key
                 continue
             bh_ = r // Tq
             b_, t_, h_ = bh_ // H, r - bh_ * Tq, bh_ % H  # grad_out's row (d,)
             # o_r = sum_p w_p tg_p v_j: gradients of w_p and tg_p here; v_j's (g * grad_out) is added
-            # by _backward_scatter (indexed in place: a row view per pair cost more than its d
+            # at the end of the tile (indexed in place: a row view per pair cost more than its d
             # multiply-adds)
             wdw = 0.0
             for p in range(p0, p0 + K):
@@ -1258,9 +1268,9 @@ def _backward_chunk(c, n_chunks, grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, 
         for p in range(n):
             a0 += d_aphi[p]
             a1 += d_aom[p]
-        pbh[t, 0] += a0
-        pbh[t, 1] += a1
-        dWh = pWh[t]
+        pbh[hd, 0] += a0
+        pbh[hd, 1] += a1
+        dWh = pWh[hd]
         for m in range(Nm):
             wh0 = Wh[m, 0]
             wh1 = Wh[m, 1]
@@ -1273,10 +1283,10 @@ def _backward_chunk(c, n_chunks, grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, 
                 d_pm[m, p] = (d_aphi[p] * wh0 + d_aom[p] * wh1) * (1.0 - mo * mo)
             dWh[m, 0] += a0
             dWh[m, 1] += a1
-        _dense_backward(command, Wm, d_pm, pWm[t], pbm[t], d_pc, n)
-        _dense_backward(inter, Wc, d_pc, pWc[t], pbc[t], d_pre, n)
-        # the query rows' gradients at the first layer's query half: the tile's rows are its own,
-        # so they are summed here, slot after slot (:func:`_backward_scatter` adds the key rows')
+        _dense_backward(command, Wm, d_pm, pWm[hd], pbm[hd], d_pc, n)
+        _dense_backward(inter, Wc, d_pc, pWc[hd], pbc[hd], d_pre, n)
+        # the first layer's gradients into the tile's query rows (its own), then into the key rows
+        # and the values, query row after query row and slot after slot
         for qi in range(nq):
             r = r0 + qi
             p0 = qi * K
@@ -1287,56 +1297,27 @@ def _backward_chunk(c, n_chunks, grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, 
                 d_q2[r, Ni] += d_alpha[p]
             for p in range(p0, p0 + K):
                 d_q2[r, Ni + 1] += d_beta[p]
-
-
-@_jit
-def _backward_scatter(bh, grad_out, v2, idx2, valid2, Tq, Tk, H, g_a, row_ok, dpre_a, dalpha_a, dbeta_a, d_k2,
-                      d_v2):  # pragma: no cover - compiled
-    """The gradients of head bh's (a row of (B H)) key rows and values from its pairs'
-    (:func:`_backward_chunk`): g * grad_out into d_v2, and the first layer's gradients into d_k2,
-    each element's terms added query row after query row and slot after slot (the order the
-    serial kernel added them in). Feature by feature: a pass reads each pair's gradient at that
-    feature from one contiguous row of the tile (a pass per pair read one value from each of
-    N_i + 2 rows). Only the head's own query rows touch its key rows, so heads may run on threads."""
-    K = valid2.shape[1]
-    d = v2.shape[1]
-    Ni = dpre_a.shape[1]
-    b_, h_ = bh // H, bh % H
-    for t_ in range(Tq):
-        r = bh * Tq + t_
-        if row_ok[r]:
-            t = r // TILE_QUERIES
-            p0 = (r - t * TILE_QUERIES) * K
-            gv = g_a[t]
-            for s in range(K):
-                if valid2[r, s]:
-                    g = gv[p0 + s]
-                    kr = bh * Tk + idx2[r, s]
+        b_, h_ = hd // H, hd % H
+        for qi in range(nq):
+            r = r0 + qi
+            t_ = t0 + qi
+            p0 = qi * K
+            for p in range(p0, p0 + K):
+                kr = krow[p]
+                if row_ok[qi] and valid2[r, p - p0]:
+                    g = gv[p]
                     for e in range(d):
-                        go = grad_out[b_, t_, h_, e]
-                        d_v2[kr, e] += g * go
-    for f in range(Ni):  # the first layer's key half, one feature at a time
-        for t_ in range(Tq):
-            r = bh * Tq + t_
-            t = r // TILE_QUERIES
-            p0 = (r - t * TILE_QUERIES) * K
-            src = dpre_a[t, f]
-            for s in range(K):
-                d_k2[bh * Tk + idx2[r, s], f] += src[p0 + s]
-    for t_ in range(Tq):  # the time affine's alpha and beta
-        r = bh * Tq + t_
-        t = r // TILE_QUERIES
-        p0 = (r - t * TILE_QUERIES) * K
-        for s in range(K):
-            kr = bh * Tk + idx2[r, s]
-            d_k2[kr, Ni] += dalpha_a[t, p0 + s]
-            d_k2[kr, Ni + 1] += dbeta_a[t, p0 + s]
+                        d_v2[kr, e] += g * grad_out[b_, t_, h_, e]
+                for f in range(Ni):
+                    d_k2[kr, f] += d_pre[f, p]
+                d_k2[kr, Ni] += d_alpha[p]
+                d_k2[kr, Ni + 1] += d_beta[p]
 
 
 @_jit
 def _sum_tiles(parts, out):  # pragma: no cover - compiled
-    """out += parts[0] + parts[1] + ..., element by element in tile order (the order in which the
-    serial kernel added each tile's sum): parts (n_tiles, *out.shape) float64."""
+    """out += parts[0] + parts[1] + ..., element by element in order (the order in which the
+    serial kernel added each part's sum): parts (n_parts, *out.shape) float64."""
     n = parts.shape[0]
     if n == 0:
         return
@@ -1352,32 +1333,20 @@ def _backward_run(grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm,
                   n_chunks):  # pragma: no cover - compiled
     """Gradients of sum(grad_out * out) with respect to q2, k2, v2 and the backbone's weights
     (accumulated into the zeroed d_* arrays; float64 accumulators for the weights), from the
-    forward's inputs (each tile's activations are computed again, :func:`_backward_chunk`). Three
-    steps: every tile's own work, its query rows' gradients included (:func:`_backward_chunk`, in
-    n_chunks chunks), then each head's sums into its key rows and values (:func:`_backward_scatter`),
-    then the weights' sums over the
-    tiles (:func:`_sum_tiles`, serial and in tile order). The first two may run on threads; every
-    sum is added in the order of the serial kernel, so the result does not depend on the threads."""
+    forward's inputs: the heads (rows of B H) in n_chunks chunks (:func:`_backward_chunk`, which
+    computes each tile's activations again), which may run on threads, then the weights' sums
+    over the heads (:func:`_sum_tiles`, serial and in head order). Every sum is added in the order
+    of the serial kernel, so the result does not depend on the threads."""
     R = q2.shape[0]
-    K = idx2.shape[1]
     Ni, Nc = Wc.shape
     Nm = Wm.shape[1]
-    P = TILE_QUERIES * K
-    n_tiles = (R + TILE_QUERIES - 1) // TILE_QUERIES
-    g_a = np.empty((n_tiles, P))
-    row_ok = np.empty(R, np.bool_)
-    dpre_a = np.empty((n_tiles, Ni, P), q2.dtype)
-    dalpha_a, dbeta_a = np.empty((n_tiles, P)), np.empty((n_tiles, P))
-    pWc, pbc = np.zeros((n_tiles, Ni, Nc)), np.zeros((n_tiles, Nc))
-    pWm, pbm = np.zeros((n_tiles, Nc, Nm)), np.zeros((n_tiles, Nm))
-    pWh, pbh = np.zeros((n_tiles, Nm, 2)), np.zeros((n_tiles, 2))
+    n_heads = R // Tq if Tq > 0 else 0
+    pWc, pbc = np.zeros((n_heads, Ni, Nc)), np.zeros((n_heads, Nc))
+    pWm, pbm = np.zeros((n_heads, Nc, Nm)), np.zeros((n_heads, Nm))
+    pWh, pbh = np.zeros((n_heads, Nm, 2)), np.zeros((n_heads, 2))
     for c in prange(n_chunks):
         _backward_chunk(c, n_chunks, grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times,
-                        k_times, has_t, mode, delta_t, eps, n_euler, g_a, row_ok, dpre_a, dalpha_a, dbeta_a, pWc, pbc,
-                        pWm, pbm, pWh, pbh, d_q2)
-    for bh_ in prange(R // Tq if Tq > 0 else 0):
-        _backward_scatter(bh_, grad_out, v2, idx2, valid2, Tq, Tk, H, g_a, row_ok, dpre_a, dalpha_a, dbeta_a, d_k2,
-                          d_v2)
+                        k_times, has_t, mode, delta_t, eps, n_euler, pWc, pbc, pWm, pbm, pWh, pbh, d_q2, d_k2, d_v2)
     _sum_tiles(pWc, dWc)
     _sum_tiles(pbc, dbc)
     _sum_tiles(pWm, dWm)
@@ -1721,7 +1690,7 @@ class PairAttention(torch.autograd.Function):
         d_in = [np.zeros(a.shape, dtype=a.dtype) for a in (q2, k2, v2)]
         d_w = [np.zeros(a.shape, dtype=np.float64) for a in weights]  # float64 sums
         ix = _np(idx).reshape(B * H * Tq, -1)
-        _call(_BACKWARD, _threads(ix.size, PARALLEL_MIN_PAIRS), -(-(B * H * Tq) // TILE_QUERIES),
+        _call(_BACKWARD, _threads(ix.size, PARALLEL_MIN_PAIRS), B * H,
               _np(grad_out.to(dtype)), q2, k2, v2, ix, _np(valid).reshape(B * H * Tq, -1), Tq, Tk, H, *weights, qt,
               kt, has_t, *args, *d_in, *d_w)
         shapes = (q_half.shape, k_half.shape, v.shape)
