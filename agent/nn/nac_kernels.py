@@ -19,8 +19,8 @@ so no per-pair tensor is ever built:
   inter -> command -> motor -> (phi, omega), the time gate, the ODE logit (steady / exact /
   Euler, paper Eqs. 1-3), the softmax over the kept keys and the weighted sum of values, for
   ``TILE_QUERIES`` queries' pairs at a time with the pairs innermost (so the loops vectorise).
-  Under autograd the forward keeps each tile's activations and the backward reads them; it
-  returns the gradients of every input that has one. The selection itself has no gradient, as
+  The forward keeps nothing per pair: the backward computes each tile's activations again
+  (FlashAttention's recomputation) and returns the gradients of every input that has one. The selection itself has no gradient, as
   in the torch path.
 - :func:`fused_forward`: the whole layer without gradients (sensory gates, heads, the ranking of
   either selector, the pairs and the output map) in one kernel call between two torch GEMMs, for the no-grad forward of
