@@ -53,7 +53,8 @@ Parallel Loops"):
   than ``ITEMS_PER_THREAD`` items a thread (B = 1 with 4 heads), and whole groups of four
   queries (the score loop's) or whole tiles;
 - :class:`PairAttention`'s forward: its tiles of ``TILE_QUERIES`` query rows (of B H Tq);
-- its backward: whole heads (batch x head), each a tile at a time in order: it computes the tile's
+- its backward: whole heads (batch x head; several to a tile when a head has fewer than
+  ``TILE_QUERIES`` queries), each a tile at a time in order: it computes the tile's
   activations again (nothing per pair is kept by the forward) and adds the tile's gradients into
   the head's own query, key and value rows (only a head's queries select its keys), query after
   query and slot after slot, and the backbone weights' gradients into the head's own sums; then
@@ -1126,11 +1127,24 @@ _FORWARD = _variants(_forward_run)
 
 
 @_jit
+def _head_groups(R, Tq):  # pragma: no cover - compiled
+    """The backward's units of work for R query rows, Tq a head: (heads per group, groups). A group
+    is one head, or as many whole heads as one tile's TILE_QUERIES rows hold (Tq = 4, as a policy's
+    window: eight heads), so a tile never holds fewer pairs than the forward's."""
+    if Tq <= 0:
+        return 1, 0
+    n_heads = R // Tq
+    per_group = max(1, TILE_QUERIES // Tq)
+    return per_group, (n_heads + per_group - 1) // per_group
+
+
+@_jit
 def _backward_chunk(c, n_chunks, grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times,
                     k_times, has_t, mode, delta_t, eps, n_euler, pWc, pbc, pWm, pbm, pWh, pbh, d_q2, d_k2,
                     d_v2):  # pragma: no cover - compiled
-    """The backward of the heads (rows of B H) c, c + n_chunks, ... (chunk c of n_chunks), each whole
-    and on its own, a tile of TILE_QUERIES of its query rows at a time, in order.
+    """The backward of the groups of whole heads (rows of B H; :func:`_head_groups`) c, c + n_chunks,
+    ... (chunk c of n_chunks), each on its own, a tile of up to TILE_QUERIES of its query rows at a
+    time, in order.
 
     A tile's activations are computed again here (:func:`_tile_forward`, the forward's own function
     on the same inputs) into one tile's work arrays, and its pairs' gradients are added into the
@@ -1143,8 +1157,8 @@ def _backward_chunk(c, n_chunks, grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, 
     "FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness", Section 3.1).
     Only a head's own query rows select its keys, so heads never share a row: every element gets
     its terms query row after query row and slot after slot, the serial kernel's order, on any
-    number of threads. The head's sums of the backbone's weight gradients go to pWc[h] .. pbh[h]
-    (zeroed, float64), added over the heads by :func:`_sum_tiles` after."""
+    number of threads. The group's sums of the backbone's weight gradients go to pWc[g] .. pbh[g]
+    (zeroed, float64), added over the groups by :func:`_sum_tiles` after."""
     R = q2.shape[0]
     K = valid2.shape[1]
     d = v2.shape[1]
@@ -1166,15 +1180,18 @@ def _backward_chunk(c, n_chunks, grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, 
     weight, shift, keep = np.empty(P), np.empty(P), np.empty(P)
     wdw_all = np.empty(P)
     euler_a = np.empty(max(n_euler, 1))
-    n_heads = R // Tq if Tq > 0 else 0
-    n_tq = (Tq + TILE_QUERIES - 1) // TILE_QUERIES  # tiles a head
-    for it in range(n_heads * n_tq):  # the chunk's heads, each a tile at a time, in order
-        hd = it // n_tq
+    per_group, n_groups = _head_groups(R, Tq)
+    rows_g = per_group * Tq  # a group's query rows (the last group may have fewer)
+    n_tg = (rows_g + TILE_QUERIES - 1) // TILE_QUERIES  # tiles a group
+    for it in range(n_groups * n_tg):  # the chunk's groups, each a tile at a time, in order
+        hd = it // n_tg
         if hd % n_chunks != c:
             continue
-        t0 = (it - hd * n_tq) * TILE_QUERIES
-        r0 = hd * Tq + t0
-        nq = min(TILE_QUERIES, Tq - t0)
+        r0 = hd * rows_g + (it - hd * n_tg) * TILE_QUERIES
+        r_end = min(R, (hd + 1) * rows_g)
+        if r0 >= r_end:
+            continue
+        nq = min(TILE_QUERIES, r_end - r0)
         n = nq * K
         _tile_forward(r0, nq, q2, k2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_times, has_t,
                       mode, delta_t, eps, n_euler, krow, pre, inter, command, motor, gates, cast, nzk, nzw,
@@ -1297,10 +1314,10 @@ def _backward_chunk(c, n_chunks, grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, 
                 d_q2[r, Ni] += d_alpha[p]
             for p in range(p0, p0 + K):
                 d_q2[r, Ni + 1] += d_beta[p]
-        b_, h_ = hd // H, hd % H
         for qi in range(nq):
             r = r0 + qi
-            t_ = t0 + qi
+            bh_ = r // Tq
+            b_, h_, t_ = bh_ // H, bh_ % H, r - bh_ * Tq  # grad_out's row
             p0 = qi * K
             for p in range(p0, p0 + K):
                 kr = krow[p]
@@ -1333,17 +1350,18 @@ def _backward_run(grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm,
                   n_chunks):  # pragma: no cover - compiled
     """Gradients of sum(grad_out * out) with respect to q2, k2, v2 and the backbone's weights
     (accumulated into the zeroed d_* arrays; float64 accumulators for the weights), from the
-    forward's inputs: the heads (rows of B H) in n_chunks chunks (:func:`_backward_chunk`, which
-    computes each tile's activations again), which may run on threads, then the weights' sums
-    over the heads (:func:`_sum_tiles`, serial and in head order). Every sum is added in the order
-    of the serial kernel, so the result does not depend on the threads."""
+    forward's inputs: groups of whole heads (rows of B H; :func:`_head_groups`) in n_chunks chunks
+    (:func:`_backward_chunk`, which computes each tile's activations again), which may run on
+    threads, then the weights' sums over the groups (:func:`_sum_tiles`, serial and in group
+    order). Every sum is added in the order of the serial kernel, so the result does not depend on
+    the threads."""
     R = q2.shape[0]
     Ni, Nc = Wc.shape
     Nm = Wm.shape[1]
-    n_heads = R // Tq if Tq > 0 else 0
-    pWc, pbc = np.zeros((n_heads, Ni, Nc)), np.zeros((n_heads, Nc))
-    pWm, pbm = np.zeros((n_heads, Nc, Nm)), np.zeros((n_heads, Nm))
-    pWh, pbh = np.zeros((n_heads, Nm, 2)), np.zeros((n_heads, 2))
+    n_groups = _head_groups(R, Tq)[1]
+    pWc, pbc = np.zeros((n_groups, Ni, Nc)), np.zeros((n_groups, Nc))
+    pWm, pbm = np.zeros((n_groups, Nc, Nm)), np.zeros((n_groups, Nm))
+    pWh, pbh = np.zeros((n_groups, Nm, 2)), np.zeros((n_groups, 2))
     for c in prange(n_chunks):
         _backward_chunk(c, n_chunks, grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times,
                         k_times, has_t, mode, delta_t, eps, n_euler, pWc, pbc, pWm, pbm, pWh, pbh, d_q2, d_k2, d_v2)
@@ -1690,7 +1708,7 @@ class PairAttention(torch.autograd.Function):
         d_in = [np.zeros(a.shape, dtype=a.dtype) for a in (q2, k2, v2)]
         d_w = [np.zeros(a.shape, dtype=np.float64) for a in weights]  # float64 sums
         ix = _np(idx).reshape(B * H * Tq, -1)
-        _call(_BACKWARD, _threads(ix.size, PARALLEL_MIN_PAIRS), B * H,
+        _call(_BACKWARD, _threads(ix.size, PARALLEL_MIN_PAIRS), _head_groups(B * H * Tq, Tq)[1],
               _np(grad_out.to(dtype)), q2, k2, v2, ix, _np(valid).reshape(B * H * Tq, -1), Tq, Tk, H, *weights, qt,
               kt, has_t, *args, *d_in, *d_w)
         shapes = (q_half.shape, k_half.shape, v.shape)
