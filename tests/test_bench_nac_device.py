@@ -66,6 +66,30 @@ def test_paired_only_gives_the_threads_rows_at_the_thread_counts():
     assert out.startswith("threads: ours (exact) and MHA") and "ours/MHA @2" in out and "ours @1/@2" in out
 
 
+def test_paired_verdicts_judge_the_most_threads_against_issue_42s_targets():
+    from agent.bench.nac import paired_verdicts
+
+    def row(model, task, T, threads, ms):
+        return dict(model=model, task=task, T=T, threads=threads, time_ms=ms, paired=True)
+
+    rows = [row("ours-exact", "forward", 16, 2, 9.0), row("mha", "forward", 16, 2, 1.0),  # T=16: no target
+            row("ours-exact", "forward", 256, 1, 9.0), row("mha", "forward", 256, 1, 1.0),  # 1 thread: not judged
+            row("ours-exact", "forward", 256, 2, 1.5), row("mha", "forward", 256, 2, 1.0),
+            row("ours-exact", "forward", 1024, 2, 1.6), row("mha", "forward", 1024, 2, 1.0),
+            row("ours-exact", "train", 256, 2, 4.2), row("mha", "train", 256, 2, 2.0)]
+    assert paired_verdicts(rows) == [
+        "targets (issue 42, at 2 threads):",
+        "  forward at T=256: 1.50x, at most 1.5x: met",
+        "  forward at T=1024: 1.60x, at most 1.5x: NOT met",
+        "  forward + backward at T=256: 2.10x, at most 2x: NOT met"]
+    at16 = [dict(r, threads=16) for r in rows if r["threads"] == 2]
+    assert paired_verdicts(at16) == [
+        "targets (issue 42, at 16 threads):",
+        "  forward at T=256: 1.50x, at most 2x: met",
+        "  forward at T=1024: 1.60x, at most 2x: met"]
+    assert paired_verdicts([]) == []
+
+
 def test_ratio_marks():
     assert ratio_mark(3.0, 2.0, 2.0) == (1.5, "1.50x pass")
     assert ratio_mark(4.0, 2.0, 2.0) == (2.0, "2.00x pass")  # at the target is met

@@ -664,6 +664,35 @@ def print_table(rows: list[dict], file=None) -> None:
             p(f"{r['model']} {r.get('task', 'forward')} at T={r['T']}: {r['error']}")
 
 
+#: issue 42's CPU targets at the most threads of the paired rows: (task, smallest T, most ours / MHA
+#: below 16 threads, most ours / MHA at 16 threads or more; None: no target there)
+PAIRED_TARGETS = (("forward", 256, 1.5, 2.0), ("train", 256, 2.0, None))
+
+
+def paired_verdicts(rows: list[dict]) -> list[str]:
+    """Issue 42's CPU targets, judged on the paired rows at their most threads (torch's default
+    when the thread counts include 0): forward at most 1.5x MHA at T >= 256 below 16 threads and 2x
+    at 16 or more, forward + backward at most 2x below 16 threads. One line per judged row,
+    headed by the thread count; [] when no row has a target."""
+    by = {(r["model"], r["task"], r["T"], r["threads"]): r["time_ms"] for r in rows if r.get("time_ms") is not None}
+    counts = sorted({r["threads"] for r in rows if r.get("threads")})
+    if not counts:
+        return []
+    n = counts[-1]
+    out = []
+    for task, min_T, below16, at16 in PAIRED_TARGETS:
+        most = at16 if n >= 16 else below16
+        if most is None:
+            continue
+        for T in sorted({r["T"] for r in rows if r["task"] == task and r["T"] >= min_T}):
+            a, b = by.get(("ours-exact", task, T, n)), by.get(("mha", task, T, n))
+            if a is not None and b:
+                what = "forward" if task == "forward" else "forward + backward"
+                out.append(f"  {what} at T={T}: {a / b:.2f}x, at most {most:g}x: "
+                           f"{'met' if a / b <= most else 'NOT met'}")
+    return [f"targets (issue 42, at {n} threads):"] + out if out else []
+
+
 def _print_paired(rows: list[dict], p) -> None:
     """The threads rows of :func:`print_table`: per (task, T), ours and MHA at each thread count,
     ours / MHA at each, and each model's speed-up from the fewest to the most threads."""
@@ -692,6 +721,8 @@ def _print_paired(rows: list[dict], p) -> None:
                 a, b = by.get((m, task, T, counts[0])), by.get((m, task, T, counts[-1]))
                 vals.append(f"{a / b:.2f}x" if a is not None and b else "-")
         p(" | ".join(v.rjust(w) for v, (_, w) in zip(vals, cols)))
+    for line in paired_verdicts(rows):
+        p(line)
     seen = set()
     for r in rows:
         key = (r["task"], r["T"], r.get("threads"), r.get("error"))
