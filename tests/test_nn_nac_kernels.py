@@ -76,6 +76,24 @@ def test_kernels_equal_the_torch_path_in_float64(mode, selector, with_t, with_ma
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_kernels_equal_the_torch_path_with_several_heads_to_a_backward_tile(mode):
+    """T = 10: the backward packs three whole heads into each tile of TILE_QUERIES query rows (B H = 8
+    heads: groups of 3, 3 and 2), as it does for a policy's window; output and every gradient as
+    the torch path's, in float64."""
+    assert nac_kernels.TILE_QUERIES // 10 == 3
+    m = _layer(torch.float64, mode=mode)
+    x, t, mask = _inputs(torch.float64, B=2, T=10, seed=3)
+    assert 2 * m.num_heads == 8
+    y_k, gx_k, gp_k = _run(m, x, t, mask, kernels=True)
+    y_t, gx_t, gp_t = _run(m, x, t, mask, kernels=False)
+    torch.testing.assert_close(y_k, y_t, atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(gx_k, gx_t, atol=1e-12, rtol=1e-10)
+    for name in gp_t:
+        torch.testing.assert_close(gp_k[name], gp_t[name], atol=1e-11, rtol=1e-9, msg=name)
+    assert any(g.abs().max() > 0 for g in gp_k.values())
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_kernels_equal_the_torch_path_in_float32(mode):
     m = _layer(torch.float32, mode=mode)
     x, t, mask = _inputs(torch.float32)
@@ -349,11 +367,13 @@ def _assert_bit_identical(one, two):
 
 
 @needs_two_threads
-@pytest.mark.parametrize("B,H,T", [(1, 4, 70), (1, 1, 45), (3, 2, 33), (2, 4, 130)])
+@pytest.mark.parametrize("B,H,T", [(1, 4, 70), (1, 1, 45), (3, 2, 33), (2, 4, 130), (5, 3, 7)])
 def test_kernels_give_bit_identical_results_on_one_and_two_threads(B, H, T, monkeypatch):
     """Both selectors, and PairAttention's forward and every gradient of its backward (each ODE mode,
     with and without timestamps), at torch.set_num_threads(1) and (2): the same bits (the parallel
-    builds split the work into independent items and add every sum in the serial order)."""
+    builds split the work into independent items and add every sum in the serial order). T = 70
+    and 130 give heads of several tiles, T = 7 groups of four whole heads to a tile in the backward
+    (the last group of three)."""
     chunks = _chunk_counts(monkeypatch)
     g = torch.Generator().manual_seed(100 * B + T)
     d, K, Ni, Nc, Nm = 8, 5, 6, 5, 4
