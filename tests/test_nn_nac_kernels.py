@@ -289,6 +289,40 @@ def test_topk_exact_ranks_few_candidates_by_counting_and_many_by_insertion_alike
         assert idx[0, 0, T - 1].tolist() == [3, 7, 5, 11] and valid[0, 0, T - 1].all()
 
 
+@pytest.mark.skipif(nac_kernels.COMPRESS_WIDTH == 0, reason="the vector gather is off (NAC_DRIVE_COMPRESS=off)")
+@pytest.mark.parametrize("dtype", (np.float32, np.float64))
+def test_vector_gather_keeps_the_indices_the_scalar_comparison_keeps(dtype):
+    """_compress_ge against numpy: the indices whose entry is >= thr, in order, a vector at a time,
+    for a float64 thr between two float32 values (compared as float64, as the scalar loop does),
+    NaN entries (never kept), -inf and ties at thr."""
+    import numba
+
+    W = nac_kernels.COMPRESS_WIDTH
+    compress = nac_kernels._compress_ge
+
+    @numba.njit
+    def gather(buf, thr):
+        cand = np.full(len(buf) + W, -1, np.int64)
+        m = 0
+        j = 0
+        while j + W <= len(buf):
+            m = compress(buf, j, thr, cand, m)
+            j += W
+        return cand[:m], j
+
+    rng = np.random.default_rng(0)
+    buf = rng.standard_normal(8 * W + 3).astype(dtype)
+    buf[[1, 5]] = np.nan
+    buf[2] = -np.inf
+    thr32 = float(np.float32(0.3))
+    buf[[3, 4 * W]] = thr32  # ties at thr: kept
+    for thr in (thr32, float(np.nextafter(np.float32(0.3), np.float32(1))) - 1e-9, -np.inf, 5.0, -5.0):
+        got, done = gather(buf, thr)
+        assert done == 8 * W
+        want = np.flatnonzero(buf[:done].astype(np.float64) >= thr)
+        np.testing.assert_array_equal(got, want)
+
+
 def test_float32_scalar_approximations_are_accurate():
     x = np.linspace(-30, 30, 20001).astype(np.float32)
     got = nac_kernels.float32_math(x)
