@@ -20,8 +20,8 @@ so no per-pair tensor is ever built:
   Euler, paper Eqs. 1-3), the softmax over the kept keys and the weighted sum of values, for
   ``TILE_QUERIES`` queries' pairs at a time with the pairs innermost (so the loops vectorise).
   The forward keeps nothing per pair: the backward computes each tile's activations again
-  (FlashAttention's recomputation) and returns the gradients of every input that has one. The selection itself has no gradient, as
-  in the torch path.
+  (FlashAttention's recomputation) and returns the gradients of every input that has one. The
+  selection itself has no gradient, as in the torch path.
 - :func:`fused_forward`: the whole layer without gradients (sensory gates, heads, the ranking of
   either selector, the pairs and the output map) in one kernel call between two torch GEMMs, for the no-grad forward of
   :meth:`agent.nn.nac.NAC.forward`: at short sequences the Python around fifteen torch operations
@@ -211,8 +211,8 @@ if numba is not None:
         at least thr, c of them; returns m + c. One vector compare and LLVM's target-independent
         ``llvm.experimental.vector.compress`` (one ``vpcompressq`` into a register with AVX-512),
         then a store of the whole vector: cand needs COMPRESS_WIDTH (at most 8) entries of room
-        past m, which the next call or the scalar tail overwrites. The entries are compared as float64, as
-        ``buf[j] >= thr`` with a float64 thr compares them (NaN never counts). buf and cand must be
+        past m, which the next call or the scalar tail overwrites. The entries are compared as
+        float64, as ``buf[j] >= thr`` with a float64 thr compares them (NaN never counts). buf and cand must be
         C-contiguous (buf: float32 or float64, cand: int64), and j + COMPRESS_WIDTH <= len(buf).
         Replaces the scalar gather's loop-carried count (about 1.3 cycles an entry) with about
         0.2 (measured on the 2-core development CPU, AMD Zen 4: 20-29 ns against 85-91 ns a row
@@ -536,7 +536,7 @@ def _key_norms_max(kb, like):  # pragma: no cover - compiled
 def _topk_exact_work(like, Tk, K):  # pragma: no cover - compiled
     """The work arrays of :func:`_topk_exact_rows` (one set per thread)."""
     dt = like.dtype
-    return (np.empty((4, Tk), dt), np.empty(Tk + 8, np.int64), np.empty(K, dt), np.empty(K, np.int64),
+    return (np.empty((4, Tk), dt), np.empty(Tk + COMPRESS_WIDTH, np.int64), np.empty(K, dt), np.empty(K, np.int64),
             np.empty(RANK_SLOTS * K, np.int64), np.empty(RANK_SLOTS * K, dt), np.empty(4, np.int64))
 
 
@@ -697,7 +697,8 @@ def _topk_blocks_work(like, nb, bs, m, K):  # pragma: no cover - compiled
     """The work arrays of :func:`_topk_blocks_rows` (one set per thread)."""
     dt = like.dtype
     return (np.empty(nb, dt), np.empty(max(m, 1), dt), np.empty(max(m, 1), np.int64), np.empty(m * bs, dt),
-            np.empty(m * bs, np.int64), np.empty(max(nb, m * bs) + 8, np.int64), np.empty(K, dt), np.empty(K, np.int64),
+            np.empty(m * bs, np.int64), np.empty(max(nb, m * bs) + COMPRESS_WIDTH, np.int64), np.empty(K, dt),
+            np.empty(K, np.int64),
             np.empty(RANK_SLOTS * max(K, m), np.int64), np.empty(RANK_SLOTS * max(K, m), dt))
 
 
@@ -1130,16 +1131,14 @@ def _tile_softmax(r0, nq, valid2, logit, shift, keep, weight, like):  # pragma: 
 
 
 @_jit
-def _activations(like, n_tiles, P, F, Ni, Nc, Nm):  # pragma: no cover - compiled
-    """A tile's per-pair activations, as work arrays reused tile after tile (n_tiles = 1 in every
-    caller): krow (n_tiles, P) int64; pre (1, F, P), the first layer's pre-activations; inter,
-    command, motor, gates (n_tiles, N, P) in the compute dtype; phi, omega, t_gate, age, logit
-    (n_tiles, P) float64."""
+def _tile_work(like, P, F, Ni, Nc, Nm):  # pragma: no cover - compiled
+    """One tile's per-pair work arrays, reused tile after tile: krow (P,) int64; pre (F, P), the
+    first layer's pre-activations; inter (N_i, P), command (N_c, P), motor (N_m, P), gates (2, P)
+    in like's dtype; phi, omega, t_gate, age, logit (P,) float64."""
     dt = like.dtype
-    return (np.empty((n_tiles, P), np.int64), np.empty((1, F, P), dt), np.empty((n_tiles, Ni, P), dt),
-            np.empty((n_tiles, Nc, P), dt), np.empty((n_tiles, Nm, P), dt), np.empty((n_tiles, 2, P), dt),
-            np.empty((n_tiles, P)), np.empty((n_tiles, P)), np.empty((n_tiles, P)), np.empty((n_tiles, P)),
-            np.empty((n_tiles, P)))
+    return (np.empty(P, np.int64), np.empty((F, P), dt), np.empty((Ni, P), dt), np.empty((Nc, P), dt),
+            np.empty((Nm, P), dt), np.empty((2, P), dt), np.empty(P), np.empty(P), np.empty(P), np.empty(P),
+            np.empty(P))
 
 
 @_jit
@@ -1156,11 +1155,8 @@ def _forward_chunk(c, n_chunks, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm,
     cast = np.empty(1, dtype=q2.dtype)
     nzk, nzw = _nz_work(Wc, Wm, Wh)
     acc = np.empty(d)
-    wk, pre_w, wi, wc, wm, wg, wphi, wom, wtg, wage, wlog = _activations(q2, 1, P, F, Wc.shape[0], Wc.shape[1],
-                                                                         Wm.shape[1])
-    pre = pre_w[0]
-    krow, inter, command, motor, gates = wk[0], wi[0], wc[0], wm[0], wg[0]
-    phi, omega, tg, age, logit = wphi[0], wom[0], wtg[0], wage[0], wlog[0]
+    krow, pre, inter, command, motor, gates, phi, omega, tg, age, logit = _tile_work(q2, P, F, Wc.shape[0],
+                                                                                     Wc.shape[1], Wm.shape[1])
     for t_ in range(c, (R + TILE_QUERIES - 1) // TILE_QUERIES, n_chunks):
         r0 = t_ * TILE_QUERIES
         nq = min(TILE_QUERIES, R - r0)
@@ -1236,10 +1232,7 @@ def _backward_chunk(c, n_chunks, grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, 
     Nm = Wm.shape[1]
     P = TILE_QUERIES * K
     dt = q2.dtype
-    wk, pre_w, wi, wc, wm, wg, wphi, wom, wtg, wage, wlog = _activations(q2, 1, P, q2.shape[1], Ni, Nc, Nm)
-    pre = pre_w[0]
-    krow, inter, command, motor, gates = wk[0], wi[0], wc[0], wm[0], wg[0]
-    phi, omega, tg, age, logit = wphi[0], wom[0], wtg[0], wage[0], wlog[0]
+    krow, pre, inter, command, motor, gates, phi, omega, tg, age, logit = _tile_work(q2, P, q2.shape[1], Ni, Nc, Nm)
     cast = np.empty(1, dtype=dt)
     nzk, nzw = _nz_work(Wc, Wm, Wh)
     d_pc, d_pm = np.empty((Nc, P), dt), np.empty((Nm, P), dt)
@@ -1252,153 +1245,146 @@ def _backward_chunk(c, n_chunks, grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, 
     euler_a = np.empty(max(n_euler, 1))
     per_group, n_groups = _head_groups(R, Tq)
     rows_g = per_group * Tq  # a group's query rows (the last group may have fewer)
-    n_tg = (rows_g + TILE_QUERIES - 1) // TILE_QUERIES  # tiles a group
-    for it in range(n_groups * n_tg):  # the chunk's groups, each a tile at a time, in order
-        hd = it // n_tg
-        if hd % n_chunks != c:
-            continue
-        r0 = hd * rows_g + (it - hd * n_tg) * TILE_QUERIES
-        r_end = min(R, (hd + 1) * rows_g)
-        if r0 >= r_end:
-            continue
-        nq = min(TILE_QUERIES, r_end - r0)
-        n = nq * K
-        _tile_forward(r0, nq, q2, k2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_times, has_t,
-                      mode, delta_t, eps, n_euler, krow, pre, inter, command, motor, gates, cast, nzk, nzw,
-                      phi, omega, tg, age, logit)
-        _tile_softmax(r0, nq, valid2, logit, shift, keep, weight, q2)
-        for qi in range(nq):
-            r = r0 + qi
-            p0 = qi * K
-            wsum = 0.0
-            for p in range(p0, p0 + K):
-                d_w[p] = 0.0
-                d_tg[p] = 0.0
-                wdw_all[p] = 0.0
-                wsum += weight[p]
-            row_ok[qi] = wsum != 0.0
-            if wsum == 0.0:  # no valid key
-                continue
-            bh_ = r // Tq
-            b_, t_, h_ = bh_ // H, r - bh_ * Tq, bh_ % H  # grad_out's row (d,)
-            # o_r = sum_p w_p tg_p v_j: gradients of w_p and tg_p here; v_j's (g * grad_out) is added
-            # at the end of the tile (indexed in place: a row view per pair cost more than its d
-            # multiply-adds)
-            wdw = 0.0
-            for p in range(p0, p0 + K):
-                if not valid2[r, p - p0]:
+    for grp in range(c, n_groups, n_chunks):  # the chunk's groups, each a tile at a time, in order
+        for r0 in range(grp * rows_g, min(R, (grp + 1) * rows_g), TILE_QUERIES):
+            nq = min(TILE_QUERIES, min(R, (grp + 1) * rows_g) - r0)
+            n = nq * K
+            _tile_forward(r0, nq, q2, k2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm, Wh, bh, q_times, k_times, has_t,
+                          mode, delta_t, eps, n_euler, krow, pre, inter, command, motor, gates, cast, nzk, nzw,
+                          phi, omega, tg, age, logit)
+            _tile_softmax(r0, nq, valid2, logit, shift, keep, weight, q2)
+            for qi in range(nq):
+                r = r0 + qi
+                p0 = qi * K
+                wsum = 0.0
+                for p in range(p0, p0 + K):
+                    d_w[p] = 0.0
+                    d_tg[p] = 0.0
+                    wdw_all[p] = 0.0
+                    wsum += weight[p]
+                row_ok[qi] = wsum != 0.0
+                if wsum == 0.0:  # no valid key
                     continue
-                dg = 0.0
-                g = weight[p] * tg[p]
-                kr = krow[p]
-                for e in range(d):
-                    go = grad_out[b_, t_, h_, e]
-                    dg += go * v2[kr, e]
-                gv[p] = g
-                d_w[p] = dg * tg[p]
-                d_tg[p] = dg * weight[p]
-                wdw += weight[p] * d_w[p]
-            for p in range(p0, p0 + K):
-                wdw_all[p] = wdw
-        # the ODE logit's backward, per pair (invalid pairs have weight 0, so every gradient below is
-        # 0); one loop per mode, so the steady and exact ones vectorise
-        if mode == 0:
+                bh_ = r // Tq
+                b_, t_, h_ = bh_ // H, r - bh_ * Tq, bh_ % H  # grad_out's row (d,)
+                # o_r = sum_p w_p tg_p v_j: gradients of w_p and tg_p here; v_j's (g * grad_out) is added
+                # at the end of the tile (indexed in place: a row view per pair cost more than its d
+                # multiply-adds)
+                wdw = 0.0
+                for p in range(p0, p0 + K):
+                    if not valid2[r, p - p0]:
+                        continue
+                    dg = 0.0
+                    g = weight[p] * tg[p]
+                    kr = krow[p]
+                    for e in range(d):
+                        go = grad_out[b_, t_, h_, e]
+                        dg += go * v2[kr, e]
+                    gv[p] = g
+                    d_w[p] = dg * tg[p]
+                    d_tg[p] = dg * weight[p]
+                    wdw += weight[p] * d_w[p]
+                for p in range(p0, p0 + K):
+                    wdw_all[p] = wdw
+            # the ODE logit's backward, per pair (invalid pairs have weight 0, so every gradient below is
+            # 0); one loop per mode, so the steady and exact ones vectorise
+            if mode == 0:
+                for p in range(n):
+                    dl = weight[p] * (d_w[p] - wdw_all[p])  # softmax backward
+                    w = omega[p]
+                    d_aphi[p] = dl / w
+                    d_aom[p] = -dl * phi[p] / (w * w)
+                    d_alpha[p] = 0.0  # d tau
+            elif mode == 1:
+                for p in range(n):
+                    dl = weight[p] * (d_w[p] - wdw_all[p])
+                    pp, w = phi[p], omega[p]
+                    tau = delta_t * tg[p]
+                    em1 = _expm1(-w * tau, q2)
+                    d_aphi[p] = dl * -em1 / w
+                    d_aom[p] = dl * (pp / (w * w) * em1 + pp / w * tau * (em1 + 1.0))
+                    d_alpha[p] = dl * pp * (em1 + 1.0)
+            else:
+                for p in range(n):
+                    dl = weight[p] * (d_w[p] - wdw_all[p])
+                    pp, w = phi[p], omega[p]
+                    tau = delta_t * tg[p]
+                    hstep = tau / n_euler
+                    a = 0.0
+                    for k in range(n_euler):
+                        euler_a[k] = a
+                        a = a + hstep * (pp - w * a)
+                    da = dl
+                    dp = 0.0
+                    dom = 0.0
+                    dhs = 0.0
+                    for k in range(n_euler - 1, -1, -1):
+                        a = euler_a[k]
+                        dp += da * hstep
+                        dom -= da * hstep * a
+                        dhs += da * (pp - w * a)
+                        da = da * (1.0 - hstep * w)
+                    d_aphi[p] = dp
+                    d_aom[p] = dom
+                    d_alpha[p] = dhs / n_euler
+            # d_aphi, d_aom, d_alpha hold d phi, d omega, d tau: on to the pre-activations
             for p in range(n):
-                dl = weight[p] * (d_w[p] - wdw_all[p])  # softmax backward
-                w = omega[p]
-                d_aphi[p] = dl / w
-                d_aom[p] = -dl * phi[p] / (w * w)
-                d_alpha[p] = 0.0  # d tau
-        elif mode == 1:
-            for p in range(n):
-                dl = weight[p] * (d_w[p] - wdw_all[p])
-                pp, w = phi[p], omega[p]
-                tau = delta_t * tg[p]
-                em1 = _expm1(-w * tau, q2)
-                d_aphi[p] = dl * -em1 / w
-                d_aom[p] = dl * (pp / (w * w) * em1 + pp / w * tau * (em1 + 1.0))
-                d_alpha[p] = dl * pp * (em1 + 1.0)
-        else:
-            for p in range(n):
-                dl = weight[p] * (d_w[p] - wdw_all[p])
-                pp, w = phi[p], omega[p]
-                tau = delta_t * tg[p]
-                hstep = tau / n_euler
-                a = 0.0
-                for k in range(n_euler):
-                    euler_a[k] = a
-                    a = a + hstep * (pp - w * a)
-                da = dl
-                dp = 0.0
-                dom = 0.0
-                dhs = 0.0
-                for k in range(n_euler - 1, -1, -1):
-                    a = euler_a[k]
-                    dp += da * hstep
-                    dom -= da * hstep * a
-                    dhs += da * (pp - w * a)
-                    da = da * (1.0 - hstep * w)
-                d_aphi[p] = dp
-                d_aom[p] = dom
-                d_alpha[p] = dhs / n_euler
-        # d_aphi, d_aom, d_alpha hold d phi, d omega, d tau: on to the pre-activations
-        for p in range(n):
-            pp, t_g = phi[p], tg[p]
-            d_pre_t = (d_tg[p] + d_alpha[p] * delta_t) * t_g * (1.0 - t_g)  # the time gate's sigmoid
-            d_alpha[p] = d_pre_t * age[p]
-            d_beta[p] = d_pre_t
-            d_aphi[p] = d_aphi[p] * pp * (1.0 - pp)
-            d_aom[p] = d_aom[p] * _sigmoid(gates[1, p], q2)  # softplus' derivative
-        # the heads, then the backbone, vectorised over the tile's pairs (the tile's own sums)
-        a0 = 0.0
-        a1 = 0.0
-        for p in range(n):
-            a0 += d_aphi[p]
-            a1 += d_aom[p]
-        pbh[hd, 0] += a0
-        pbh[hd, 1] += a1
-        dWh = pWh[hd]
-        for m in range(Nm):
-            wh0 = Wh[m, 0]
-            wh1 = Wh[m, 1]
+                pp, t_g = phi[p], tg[p]
+                d_pre_t = (d_tg[p] + d_alpha[p] * delta_t) * t_g * (1.0 - t_g)  # the time gate's sigmoid
+                d_alpha[p] = d_pre_t * age[p]
+                d_beta[p] = d_pre_t
+                d_aphi[p] = d_aphi[p] * pp * (1.0 - pp)
+                d_aom[p] = d_aom[p] * _sigmoid(gates[1, p], q2)  # softplus' derivative
+            # the heads, then the backbone, vectorised over the tile's pairs (the tile's own sums)
             a0 = 0.0
             a1 = 0.0
             for p in range(n):
-                mo = motor[m, p]
-                a0 += mo * d_aphi[p]
-                a1 += mo * d_aom[p]
-                d_pm[m, p] = (d_aphi[p] * wh0 + d_aom[p] * wh1) * (1.0 - mo * mo)
-            dWh[m, 0] += a0
-            dWh[m, 1] += a1
-        _dense_backward(command, Wm, d_pm, pWm[hd], pbm[hd], d_pc, n)
-        _dense_backward(inter, Wc, d_pc, pWc[hd], pbc[hd], d_pre, n)
-        # the first layer's gradients into the tile's query rows (its own), then into the key rows
-        # and the values, query row after query row and slot after slot
-        for qi in range(nq):
-            r = r0 + qi
-            p0 = qi * K
-            for f in range(Ni):
-                for p in range(p0, p0 + K):
-                    d_q2[r, f] += d_pre[f, p]
-            for p in range(p0, p0 + K):
-                d_q2[r, Ni] += d_alpha[p]
-            for p in range(p0, p0 + K):
-                d_q2[r, Ni + 1] += d_beta[p]
-        for qi in range(nq):
-            r = r0 + qi
-            bh_ = r // Tq
-            b_, h_, t_ = bh_ // H, bh_ % H, r - bh_ * Tq  # grad_out's row
-            p0 = qi * K
-            for p in range(p0, p0 + K):
-                kr = krow[p]
-                if row_ok[qi] and valid2[r, p - p0]:
-                    g = gv[p]
-                    for e in range(d):
-                        d_v2[kr, e] += g * grad_out[b_, t_, h_, e]
+                a0 += d_aphi[p]
+                a1 += d_aom[p]
+            pbh[grp, 0] += a0
+            pbh[grp, 1] += a1
+            dWh = pWh[grp]
+            for m in range(Nm):
+                wh0 = Wh[m, 0]
+                wh1 = Wh[m, 1]
+                a0 = 0.0
+                a1 = 0.0
+                for p in range(n):
+                    mo = motor[m, p]
+                    a0 += mo * d_aphi[p]
+                    a1 += mo * d_aom[p]
+                    d_pm[m, p] = (d_aphi[p] * wh0 + d_aom[p] * wh1) * (1.0 - mo * mo)
+                dWh[m, 0] += a0
+                dWh[m, 1] += a1
+            _dense_backward(command, Wm, d_pm, pWm[grp], pbm[grp], d_pc, n)
+            _dense_backward(inter, Wc, d_pc, pWc[grp], pbc[grp], d_pre, n)
+            # the first layer's gradients into the tile's query rows (its own), then into the key rows
+            # and the values, query row after query row and slot after slot
+            for qi in range(nq):
+                r = r0 + qi
+                p0 = qi * K
                 for f in range(Ni):
-                    d_k2[kr, f] += d_pre[f, p]
-                d_k2[kr, Ni] += d_alpha[p]
-                d_k2[kr, Ni + 1] += d_beta[p]
+                    for p in range(p0, p0 + K):
+                        d_q2[r, f] += d_pre[f, p]
+                for p in range(p0, p0 + K):
+                    d_q2[r, Ni] += d_alpha[p]
+                for p in range(p0, p0 + K):
+                    d_q2[r, Ni + 1] += d_beta[p]
+            for qi in range(nq):
+                r = r0 + qi
+                bh_ = r // Tq
+                b_, h_, t_ = bh_ // H, bh_ % H, r - bh_ * Tq  # grad_out's row
+                p0 = qi * K
+                for p in range(p0, p0 + K):
+                    kr = krow[p]
+                    if row_ok[qi] and valid2[r, p - p0]:
+                        g = gv[p]
+                        for e in range(d):
+                            d_v2[kr, e] += g * grad_out[b_, t_, h_, e]
+                    for f in range(Ni):
+                        d_k2[kr, f] += d_pre[f, p]
+                    d_k2[kr, Ni] += d_alpha[p]
+                    d_k2[kr, Ni + 1] += d_beta[p]
 
 
 @_jit
@@ -1444,7 +1430,6 @@ def _backward_run(grad_out, q2, k2, v2, idx2, valid2, Tq, Tk, H, Wc, bc, Wm, bm,
 
 
 _BACKWARD = _variants(_backward_run)
-
 
 
 #: positions in :meth:`agent.nn.nac.NAC.fused_weights` of the weights torch's GEMM reads (Wqkv, bqkv,
@@ -1523,9 +1508,7 @@ def _fused_chunk(c, n_chunks, q, kT, qhT, khT, v2, Wc, bc, Wm, bm, Wh, bh, B, T,
     bufs, cand, vals, keys, slots, cv, Ls = _topk_exact_work(q, T if bs == 0 else 0, K)
     bbuf, bvals, bkeys, cbuf, cpos, bcand, bvals_k, bkeys_k, bslots, bcv = _topk_blocks_work(
         q, cent.shape[1] if bs > 0 else 0, bs, n_blocks if bs > 0 else 0, K)
-    krow, pre, inter, command, motor, gates, phi, omega, tg, age, logit = _activations(qhT, 1, P, F, Ni, Nc, Nm)
-    krow, pre, inter, command, motor, gates = krow[0], pre[0], inter[0], command[0], motor[0], gates[0]
-    phi, omega, tg, age, logit = phi[0], omega[0], tg[0], age[0], logit[0]
+    krow, pre, inter, command, motor, gates, phi, omega, tg, age, logit = _tile_work(qhT, P, F, Ni, Nc, Nm)
     weight, shift, keep = np.empty(P), np.empty(P), np.empty(P)
     cast = np.empty(1, dtype=dt)
     nzk, nzw = _nz_work(Wc, Wm, Wh)
