@@ -289,6 +289,51 @@ def test_topk_exact_ranks_few_candidates_by_counting_and_many_by_insertion_alike
         assert idx[0, 0, T - 1].tolist() == [3, 7, 5, 11] and valid[0, 0, T - 1].all()
 
 
+def test_topk_exact_ranks_more_candidates_than_the_vector_rank_holds_alike():
+    # 4 distinct high scores, then 20 ties: the bisection cannot split the ties, so about 24
+    # candidates (more than RANK_WIDTH, at most RANK_SLOTS * K) go to the scalar counting rank
+    T, K = 60, 8
+    for dtype in (torch.float32, torch.float64):
+        q = torch.ones(1, 1, T, 1, dtype=dtype)
+        kv = -torch.arange(1, T + 1, dtype=dtype).reshape(1, 1, T, 1) - 100.0  # distinct, below the rest
+        kv[0, 0, [9, 2, 30, 17], 0] = torch.tensor([9.0, 8.0, 7.0, 6.0], dtype=dtype)
+        ties = [1, 4, 6, 8, 10, 11, 13, 20, 21, 22, 25, 27, 28, 33, 35, 38, 40, 44, 50, 57]
+        kv[0, 0, ties, 0] = 3.0
+        assert nac_kernels.RANK_WIDTH < 24 <= nac_kernels.RANK_SLOTS * K
+        idx, valid = nac_kernels.topk_exact(q, kv, K, torch.arange(T), None, causal=True)
+        assert idx[0, 0, T - 1].tolist() == [9, 2, 30, 17, 1, 4, 6, 8] and valid[0, 0, T - 1].all()
+
+
+@pytest.mark.skipif(nac_kernels.RANK_WIDTH == 0, reason="the vector rank is off (NAC_DRIVE_COMPRESS=off)")
+@pytest.mark.parametrize("dtype", (np.float32, np.float64))
+def test_vector_rank_counts_what_the_scalar_rank_counts(dtype):
+    """_rank_in against numpy: each candidate's rank among a row of up to RANK_WIDTH (the higher
+    first, the earlier first among equals), with ties, +inf and the -inf padding past the row."""
+    import numba
+
+    W = nac_kernels.RANK_WIDTH
+    rank_in = nac_kernels._rank_in
+
+    @numba.njit
+    def ranks(cv, m):
+        out = np.empty(m, np.int64)
+        for t in range(m):
+            out[t] = rank_in(cv, t)
+        return out
+
+    rng = np.random.default_rng(3)
+    for m in range(1, W + 1):
+        for _ in range(20):
+            row = rng.integers(-3, 4, m).astype(dtype)  # small integers: many ties
+            if m > 2:
+                row[rng.integers(m)] = np.inf
+            cv = np.full(W, -np.inf, dtype)
+            cv[:m] = row
+            want = np.empty(m, np.int64)
+            want[np.lexsort((np.arange(m), -row))] = np.arange(m)  # stable descending order
+            np.testing.assert_array_equal(ranks(cv, m), want)
+
+
 @pytest.mark.skipif(nac_kernels.COMPRESS_WIDTH == 0, reason="the vector gather is off (NAC_DRIVE_COMPRESS=off)")
 @pytest.mark.parametrize("dtype", (np.float32, np.float64))
 def test_vector_gather_keeps_the_indices_the_scalar_comparison_keeps(dtype):

@@ -200,6 +200,12 @@ def _variants(fn):
 _COMPRESS_OFF = os.environ.get("NAC_DRIVE_COMPRESS", "").strip().lower() in ("off", "0", "no")
 COMPRESS_WIDTH = 0 if numba is None or _COMPRESS_OFF else 8
 
+#: lanes of :func:`_rank_in`: :func:`_row_topk` ranks up to this many candidates (the usual case:
+#: at most TOPK_SLACK K = 16 for K = 8) with one vector compare each (34 against 79 ns a row of
+#: about 12 float32 candidates on the 2-core development CPU); 0 (``NAC_DRIVE_COMPRESS=off``, which
+#: turns off both hand-written vector intrinsics) keeps the scalar double loop
+RANK_WIDTH = 0 if numba is None or _COMPRESS_OFF else 16
+
 if numba is not None:
     from llvmlite import ir as _ir
     from numba.core import cgutils as _cgutils
@@ -254,6 +260,48 @@ if numba is not None:
             bits = builder.zext(builder.bitcast(keep, _ir.IntType(width)), i64)
             popcount = _cgutils.get_or_insert_function(mod, _ir.FunctionType(i64, [i64]), "llvm.ctpop.i64")
             return builder.add(mv, builder.call(popcount, [bits]))
+
+        return sig, codegen
+
+    @_intrinsic
+    def _rank_in(typingctx, cv, t):
+        """The rank of cv[t] among cv[:RANK_WIDTH]: how many entries are above it, plus how many
+        equal ones come before it (the higher first, the earlier first among equals). One vector
+        load of the RANK_WIDTH entries, two compares against cv[t], a compare of the lane numbers
+        against t, and the population count of the mask: the branch-free counting rank of
+        :func:`_row_topk` for a whole row of candidates at once, where the scalar double loop
+        compared them one pair at a time. Entries past the candidates must be -inf (never above
+        or equal to a candidate); cv: C-contiguous float32 or float64 with at least RANK_WIDTH
+        entries. NaN never counts as above or equal (the candidates are never NaN)."""
+        from numba.core import types as _types
+
+        if not (isinstance(cv, _types.Array) and cv.ndim == 1 and cv.layout == "C"
+                and cv.dtype in (_types.float32, _types.float64)):
+            return None
+        width = RANK_WIDTH
+        sig = _types.int64(cv, _types.int64)
+
+        def codegen(context, builder, signature, args):
+            cvv, tv = args
+            cvty = signature.args[0]
+            data = _cgutils.create_struct_proxy(cvty)(context, builder, value=cvv).data
+            i32, i64 = _ir.IntType(32), _ir.IntType(64)
+            vty = _ir.VectorType(context.get_value_type(cvty.dtype), width)
+            vi64 = _ir.VectorType(i64, width)
+            zeros = _ir.Constant(_ir.VectorType(i32, width), [0] * width)
+
+            def splat(value, ty):
+                one = builder.insert_element(_ir.Constant(ty, _ir.Undefined), value, _ir.Constant(i32, 0))
+                return builder.shuffle_vector(one, _ir.Constant(ty, _ir.Undefined), zeros)
+
+            row = builder.load(builder.bitcast(data, vty.as_pointer()), align=4)
+            x = splat(builder.load(builder.gep(data, [tv])), vty)
+            before = builder.icmp_signed("<", _ir.Constant(vi64, list(range(width))), splat(tv, vi64))
+            above = builder.or_(builder.fcmp_ordered(">", row, x),
+                                builder.and_(builder.fcmp_ordered("==", row, x), before))
+            bits = builder.zext(builder.bitcast(above, _ir.IntType(width)), i64)
+            popcount = _cgutils.get_or_insert_function(builder.module, _ir.FunctionType(i64, [i64]), "llvm.ctpop.i64")
+            return builder.call(popcount, [bits])
 
         return sig, codegen
 
@@ -424,17 +472,20 @@ def _row_topk(buf, L, K, bound, keys, vals, cand, zt, slots, cv):  # pragma: no 
     found (<= K)."""
     thr = -np.inf
     if L > K:
-        finite = 0
         cast = vals[:1]  # compare and sum in buf's own dtype (float32 work: twice the lanes of float64)
         cast[0] = 0.0
         zero = cast[0]
         s1 = zero
         s2 = zero
-        for j in range(L):  # how many finite entries, and the sum and sum of squares of all (any
-            x = buf[j]      # -inf or NaN makes the guess NaN, and bisection takes over)
-            finite += x > -np.inf
+        for j in range(L):  # the sum and sum of squares of all (any -inf or NaN makes the guess
+            x = buf[j]      # NaN, and bisection takes over)
             s1 += x
             s2 += x * x
+        finite = L  # a finite sum: no -inf, +inf or NaN entry. Else count the entries above -inf
+        if not math.isfinite(s1):  # (a separate pass: counting in the loop above cost 6 ns a row)
+            finite = 0
+            for j in range(L):
+                finite += buf[j] > -np.inf
         if finite > K:
             # invariant: at least K entries are >= lo, fewer than K are >= hi
             lo = -bound - 1.0
@@ -483,13 +534,19 @@ def _row_topk(buf, L, K, bound, keys, vals, cand, zt, slots, cv):  # pragma: no 
         # candidate, on every row: a third of the ranking's time on fresh inputs
         for t in range(m):
             cv[t] = buf[cand[t]]
-        for t in range(m):
-            x = cv[t]
-            r = 0
-            for u in range(m):
-                y = cv[u]
-                r += (y > x) | ((y == x) & (u < t))
-            slots[r] = cand[t]
+        if RANK_WIDTH > 0 and m <= RANK_WIDTH <= len(cv):
+            for t in range(m, RANK_WIDTH):  # past the candidates: never above or equal to one
+                cv[t] = -np.inf
+            for t in range(m):
+                slots[_rank_in(cv, t)] = cand[t]
+        else:
+            for t in range(m):
+                x = cv[t]
+                r = 0
+                for u in range(m):
+                    y = cv[u]
+                    r += (y > x) | ((y == x) & (u < t))
+                slots[r] = cand[t]
         n = min(m, K)
         for t in range(n):
             keys[t] = slots[t]
@@ -537,7 +594,7 @@ def _topk_exact_work(like, Tk, K):  # pragma: no cover - compiled
     """The work arrays of :func:`_topk_exact_rows` (one set per thread)."""
     dt = like.dtype
     return (np.empty((4, Tk), dt), np.empty(Tk + COMPRESS_WIDTH, np.int64), np.empty(K, dt), np.empty(K, np.int64),
-            np.empty(RANK_SLOTS * K, np.int64), np.empty(RANK_SLOTS * K, dt), np.empty(4, np.int64))
+            np.empty(RANK_SLOTS * K, np.int64), np.empty(max(RANK_SLOTS * K, RANK_WIDTH), dt), np.empty(4, np.int64))
 
 
 @_jit
@@ -699,7 +756,7 @@ def _topk_blocks_work(like, nb, bs, m, K):  # pragma: no cover - compiled
     return (np.empty(nb, dt), np.empty(max(m, 1), dt), np.empty(max(m, 1), np.int64), np.empty(m * bs, dt),
             np.empty(m * bs, np.int64), np.empty(max(nb, m * bs) + COMPRESS_WIDTH, np.int64), np.empty(K, dt),
             np.empty(K, np.int64),
-            np.empty(RANK_SLOTS * max(K, m), np.int64), np.empty(RANK_SLOTS * max(K, m), dt))
+            np.empty(RANK_SLOTS * max(K, m), np.int64), np.empty(max(RANK_SLOTS * max(K, m), RANK_WIDTH), dt))
 
 
 @_jit
