@@ -15,8 +15,8 @@ import pytest
 from agent.cli import main
 from agent.actors.loading import load_policy, make_actor, make_carracing_for
 from agent.actors.rollout import Decision, Episode, rollout
-from agent.actors.vector import (BatchExpertActor, BatchPolicyActor, CarRacingEnvs, batch_actor_for, envs_for,
-                          run_episodes, split_infos, vector_rollouts)
+from agent.actors.vector import (BatchExpertActor, BatchPolicyActor, CarRacingEnvs, batch_actor_for, cpu_count, envs_for,
+                          run_episodes, split_infos, threads_beside_envs, vector_rollouts)
 
 SEEDS = [11, 12, 13]  # 3 episodes on 2 envs: the third starts in a freed slot while the other idles
 
@@ -75,6 +75,54 @@ def test_student_matches_the_one_env_path(student):
     for a, b in zip(seq, vec):
         assert_same_episode(a, b)
     assert vec[0].observations.shape == (41, 96, 96, 3)
+
+
+def test_threads_beside_envs_leaves_a_cpu_to_each_env_and_restores_the_count():
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(max(2, before))
+        start = torch.get_num_threads()
+        with threads_beside_envs(cpu_count()) as n:  # as many envs as CPUs: one thread
+            assert n == 1 and torch.get_num_threads() == 1
+        assert torch.get_num_threads() == start
+        with threads_beside_envs(0) as n:  # no env: the count stays (never raised above it)
+            assert n == start and torch.get_num_threads() == start
+        with pytest.raises(RuntimeError):
+            with threads_beside_envs(cpu_count()):
+                raise RuntimeError("boom")
+        assert torch.get_num_threads() == start  # restored on an error too
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_vector_rollouts_act_at_the_lowered_thread_count(expert):
+    """While the env processes run, the policy acts with a CPU left to each env; afterwards torch's
+    count is what it was."""
+    import torch
+
+    class Counting:
+        def __init__(self, inner):
+            self.inner, self.seen = inner, set()
+
+        def reset_rows(self, rows, seeds):
+            self.inner.reset_rows(rows, seeds)
+
+        def act(self, obs, infos):
+            self.seen.add(torch.get_num_threads())
+            return self.inner.act(obs, infos)
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(max(2, before))
+        start = torch.get_num_threads()
+        actor = Counting(batch_actor_for(expert))
+        run_episodes(envs_for(expert, 2), actor, SEEDS[:2], max_steps=5, keep_frames=False)
+        assert actor.seen == {max(1, min(start, cpu_count() - 2))}
+        assert torch.get_num_threads() == start
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_sampled_actions_repeat_the_one_env_draws(student):
