@@ -15,7 +15,7 @@ import pytest
 from agent.cli import main
 from agent.actors.loading import load_policy, make_actor, make_carracing_for
 from agent.actors.rollout import Decision, Episode, rollout
-from agent.actors.vector import (BatchExpertActor, BatchPolicyActor, CarRacingEnvs, batch_actor_for, cpu_count, envs_for,
+from agent.actors.vector import (BatchExpertActor, BatchPolicyActor, CarRacingEnvs, batch_actor_for, cpu_cores, envs_for,
                           run_episodes, split_infos, threads_beside_envs, vector_rollouts)
 
 SEEDS = [11, 12, 13]  # 3 episodes on 2 envs: the third starts in a freed slot while the other idles
@@ -84,13 +84,13 @@ def test_threads_beside_envs_leaves_a_cpu_to_each_env_and_restores_the_count():
     try:
         torch.set_num_threads(max(2, before))
         start = torch.get_num_threads()
-        with threads_beside_envs(cpu_count()) as n:  # as many envs as CPUs: one thread
+        with threads_beside_envs(cpu_cores()) as n:  # as many envs as CPUs: one thread
             assert n == 1 and torch.get_num_threads() == 1
         assert torch.get_num_threads() == start
         with threads_beside_envs(0) as n:  # no env: the count stays (never raised above it)
             assert n == start and torch.get_num_threads() == start
         with pytest.raises(RuntimeError):
-            with threads_beside_envs(cpu_count()):
+            with threads_beside_envs(cpu_cores()):
                 raise RuntimeError("boom")
         assert torch.get_num_threads() == start  # restored on an error too
     finally:
@@ -119,7 +119,7 @@ def test_vector_rollouts_act_at_the_lowered_thread_count(expert):
         start = torch.get_num_threads()
         actor = Counting(batch_actor_for(expert))
         run_episodes(envs_for(expert, 2), actor, SEEDS[:2], max_steps=5, keep_frames=False)
-        assert actor.seen == {max(1, min(start, cpu_count() - 2))}
+        assert actor.seen == {max(1, min(start, cpu_cores() - 2))}
         assert torch.get_num_threads() == start
     finally:
         torch.set_num_threads(before)

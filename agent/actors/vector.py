@@ -56,11 +56,11 @@ from envs.carracing import EPISODE_STEPS, make_carracing
 MAX_ENVS = 64
 
 
-def cpu_count() -> int:
-    """The CPUs this process may run on (its affinity mask where the OS has one, else ``os.cpu_count()``)."""
+def cpu_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask; ``os.cpu_count()`` where unknown)."""
     try:
         return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - macOS, Windows
+    except (AttributeError, OSError):  # pragma: no cover - macOS, Windows
         return os.cpu_count() or 1
 
 
@@ -82,7 +82,7 @@ def threads_beside_envs(n_envs: int):
     import torch
 
     before = torch.get_num_threads()
-    want = max(1, min(before, cpu_count() - int(n_envs)))
+    want = max(1, min(before, cpu_cores() - int(n_envs)))
     if want != before:
         torch.set_num_threads(want)
     try:

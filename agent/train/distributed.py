@@ -41,6 +41,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
 
+from agent.actors.vector import cpu_cores
 from agent.eval.offline import score_stream, stream_outputs
 from agent.log import PROJECT_LOGGERS
 
@@ -80,14 +81,6 @@ class DistContext:
     def distributed(self) -> bool:
         """Whether a process group is in use (launched by torchrun)."""
         return self.backend is not None
-
-
-def cpu_cores() -> int:
-    """The CPU cores this process may run on (its affinity mask; ``os.cpu_count()`` where unknown)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def _device_for(device: str, local_rank: int, local_world_size: int) -> torch.device:
