@@ -465,8 +465,9 @@ def _row_topk(buf, L, K, bound, keys, vals, cand, zt, slots, cv):  # pragma: no 
     deviation on, then bisection. The entries at or above the threshold are gathered into cand
     (>= L,) int64, a work array, by a branch-free pass (every index is written, the count
     advances by the comparison: under 1 ns an entry, where a branch per entry was mispredicted on
-    every kept one). Up to len(slots) candidates (slots (>= RANK_SLOTS K,) int64 and cv (same
-    length, buf's dtype) are work arrays) are then ranked by counting, without a branch; more
+    every kept one). Up to len(slots) candidates (slots (>= RANK_SLOTS K,) int64 and cv (at least as
+    long and at least RANK_WIDTH, buf's dtype) are work arrays) are then ranked by counting, without
+    a branch (up to RANK_WIDTH of them with one vector compare each, :func:`_rank_in`); more
     (many ties) are inserted in index order. Either way ties go to the earlier entries. Writes keys
     (K,) / vals (K,) highest first (the earlier entry first among equals) and returns how many were
     found (<= K)."""
