@@ -211,6 +211,21 @@ if numba is not None:
     from numba.core import cgutils as _cgutils
     from numba.extending import intrinsic as _intrinsic
 
+    def _splat(builder, value, ty):
+        """LLVM IR: the vector type ``ty`` with ``value`` in every lane (an insert into lane 0 and a
+        broadcast shuffle, which LLVM turns into one broadcast instruction)."""
+        zeros = _ir.Constant(_ir.VectorType(_ir.IntType(32), ty.count), [0] * ty.count)
+        one = builder.insert_element(_ir.Constant(ty, _ir.Undefined), value, _ir.Constant(_ir.IntType(32), 0))
+        return builder.shuffle_vector(one, _ir.Constant(ty, _ir.Undefined), zeros)
+
+    def _popcount(builder, mask):
+        """LLVM IR: how many lanes of the i1 vector ``mask`` are set, as an i64 (a bitcast of the
+        mask to an integer and ``llvm.ctpop``)."""
+        i64 = _ir.IntType(64)
+        bits = builder.zext(builder.bitcast(mask, _ir.IntType(mask.type.count)), i64)
+        ctpop = _cgutils.get_or_insert_function(builder.module, _ir.FunctionType(i64, [i64]), "llvm.ctpop.i64")
+        return builder.call(ctpop, [bits])
+
     @_intrinsic
     def _compress_ge(typingctx, buf, j, thr, cand, m):
         """cand[m:m + c] = the indices j .. j + COMPRESS_WIDTH - 1 (in order) whose entry of buf is
@@ -237,29 +252,22 @@ if numba is not None:
             bufty, _, _, candty, _ = signature.args
             data = _cgutils.create_struct_proxy(bufty)(context, builder, value=bufv).data
             out = _cgutils.create_struct_proxy(candty)(context, builder, value=candv).data
-            i32, i64, f64 = _ir.IntType(32), _ir.IntType(64), _ir.DoubleType()
-            zeros = _ir.Constant(_ir.VectorType(i32, width), [0] * width)
+            i64, f64 = _ir.IntType(64), _ir.DoubleType()
             vin = _ir.VectorType(context.get_value_type(bufty.dtype), width)
             x = builder.load(builder.bitcast(builder.gep(data, [jv]), vin.as_pointer()), align=4)
             vf64 = _ir.VectorType(f64, width)
             if bufty.dtype == _types.float32:
                 x = builder.fpext(x, vf64)
-            t = builder.insert_element(_ir.Constant(vf64, _ir.Undefined), thrv, _ir.Constant(i32, 0))
-            t = builder.shuffle_vector(t, _ir.Constant(vf64, _ir.Undefined), zeros)
-            keep = builder.fcmp_ordered(">=", x, t)
+            keep = builder.fcmp_ordered(">=", x, _splat(builder, thrv, vf64))
             vi64 = _ir.VectorType(i64, width)
-            base = builder.insert_element(_ir.Constant(vi64, _ir.Undefined), jv, _ir.Constant(i32, 0))
-            base = builder.shuffle_vector(base, _ir.Constant(vi64, _ir.Undefined), zeros)
-            index = builder.add(base, _ir.Constant(vi64, list(range(width))))
+            index = builder.add(_splat(builder, jv, vi64), _ir.Constant(vi64, list(range(width))))
             mod = builder.module
             compress = _cgutils.get_or_insert_function(
                 mod, _ir.FunctionType(vi64, [vi64, _ir.VectorType(_ir.IntType(1), width), vi64]),
                 f"llvm.experimental.vector.compress.v{width}i64")
             packed = builder.call(compress, [index, keep, _ir.Constant(vi64, _ir.Undefined)])
             builder.store(packed, builder.bitcast(builder.gep(out, [mv]), vi64.as_pointer()), align=8)
-            bits = builder.zext(builder.bitcast(keep, _ir.IntType(width)), i64)
-            popcount = _cgutils.get_or_insert_function(mod, _ir.FunctionType(i64, [i64]), "llvm.ctpop.i64")
-            return builder.add(mv, builder.call(popcount, [bits]))
+            return builder.add(mv, _popcount(builder, keep))
 
         return sig, codegen
 
@@ -285,23 +293,14 @@ if numba is not None:
             cvv, tv = args
             cvty = signature.args[0]
             data = _cgutils.create_struct_proxy(cvty)(context, builder, value=cvv).data
-            i32, i64 = _ir.IntType(32), _ir.IntType(64)
             vty = _ir.VectorType(context.get_value_type(cvty.dtype), width)
-            vi64 = _ir.VectorType(i64, width)
-            zeros = _ir.Constant(_ir.VectorType(i32, width), [0] * width)
-
-            def splat(value, ty):
-                one = builder.insert_element(_ir.Constant(ty, _ir.Undefined), value, _ir.Constant(i32, 0))
-                return builder.shuffle_vector(one, _ir.Constant(ty, _ir.Undefined), zeros)
-
+            vi64 = _ir.VectorType(_ir.IntType(64), width)
             row = builder.load(builder.bitcast(data, vty.as_pointer()), align=4)
-            x = splat(builder.load(builder.gep(data, [tv])), vty)
-            before = builder.icmp_signed("<", _ir.Constant(vi64, list(range(width))), splat(tv, vi64))
+            x = _splat(builder, builder.load(builder.gep(data, [tv])), vty)
+            before = builder.icmp_signed("<", _ir.Constant(vi64, list(range(width))), _splat(builder, tv, vi64))
             above = builder.or_(builder.fcmp_ordered(">", row, x),
                                 builder.and_(builder.fcmp_ordered("==", row, x), before))
-            bits = builder.zext(builder.bitcast(above, _ir.IntType(width)), i64)
-            popcount = _cgutils.get_or_insert_function(builder.module, _ir.FunctionType(i64, [i64]), "llvm.ctpop.i64")
-            return builder.call(popcount, [bits])
+            return _popcount(builder, above)
 
         return sig, codegen
 
