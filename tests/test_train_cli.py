@@ -3,6 +3,8 @@ stages and resumption, command-line overrides, the resolved config in the run fo
 policy file. Every run trains on the shipped sample recording with tiny settings (seconds each)."""
 
 import json
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ from cli_run import unbox
 
 from agent.actors.loading import load_policy
 from agent.cli import main
+from agent.cli.recipe import peak_rss_gb
 from agent.train.config import load_config, to_dict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,8 +55,12 @@ def test_a_two_stage_recipe_chains_its_stages_and_a_rerun_skips_them(tmp_path, c
     assert more.config == bc.config and more.config.window == 2  # the second stage kept the first's architecture
     assert more.metadata["config"]["init"] == str(first)
 
+    first_log = unbox(capsys.readouterr().err)
+    for label in ("stage 1/2 bc", "stage 2/2 more"):  # each stage that ran gives its time and peak memory
+        line = re.search(label + r" finished in ([0-9.]+) min; peak RSS so far ([0-9.]+) GB", first_log)
+        assert line is not None and float(line[2]) > 0.05, first_log
+
     stamps = {p: p.stat().st_mtime_ns for p in outputs}
-    capsys.readouterr()
     assert main(["train", "--config", str(recipe)]) == 0
     assert {p: p.stat().st_mtime_ns for p in outputs} == stamps  # nothing retrained, nothing rewritten
     log = unbox(capsys.readouterr().err)
@@ -180,3 +187,12 @@ def test_a_run_written_before_a_new_option_is_the_same_run(tmp_path):
     assert not same_config(text.replace(f'out = "{tmp_path / "p.pt"}"', 'out = "q.pt"'), cfg)
     assert same_config(text.replace(f'out = "{tmp_path / "p.pt"}"', 'out = "q.pt"'), cfg, ignore=("out",))
     assert not same_config("not toml [", cfg) and isinstance(cfg, TrainRun)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_the_peak_rss_is_in_gb_and_not_below_the_current_rss():
+    """getrusage's ru_maxrss is KiB on Linux: read as bytes it would be 1024x too small, as MiB 1024x too large."""
+    now_kb = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
+                  if line.startswith("VmRSS:"))
+    own, child = peak_rss_gb()
+    assert now_kb * 1024 / 1e9 <= own < 1024 * now_kb * 1024 / 1e9 / 4 and child >= 0

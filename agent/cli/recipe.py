@@ -12,7 +12,10 @@ trained again either: its policy is copied to the new name (:func:`finished_as`)
 from __future__ import annotations
 
 import os
+import resource
 import shutil
+import sys
+import time
 import tomllib
 from dataclasses import replace
 from pathlib import Path
@@ -207,9 +210,26 @@ def write_resolved(cfg, config_file: Path) -> None:
     _write_atomic(config_file, text)
 
 
+def peak_rss_gb() -> tuple[float, float]:
+    """The peak resident set size so far, in GB (10**9 bytes): this process's, and its largest child's.
+
+    Read from ``getrusage`` (``ru_maxrss``: KiB on Linux, bytes on macOS); the child figure is the
+    largest of the child processes that were waited for (rollout workers, data-loader workers), 0 if
+    none ran. A recipe's peak memory is the larger of the two plus what ran beside it at that time.
+    """
+    scale = 1 if sys.platform == "darwin" else 1024
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 1e9
+    child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * scale / 1e9
+    return own, child
+
+
 def run_stages(stages: list[tuple[str, object]], run_one: Callable[[object], int],
                config_file: Callable[[object], Path]) -> int:
     """Run each stage with ``run_one(cfg)`` (0: success) in order, skipping finished ones.
+
+    A stage that runs ends with one log line giving its wall time and the peak resident memory of
+    this process and of its largest child so far (:func:`peak_rss_gb`), the figures a recipe's cost
+    is reported with.
 
     Returns:
         the first non-zero exit code, or 0.
@@ -226,11 +246,15 @@ def run_stages(stages: list[tuple[str, object]], run_one: Callable[[object], int
             continue
         if label:
             log.info("%s -> %s", label, cfg.out_path)
+        t0 = time.monotonic()
         rc = run_one(cfg)
         if rc:
             return rc
+        own, child = peak_rss_gb()
+        log.info("%s finished in %.1f min; peak RSS so far %.2f GB (this process), %.2f GB (largest child)",
+                 label or "run", (time.monotonic() - t0) / 60, own, child)
     return 0
 
 
-__all__ = ["RESOLVED_HEADER", "finished_as", "parse_stages", "resolved_text", "run_stages", "same_config",
+__all__ = ["RESOLVED_HEADER", "finished_as", "parse_stages", "peak_rss_gb", "resolved_text", "run_stages", "same_config",
            "split_config", "stage_done", "write_resolved"]
