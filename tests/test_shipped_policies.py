@@ -67,3 +67,17 @@ def test_policies_readme_holds_the_current_cards():
     for name in CARDED:
         block = "\n".join(read_card(POLICIES_DIR / name).lines(markdown=True)).rstrip()
         assert block in page, f"policies/README.md is stale for {name}: regenerate it with agent info --markdown"
+
+
+def test_the_provenance_table_names_the_shipped_weights():
+    """docs/provenance.md names each file by its weights' digest: a file retrained without its provenance fails here."""
+    import re
+
+    from agent.eval.card import read_card
+
+    page = (POLICIES_DIR.parent / "docs" / "provenance.md").read_text()
+    for name in CARDED:
+        row = re.search(r"^\| `policies/" + re.escape(name) + r"` \| `([0-9a-f]{8})` \|", page, re.MULTILINE)
+        assert row is not None, f"docs/provenance.md has no table row for {name}"
+        assert read_card(POLICIES_DIR / name).weights_sha256.startswith(row[1]), \
+            f"docs/provenance.md names {name} by {row[1]}, not its weights: add how the new file was made"
