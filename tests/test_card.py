@@ -130,3 +130,20 @@ def test_udacity_offline_evaluations_are_a_table_of_recordings(tmp_path):
     assert "| drive-2018 | 40 | 0.0275 | 0.759 |" in md and "95 % CI" not in md
     with pytest.raises(CardError, match="no scored recording"):
         summarize_evaluation({"env": "udacity", "recordings": [{"recording": "x"}]})
+
+
+def test_udacity_intent_measures_reach_the_card(tmp_path):
+    """Issue "Udacity steering that turns", item 1: the card keeps the intent measures when the result has them."""
+    policy = DrivingPolicy(default_config("udacity", window=2)).save(tmp_path / "u.pt")
+    intent = {"smoothed_ratio": 0.5391, "smoothed_corr": 0.6884, "right_way_left": 0.969, "right_way_right": 0.953,
+              "curve_mean_abs_pred": 0.138, "curve_mean_abs_label": 0.164}
+    ev = {"env": "udacity", "recordings": [{"recording": "a", "n_frames": 40, "mse": 0.024, "ratio": 0.665, **intent},
+                                           {"recording": "b", "n_frames": 9, "mse": 0.09, "ratio": 0.99}],
+          **{k: v for k, v in identity(policy).items() if k != "policy_file"}}
+    card = update_card(policy, evaluations=[(ev, "u.json")])
+    assert card.evaluations[0]["recordings"][0]["smoothed_ratio"] == 0.539
+    assert "smoothed_ratio" not in card.evaluations[0]["recordings"][1]
+    md = "\n".join(read_card(policy).lines(markdown=True))
+    assert "| a | 40 | 0.0240 | 0.665 | 0.539 | 0.69 | 0.97 / 0.95 | 0.138 vs 0.164 |" in md
+    assert "| b | 9 | 0.0900 | 0.990 | - | - | - / - | - vs - |" in md
+    assert "| \\|pred\\| vs \\|label\\| in curves |" in md  # escaped, not four more cells

@@ -145,6 +145,11 @@ def _tracks_label(seeds: list[int]) -> str:
     return ", ".join(f"{s:,}" for s in seeds[:5]) + (" ..." if len(seeds) > 5 else "")
 
 
+#: the intent measures of a Udacity offline result that a card keeps (issue "Udacity steering that turns", item 1)
+INTENT_KEYS = ("smoothed_ratio", "smoothed_corr", "right_way_left", "right_way_right", "curve_mean_abs_pred",
+               "curve_mean_abs_label")
+
+
 def summarize_evaluation(result: dict, source: str = "") -> dict:
     """The card's row for one ``agent evaluate --json`` result.
 
@@ -152,8 +157,11 @@ def summarize_evaluation(result: dict, source: str = "") -> dict:
     "tracks", "episodes", "mean", "ci95": [low, high], "std", "worst", "at_least_600", "laps",
     "unseen", "weights_sha256", "source"}``; a Udacity offline result (``recordings``) gives
     ``{"kind": "offline", "tracks": the recordings' names, "recordings": [{"recording", "frames",
-    "mse", "ratio"}], "weights_sha256", "source"}`` (``ratio``: MSE over the predict-0 MSE on the
-    same frames; a recording of correlated frames gives no interval).
+    "mse", "ratio"} and, when the result has them, the intent measures {"smoothed_ratio",
+    "smoothed_corr", "right_way_left", "right_way_right", "curve_mean_abs_pred",
+    "curve_mean_abs_label"}], "weights_sha256", "source"}`` (``ratio``: MSE over the predict-0 MSE on
+    the same frames; the intent measures score the labels smoothed over +-0.5 s, see
+    :func:`agent.eval.offline.evaluate_udacity`; a recording of correlated frames gives no interval).
 
     Args:
         result: the JSON object ``agent evaluate`` wrote.
@@ -164,8 +172,9 @@ def summarize_evaluation(result: dict, source: str = "") -> dict:
     """
     if isinstance(result.get("recordings"), list) and result.get("env") == "udacity":
         rows = [{"recording": r.get("recording"), "frames": r.get("n_frames"), "mse": round(float(r["mse"]), 4),
-                 "ratio": round(float(r["ratio"]), 3)} for r in result["recordings"]
-                if isinstance(r, dict) and "mse" in r and "ratio" in r]
+                 "ratio": round(float(r["ratio"]), 3),
+                 **{k: round(float(r[k]), 3) for k in INTENT_KEYS if isinstance(r.get(k), (int, float))}}
+                for r in result["recordings"] if isinstance(r, dict) and "mse" in r and "ratio" in r]
         if not rows:
             raise CardError(f"{source or 'the evaluation'} holds no scored recording (mse, ratio)")
         return {"kind": "offline", "tracks": ", ".join(str(r["recording"]) for r in rows), "recordings": rows,
@@ -248,15 +257,31 @@ class Card:
         if offline:
             head = ["recording (offline)", "frames", "steering MSE", "MSE / predict-0 MSE"]
             rows = [[str(r["recording"]), str(r["frames"]), f"{r['mse']:.4f}", f"{r['ratio']:.3f}"] for r in offline]
+            intent = any("smoothed_ratio" in r for r in offline)
+            if intent:
+                head += ["smoothed ratio", "r", "right way left / right", "|pred| vs |label| in curves"]
+
+                def f(r, k, fmt=".3f"):
+                    return format(r[k], fmt) if k in r else "-"
+                for row, r in zip(rows, offline):
+                    row += [f(r, "smoothed_ratio"), f(r, "smoothed_corr", ".2f"),
+                            f"{f(r, 'right_way_left', '.2f')} / {f(r, 'right_way_right', '.2f')}",
+                            f"{f(r, 'curve_mean_abs_pred')} vs {f(r, 'curve_mean_abs_label')}"]
             out += ([""] if closed else []) + _table(head, rows, markdown)
             out += ["", "Offline: the steering error on recorded frames of drivers it never saw; below 1 it beats "
                     "driving straight. Correlated frames of one recording give no interval."]
+            if intent:
+                out += ["Against the driver's intent: the labels averaged over +-0.5 s (centred); smoothed ratio = "
+                        "MSE / predict-0 MSE on them, r = Pearson correlation with them, right way = share of curve "
+                        "frames (|smoothed| > 0.05) steered their way, and the mean magnitudes on those frames."]
         return out
 
 
 def _table(head: list[str], rows: list[list[str]], markdown: bool) -> list[str]:
-    if markdown:
-        return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
+    if markdown:  # a cell's own "|" (|pred|) is escaped, or it would split the cell
+        def md(cells):
+            return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+        return [md(head), "|" + "---|" * len(head)] + [md(r) for r in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
     return ["  ".join(h.rjust(w) for h, w in zip(head, widths))] + \
         ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
@@ -412,7 +437,7 @@ def ci_text(row: dict) -> str:
     return f"{row['mean']:.1f} [{row['ci95'][0]:.1f}, {row['ci95'][1]:.1f}]"
 
 
-__all__ = ["Card", "CardError", "EVAL_SEED_BASE", "GOOD_RETURN", "MAX_MEMBER_BYTES", "ZIP_CARD_MEMBER", "ci_text",
+__all__ = ["INTENT_KEYS", "Card", "CardError", "EVAL_SEED_BASE", "GOOD_RETURN", "MAX_MEMBER_BYTES", "ZIP_CARD_MEMBER", "ci_text",
            "file_sha256", "identity", "mean_ci", "read_card", "read_evaluation", "summarize_evaluation",
            "update_card", "weights_sha256"]
 
