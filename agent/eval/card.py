@@ -260,13 +260,10 @@ class Card:
             intent = any("smoothed_ratio" in r for r in offline)
             if intent:
                 head += ["smoothed ratio", "r", "right way left / right", "|pred| vs |label| in curves"]
-
-                def f(r, k, fmt=".3f"):
-                    return format(r[k], fmt) if k in r else "-"
                 for row, r in zip(rows, offline):
-                    row += [f(r, "smoothed_ratio"), f(r, "smoothed_corr", ".2f"),
-                            f"{f(r, 'right_way_left', '.2f')} / {f(r, 'right_way_right', '.2f')}",
-                            f"{f(r, 'curve_mean_abs_pred')} vs {f(r, 'curve_mean_abs_label')}"]
+                    row += [_cell(r, "smoothed_ratio"), _cell(r, "smoothed_corr", ".2f"),
+                            f"{_cell(r, 'right_way_left', '.2f')} / {_cell(r, 'right_way_right', '.2f')}",
+                            f"{_cell(r, 'curve_mean_abs_pred')} vs {_cell(r, 'curve_mean_abs_label')}"]
             out += ([""] if closed else []) + _table(head, rows, markdown)
             out += ["", "Offline: the steering error on recorded frames of drivers it never saw; below 1 it beats "
                     "driving straight. Correlated frames of one recording give no interval."]
@@ -275,6 +272,11 @@ class Card:
                         "MSE / predict-0 MSE on them, r = Pearson correlation with them, right way = share of curve "
                         "frames (|smoothed| > 0.05) steered their way, and the mean magnitudes on those frames."]
         return out
+
+
+def _cell(row: dict, key: str, fmt: str = ".3f") -> str:
+    """``row[key]`` formatted, or "-" where an older evaluation lacks it."""
+    return format(row[key], fmt) if key in row else "-"
 
 
 def _table(head: list[str], rows: list[list[str]], markdown: bool) -> list[str]:
