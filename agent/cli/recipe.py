@@ -256,5 +256,5 @@ def run_stages(stages: list[tuple[str, object]], run_one: Callable[[object], int
     return 0
 
 
-__all__ = ["RESOLVED_HEADER", "finished_as", "parse_stages", "peak_rss_gb", "resolved_text", "run_stages", "same_config",
-           "split_config", "stage_done", "write_resolved"]
+__all__ = ["RESOLVED_HEADER", "finished_as", "parse_stages", "peak_rss_gb", "resolved_text", "run_stages",
+           "same_config", "split_config", "stage_done", "write_resolved"]

@@ -439,7 +439,7 @@ def ci_text(row: dict) -> str:
     return f"{row['mean']:.1f} [{row['ci95'][0]:.1f}, {row['ci95'][1]:.1f}]"
 
 
-__all__ = ["INTENT_KEYS", "Card", "CardError", "EVAL_SEED_BASE", "GOOD_RETURN", "MAX_MEMBER_BYTES", "ZIP_CARD_MEMBER", "ci_text",
-           "file_sha256", "identity", "mean_ci", "read_card", "read_evaluation", "summarize_evaluation",
+__all__ = ["INTENT_KEYS", "Card", "CardError", "EVAL_SEED_BASE", "GOOD_RETURN", "MAX_MEMBER_BYTES", "ZIP_CARD_MEMBER",
+           "ci_text", "file_sha256", "identity", "mean_ci", "read_card", "read_evaluation", "summarize_evaluation",
            "update_card", "weights_sha256"]
 
