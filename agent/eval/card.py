@@ -145,8 +145,9 @@ def _tracks_label(seeds: list[int]) -> str:
     return ", ".join(f"{s:,}" for s in seeds[:5]) + (" ..." if len(seeds) > 5 else "")
 
 
-#: the intent measures of a Udacity offline result that a card keeps (issue "Udacity steering that turns", item 1)
-INTENT_KEYS = ("smoothed_ratio", "smoothed_corr", "right_way_left", "right_way_right", "curve_mean_abs_pred",
+#: the intent measures of a Udacity offline result that a card keeps (issue "Udacity steering that turns", item 1);
+#: a subset of what a leave-one-driver-out fold keeps (agent.train.lodo.INTENT_KEYS)
+_CARD_INTENT_KEYS = ("smoothed_ratio", "smoothed_corr", "right_way_left", "right_way_right", "curve_mean_abs_pred",
                "curve_mean_abs_label")
 
 
@@ -173,7 +174,7 @@ def summarize_evaluation(result: dict, source: str = "") -> dict:
     if isinstance(result.get("recordings"), list) and result.get("env") == "udacity":
         rows = [{"recording": r.get("recording"), "frames": r.get("n_frames"), "mse": round(float(r["mse"]), 4),
                  "ratio": round(float(r["ratio"]), 3),
-                 **{k: round(float(r[k]), 3) for k in INTENT_KEYS if isinstance(r.get(k), (int, float))}}
+                 **{k: round(float(r[k]), 3) for k in _CARD_INTENT_KEYS if isinstance(r.get(k), (int, float))}}
                 for r in result["recordings"] if isinstance(r, dict) and "mse" in r and "ratio" in r]
         if not rows:
             raise CardError(f"{source or 'the evaluation'} holds no scored recording (mse, ratio)")
@@ -439,7 +440,7 @@ def ci_text(row: dict) -> str:
     return f"{row['mean']:.1f} [{row['ci95'][0]:.1f}, {row['ci95'][1]:.1f}]"
 
 
-__all__ = ["INTENT_KEYS", "Card", "CardError", "EVAL_SEED_BASE", "GOOD_RETURN", "MAX_MEMBER_BYTES", "ZIP_CARD_MEMBER",
+__all__ = ["Card", "CardError", "EVAL_SEED_BASE", "GOOD_RETURN", "MAX_MEMBER_BYTES", "ZIP_CARD_MEMBER",
            "ci_text", "file_sha256", "identity", "mean_ci", "read_card", "read_evaluation", "summarize_evaluation",
            "update_card", "weights_sha256"]
 
