@@ -10,7 +10,7 @@ from udacity_fixture import write_recording
 
 from agent.eval.offline import summarize_by_track
 from agent.eval.steering import (curve_magnitude, intent_scores, pearson, right_way, smooth_in_time,
-                                 smoothed_ratio)
+                                 smoothed_ratio, timing)
 
 # a smoothed-label trace with left (negative) and right (positive) curves and straight parts
 SMOOTH = np.array([0.0, 0.02, -0.1, -0.3, -0.2, 0.0, 0.04, 0.1, 0.25, 0.4, 0.2, -0.03])
@@ -248,3 +248,49 @@ def test_cli_plot_options_are_checked(tiny, capsys):
         assert main(argv) == 2, argv
         assert message in capsys.readouterr().err, argv
     assert not (tmp / "x.png").exists()
+
+
+def _curves(n=400, dt=0.1):
+    t = np.arange(n) * dt
+    return t, 0.3 * np.sin(t / 1.5) + 0.1 * np.sin(t / 0.4)
+
+
+@pytest.mark.parametrize("shift", [-4, -1, 3, 7])
+def test_timing_finds_how_late_or_early_the_policy_steers(shift):
+    t, s = _curves()
+    p = np.roll(s, shift)  # p[i] = s[i - shift]: late by shift frames when shift > 0
+    keep = slice(10, -10)  # no frame wrapped round by the roll
+    out = timing(p[keep], s[keep], t[keep])
+    assert out["lag_frames"] == shift and out["lag_s"] == pytest.approx(shift * 0.1)
+    assert out["corr_at_lag"] == pytest.approx(1.0) and out["ratio_at_lag"] == pytest.approx(0.0, abs=1e-12)
+    assert out["corr_at_0"] < 1.0 and out["ratio_at_0"] > 0.0  # unshifted it loses
+
+
+def test_timing_pairs_frames_only_inside_one_segment():
+    t, s = _curves(200)
+    t2 = np.concatenate([t, t + 100.0])  # two sessions, a 80 s gap between them
+    s2 = np.concatenate([s, -s])  # the second session steers the other way
+    p2 = np.concatenate([np.roll(s, 2), np.roll(-s, 2)])
+    out = timing(p2, s2, t2)
+    assert out["lag_frames"] == 2  # a pair across the gap would break the perfect fit
+    whole = timing(p2, s2, t2, segments=[[0, 400]])  # told it is one segment: the cross pairs count
+    assert whole["corr_at_lag"] <= out["corr_at_lag"]
+
+
+def test_timing_of_a_constant_or_bad_input():
+    t, s = _curves(50)
+    assert math.isnan(timing(np.zeros(50), s, t)["lag_s"])
+    with pytest.raises(ValueError, match="max_lag_s"):
+        timing(s, s, t, max_lag_s=0)
+    with pytest.raises(ValueError, match="timestamps"):
+        timing(s, s, t[:-1])
+    with pytest.raises(ValueError, match="increase"):
+        timing(s, s, t[::-1])
+
+
+def test_intent_scores_carry_the_timing():
+    t, s = _curves()
+    sc = intent_scores(np.roll(s, 3), s, t)["scores"]
+    assert {"best_lag_s", "corr_at_best_lag", "smoothed_ratio_at_best_lag"} <= set(sc)
+    assert sc["best_lag_s"] == pytest.approx(0.3)  # the policy three frames late, against the smoothed labels
+    assert sc["smoothed_ratio_at_best_lag"] < sc["smoothed_ratio"]

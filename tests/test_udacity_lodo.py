@@ -201,6 +201,10 @@ def test_cli_leave_one_driver_out(tmp_path, capsys):
     rw = [f["right_way_left"] for f in folds[:2] if f["right_way_left"] is not None]
     assert lake["right_way_left"] == (pytest.approx(np.mean(rw)) if rw else None)
     assert "smoothed ratio | r | right way" in md
+    for f in folds:  # the timing diagnostic is kept per fold (a key even where undefined)
+        assert "best_lag_s" in f and "smoothed_ratio_at_best_lag" in f
+        assert f["best_lag_s"] is None or abs(f["best_lag_s"]) <= 1.0 + 0.5
+    assert "timing (s), smoothed ratio there" in md
     # resumable: finished folds are skipped (files untouched); other settings are refused
     stamps = {p.name: p.stat().st_mtime_ns for p in (out / "folds").glob("*.json")}
     capsys.readouterr()

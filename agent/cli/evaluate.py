@@ -330,6 +330,9 @@ def _print_one(path: Path, data: str, res: dict) -> None:
           f"{res['n_right']} right): turned the right way {_fmt(res['right_way'], '.2f')} (left "
           f"{_fmt(res['right_way_left'], '.2f')}, right {_fmt(res['right_way_right'], '.2f')}); mean |steering| "
           f"{_fmt(res['curve_mean_abs_pred'], '.3f')} against the driver's {_fmt(res['curve_mean_abs_label'], '.3f')}")
+    if res.get("best_lag_s") is not None:
+        print(f"  timing: shifted {res['best_lag_s']:+.2f} s (+ = the policy late) the predictions correlate best, "
+              f"r {_fmt(res['corr_at_best_lag'], '.2f')}, smoothed ratio {_fmt(res['smoothed_ratio_at_best_lag'], '.2f')}")
 
 
 def _print_many(rows: list[dict], groups: dict, by_track: bool) -> None:

@@ -102,6 +102,20 @@ def _check(steering, timestamps, half_width_s, max_gap_s, segments) -> tuple[np.
     return s, t, seg
 
 
+def session_segments(timestamps, segments=None, max_gap_s: float = MAX_GAP_S) -> np.ndarray:
+    """The checked (S, 2) [start, stop) session segments of a recording's (N,) capture times: the
+    given ``segments`` after checking that they tile 0..N with time increasing inside each, or, when
+    None, the recording split at gaps over ``max_gap_s`` seconds (the rule of
+    :func:`agent.data.udacity.find_segments`).
+
+    Raises:
+        ValueError: timestamps not 1-D, empty or not finite; time that does not increase (within a
+            segment); ``segments`` that do not tile 0..N; ``max_gap_s`` <= 0.
+    """
+    t = np.asarray(timestamps, np.float64)
+    return _check(np.zeros(t.shape), t, 0.0, max_gap_s, segments)[2]
+
+
 def smoothed_oracle(steering, timestamps, half_width_s: float, *, max_gap_s: float = MAX_GAP_S,
                     segments=None, exclude_self: bool = False) -> np.ndarray:
     """The smoothed oracle's prediction: each label replaced by the mean of the labels near it in time.
@@ -266,5 +280,5 @@ def floor_markdown(rows: list[dict], half_widths) -> str:
             "predict-0 MSE (mean of the ratios in brackets).\n\n" + "\n".join(lines) + "\n")
 
 
-__all__ = ["FLOOR_HALF_WIDTH_S", "floor_markdown", "floor_means", "recording_floor",
+__all__ = ["FLOOR_HALF_WIDTH_S", "floor_markdown", "floor_means", "recording_floor", "session_segments",
            "smoothed_oracle", "smoothed_oracle_ratio", "width_key"]

@@ -118,8 +118,9 @@ def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = Tr
         ``smoothed_zero_mse``, ``smoothed_ratio``, ``smoothed_corr`` (Pearson r), on curve frames
         (``|smoothed| > curve_threshold`` = 0.05) ``right_way`` / ``right_way_left`` /
         ``right_way_right`` (share turned the smoothed label's way; left is negative steering),
-        ``n_curve`` / ``n_left`` / ``n_right``, ``curve_mean_abs_pred``, ``curve_mean_abs_label``
-        and ``curve_abs_ratio``; None where undefined (no curve frame, every smoothed label 0,
+        ``n_curve`` / ``n_left`` / ``n_right``, ``curve_mean_abs_pred``, ``curve_mean_abs_label``,
+        ``curve_abs_ratio``, ``best_lag_s``, ``corr_at_best_lag`` and ``smoothed_ratio_at_best_lag``
+        (:func:`agent.eval.steering.timing`); None where undefined (no curve frame, every smoothed label 0,
         a constant prediction). With ``series``: ``series`` = {``t``, ``pred``, ``label``,
         ``smoothed``: (N,) arrays, ``segments``: (S, 2)}.
 
@@ -175,7 +176,7 @@ def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = Tr
 
 #: per-recording intent scores that :func:`summarize_recordings` averages (mean over the recordings that have one)
 INTENT_MEANS = ("smoothed_corr", "right_way", "right_way_left", "right_way_right", "curve_mean_abs_pred",
-                "curve_mean_abs_label", "curve_abs_ratio")
+                "curve_mean_abs_label", "curve_abs_ratio", "best_lag_s", "corr_at_best_lag", "smoothed_ratio_at_best_lag")
 
 
 def _mean(values) -> float | None:

@@ -20,6 +20,11 @@ with ``exclude_self=False``), here used as the target rather than as a predictor
   measure: does it turn the right way, whatever the amount).
 - :func:`curve_magnitude`: on the same curve frames, the mean ``|prediction|`` against the mean
   ``|smoothed label|`` (the project's own measure: an under-steering policy shows a ratio below 1).
+- :func:`timing`: the shift of the predictions in time (within +-1 s) that correlates best with
+  the smoothed labels, and the smoothed ratio at that shift: how much of what is left is timing
+  (a policy late or early against the driver) rather than the shape or size of its steering
+  (the project's own diagnostic; the lag of the cross-correlation peak, a standard estimate of a
+  delay, e.g. Knapp and Carter 1976).
 - :func:`intent_scores`: all of them for one recording from its raw labels and capture times.
 
 Convention (:mod:`agent.data.udacity`): steering is normalised to [-1, 1], 1.0 = 25 degrees,
@@ -37,7 +42,7 @@ import math
 
 import numpy as np
 
-from agent.eval.label_floor import FLOOR_HALF_WIDTH_S, smoothed_oracle
+from agent.eval.label_floor import FLOOR_HALF_WIDTH_S, session_segments, smoothed_oracle
 
 INTENT_HALF_WIDTH_S = FLOOR_HALF_WIDTH_S  # seconds either side: the floor's window, 0.5 s
 CURVE_THRESHOLD = 0.05  # normalised steering (1.25 degrees): |smoothed label| above it is a curve frame
@@ -187,6 +192,75 @@ def curve_magnitude(pred, smoothed, threshold: float = CURVE_THRESHOLD) -> dict:
     return {"mean_abs_pred": a, "mean_abs_label": b, "ratio": a / b, "n_curve": int(curve.sum())}
 
 
+MAX_LAG_S = 1.0  # seconds either way that :func:`timing` searches
+
+
+def timing(pred, smoothed, timestamps, *, segments=None, max_lag_s: float = MAX_LAG_S) -> dict:
+    """The time shift of the predictions that best matches the driver's intent.
+
+    For each shift of ``k`` frames (``|k|`` up to ``max_lag_s`` in frames at the recording's median
+    frame interval) the prediction of frame ``i + k`` is paired with the smoothed label of frame
+    ``i``, for every ``i`` whose partner lies in the same session segment, and the pairs' Pearson r
+    is taken; the best shift is the one with the largest r (ties: the smallest ``|k|``). A positive
+    lag means the policy is **late**: what the driver meant at time t, it steers at t + lag.
+
+    Args:
+        pred: (N,) predicted steering.
+        smoothed: (N,) smoothed labels (:func:`smooth_in_time`).
+        timestamps: (N,) capture times in seconds (only their median interval within segments is used).
+        segments: optional (S, 2) [start, stop) session segments; default: split at gaps over
+            :data:`agent.data.udacity.MAX_GAP_S` (:func:`agent.eval.label_floor.session_segments`).
+        max_lag_s: seconds searched either way (> 0; default 1).
+
+    Returns:
+        dict with ``lag_s`` (the best shift in seconds, ``k`` times the median frame interval),
+        ``lag_frames`` (``k``), ``corr_at_lag`` (r at that shift), ``corr_at_0`` (r unshifted, as
+        :func:`pearson`), ``ratio_at_lag`` (:func:`smoothed_ratio` of the shifted pairs) and
+        ``ratio_at_0``; every value NaN when no shift has two pairs with non-zero variance.
+
+    Raises:
+        ValueError: arrays not 1-D, of different lengths, empty or not finite; a ``max_lag_s`` that
+            is not a positive number; bad segments or timestamps (as :func:`smooth_in_time`).
+    """
+    p, s = _pair(pred, smoothed)
+    if not (isinstance(max_lag_s, (int, float, np.integer, np.floating)) and math.isfinite(max_lag_s)
+            and max_lag_s > 0):
+        raise ValueError(f"max_lag_s must be a positive number of seconds, got {max_lag_s!r}")
+    t = np.asarray(timestamps, np.float64)
+    if t.shape != p.shape:
+        raise ValueError(f"timestamps have shape {t.shape} but there are {len(p)} predictions; give one "
+                         "capture time (seconds) per frame")
+    seg = session_segments(t, segments)
+    seg_id = np.repeat(np.arange(len(seg)), seg[:, 1] - seg[:, 0])
+    dts = np.concatenate([np.diff(t[a:b]) for a, b in seg.tolist()])
+    dt = float(np.median(dts)) if dts.size else math.nan
+    nan = {"lag_s": math.nan, "lag_frames": 0, "corr_at_lag": math.nan, "corr_at_0": math.nan,
+           "ratio_at_lag": math.nan, "ratio_at_0": math.nan}
+    if not math.isfinite(dt) or dt <= 0:
+        return nan
+    k_max = max(1, int(round(max_lag_s / dt)))
+    best = None
+    for k in sorted(range(-k_max, k_max + 1), key=lambda k: (abs(k), k)):
+        i = np.arange(max(0, -k), len(p) - max(0, k))
+        i = i[seg_id[i] == seg_id[i + k]]
+        if len(i) < 2:
+            continue
+        a, b = p[i + k], s[i]
+        if np.std(a) == 0 or np.std(b) == 0:
+            continue
+        r = float(np.corrcoef(a, b)[0, 1])
+        zero = float(np.mean(b ** 2))
+        ratio = float(np.mean((a - b) ** 2)) / zero if zero > 0 else math.nan
+        if k == 0:
+            nan.update(corr_at_0=r, ratio_at_0=ratio)
+        if best is None or r > best[1]:
+            best = (k, r, ratio)
+    if best is None:
+        return nan
+    k, r, ratio = best
+    return {**nan, "lag_s": round(k * dt, 6), "lag_frames": int(k), "corr_at_lag": r, "ratio_at_lag": ratio}
+
+
 def intent_scores(pred, steering, timestamps, *, segments=None, half_width_s: float = INTENT_HALF_WIDTH_S,
                   threshold: float = CURVE_THRESHOLD) -> dict:
     """Every measure of this module for one recording, from its raw labels and capture times.
@@ -204,7 +278,8 @@ def intent_scores(pred, steering, timestamps, *, segments=None, half_width_s: fl
         ``half_width_s``, ``curve_threshold``, ``smoothed_mse``, ``smoothed_zero_mse``,
         ``smoothed_ratio``, ``smoothed_corr`` (Pearson r), ``right_way``, ``right_way_left``,
         ``right_way_right``, ``n_curve``, ``n_left``, ``n_right``, ``curve_mean_abs_pred``,
-        ``curve_mean_abs_label`` and ``curve_abs_ratio`` (NaN where undefined, as above).
+        ``curve_mean_abs_label``, ``curve_abs_ratio``, and from :func:`timing` ``best_lag_s``,
+        ``corr_at_best_lag`` and ``smoothed_ratio_at_best_lag`` (NaN where undefined, as above).
 
     Raises:
         ValueError: ``pred`` and ``steering`` of different lengths, or as :func:`smooth_in_time`.
@@ -215,6 +290,7 @@ def intent_scores(pred, steering, timestamps, *, segments=None, half_width_s: fl
                          "give one prediction per label, in the recording's order")
     sm = smooth_in_time(steering, timestamps, half_width_s, segments=segments)
     r, way, mag = smoothed_ratio(p, sm), right_way(p, sm, threshold), curve_magnitude(p, sm, threshold)
+    lag = timing(p, sm, timestamps, segments=segments)
     return {"smoothed": sm, "scores": {
         "half_width_s": float(half_width_s), "curve_threshold": float(threshold),
         "smoothed_mse": r["mse"], "smoothed_zero_mse": r["zero_mse"], "smoothed_ratio": r["ratio"],
@@ -222,8 +298,9 @@ def intent_scores(pred, steering, timestamps, *, segments=None, half_width_s: fl
         "right_way": way["share"], "right_way_left": way["left_share"], "right_way_right": way["right_share"],
         "n_curve": way["n_curve"], "n_left": way["n_left"], "n_right": way["n_right"],
         "curve_mean_abs_pred": mag["mean_abs_pred"], "curve_mean_abs_label": mag["mean_abs_label"],
-        "curve_abs_ratio": mag["ratio"]}}
+        "curve_abs_ratio": mag["ratio"], "best_lag_s": lag["lag_s"], "corr_at_best_lag": lag["corr_at_lag"],
+        "smoothed_ratio_at_best_lag": lag["ratio_at_lag"]}}
 
 
-__all__ = ["CURVE_THRESHOLD", "INTENT_HALF_WIDTH_S", "curve_magnitude", "intent_scores", "pearson", "right_way",
-           "smooth_in_time", "smoothed_ratio"]
+__all__ = ["CURVE_THRESHOLD", "INTENT_HALF_WIDTH_S", "MAX_LAG_S", "curve_magnitude", "intent_scores", "pearson",
+           "right_way", "smooth_in_time", "smoothed_ratio", "timing"]

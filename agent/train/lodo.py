@@ -112,7 +112,8 @@ def _write_json_atomic(path: Path, obj) -> None:
 #: the scores against the driver's intent that a fold keeps (:func:`agent.eval.offline.evaluate_udacity`)
 INTENT_KEYS = ("intent_half_width_s", "smoothed_mse", "smoothed_zero_mse", "smoothed_ratio", "smoothed_corr",
                "right_way", "right_way_left", "right_way_right", "n_curve", "n_left", "n_right",
-               "curve_mean_abs_pred", "curve_mean_abs_label", "curve_abs_ratio")
+               "curve_mean_abs_pred", "curve_mean_abs_label", "curve_abs_ratio", "best_lag_s", "corr_at_best_lag",
+               "smoothed_ratio_at_best_lag")
 
 
 def _scores(res: dict) -> dict:
@@ -307,6 +308,12 @@ def lodo_table(out: str | Path) -> dict:
     return {"drivers": rows, "tracks": groups}
 
 
+def _timing(row: dict) -> str:
+    """The markdown cell of a row's timing (``best_lag_s``, ``smoothed_ratio_at_best_lag``); blank when absent."""
+    lag = row.get("best_lag_s")
+    return "" if lag is None else f"{lag:+.2f}, {_f(row.get('smoothed_ratio_at_best_lag'), '.2f')}"
+
+
 def _intent_means(rows: list[dict]) -> dict:
     """The means against the driver's intent of a group of folds (:func:`agent.eval.offline.summarize_recordings`):
     ``smoothed_ratio_of_means``, ``smoothed_mean_ratio`` and :data:`agent.eval.offline.INTENT_MEANS`; all None
@@ -345,21 +352,25 @@ def write_table(out: str | Path) -> dict:
     lines += ["", "Against the driver's intent: the held-out labels smoothed over ±0.5 s (centred, the label included). "
               "Smoothed ratio = MSE / predict-0 MSE on them; r = Pearson correlation with them; right way = share of "
               "curve frames (|smoothed| > 0.05) steered the smoothed label's way, left and right apart; |pred| vs "
-              "|label| = mean magnitudes on curve frames. Means per track: mean smoothed MSE / mean predict-0, and "
-              "the other columns' means over the folds.", "",
-              "| held-out driver | track | smoothed ratio | r | right way | left | right | \\|pred\\| vs \\|label\\| in curves |",
-              "|---|---|---|---|---|---|---|---|"]
+              "|label| = mean magnitudes on curve frames; timing = the shift of the predictions (within ±1 s; + = the "
+              "policy late) that correlates best with the smoothed labels, and the smoothed ratio at it "
+              "(agent.eval.steering.timing; blank for folds written before it). Means per track: mean smoothed MSE / "
+              "mean predict-0, and the other columns' means over the folds.", "",
+              "| held-out driver | track | smoothed ratio | r | right way | left | right | \\|pred\\| vs \\|label\\| in curves "
+              "| timing (s), smoothed ratio there |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for r in table["drivers"]:
         lines.append(f"| {r['driver']} | {r['track']} | {_f(r.get('smoothed_ratio'), '.2f')} | "
                      f"{_f(r.get('smoothed_corr'), '.2f')} | {_f(r.get('right_way'), '.2f')} | "
                      f"{_f(r.get('right_way_left'), '.2f')} | {_f(r.get('right_way_right'), '.2f')} | "
-                     f"{_f(r.get('curve_mean_abs_pred'), '.3f')} vs {_f(r.get('curve_mean_abs_label'), '.3f')} |")
+                     f"{_f(r.get('curve_mean_abs_pred'), '.3f')} vs {_f(r.get('curve_mean_abs_label'), '.3f')} | "
+                     f"{_timing(r)} |")
     for name, g in table["tracks"].items():
         lines.append(f"| **mean, {name}** ({g['folds']} folds) | {name} | "
                      f"**{_f(g.get('smoothed_ratio_of_means'), '.2f')}** | {_f(g.get('smoothed_corr'), '.2f')} | "
                      f"{_f(g.get('right_way'), '.2f')} | {_f(g.get('right_way_left'), '.2f')} | "
                      f"{_f(g.get('right_way_right'), '.2f')} | {_f(g.get('curve_mean_abs_pred'), '.3f')} vs "
-                     f"{_f(g.get('curve_mean_abs_label'), '.3f')} |")
+                     f"{_f(g.get('curve_mean_abs_label'), '.3f')} | {_timing(g)} |")
     md = ("Leave-one-driver-out: each row is a policy trained on the other drivers and scored on this one "
           "(center camera, every frame, streaming; raw labels). ratio = MSE / predict-0 MSE (< 1 beats driving "
           "straight); the means' ratio is mean MSE / mean predict-0 MSE. The smoothed-oracle ratio is the "
