@@ -194,7 +194,8 @@ def test_cli_leave_one_driver_out(tmp_path, capsys):
         assert np.isclose(f["smoothed_ratio"], f["smoothed_mse"] / f["smoothed_zero_mse"])
         assert f["n_curve"] == f["n_left"] + f["n_right"]
     rec0 = load_recording(data[0], progress=False)
-    want = intent_scores(np.zeros(len(rec0)), rec0.steering, rec0.timestamps, segments=rec0.segments)["scores"]
+    zero = intent_scores(np.zeros(len(rec0)), rec0.steering, rec0.timestamps, segments=rec0.segments)
+    want, want_smooth = zero["scores"], zero["smoothed"]
     assert np.isclose(folds[0]["smoothed_zero_mse"], want["smoothed_zero_mse"])  # the same smoothed labels
     assert np.isclose(lake["smoothed_ratio_of_means"], np.mean([f["smoothed_mse"] for f in folds[:2]]) /
                       np.mean([f["smoothed_zero_mse"] for f in folds[:2]]))
@@ -205,6 +206,11 @@ def test_cli_leave_one_driver_out(tmp_path, capsys):
         assert "best_lag_s" in f and "smoothed_ratio_at_best_lag" in f
         assert f["best_lag_s"] is None or abs(f["best_lag_s"]) <= 1.0 + 0.5
     assert "timing (s), smoothed ratio there" in md
+    with np.load(out / "folds" / "driver0.npz") as z:  # the held-out steering, kept for a look afterwards
+        assert len(z["pred"]) == len(z["label"]) == len(z["smoothed"]) == folds[0]["n_frames"]
+        assert np.allclose(z["label"], rec0.steering) and np.allclose(z["smoothed"], want_smooth, atol=1e-6)
+        assert np.isclose(np.mean((z["pred"].astype(np.float64) - want_smooth) ** 2), folds[0]["smoothed_mse"],
+                          rtol=1e-4)
     # resumable: finished folds are skipped (files untouched); other settings are refused
     stamps = {p.name: p.stat().st_mtime_ns for p in (out / "folds").glob("*.json")}
     capsys.readouterr()

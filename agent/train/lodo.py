@@ -17,6 +17,10 @@ Output folder ``OUT``:
 - ``folds/<driver>.json``: one per finished fold (the settings, the training report, the scores);
   written atomically, so a rerun skips finished folds (resumable) and refuses a folder made with
   other settings;
+- ``folds/<driver>.npz``: the fold policy's steering on every held-out frame beside the labels, for
+  a look afterwards without retraining: ``t`` (N,) capture times in seconds, ``pred``, ``label``
+  (raw) and ``smoothed`` (+-0.5 s, :func:`agent.eval.steering.smooth_in_time`) (N,) float32
+  normalised steering (+ = right), ``segments`` (S, 2) [start, stop) session segments;
 - ``reference/<driver>.json``: a fixed reference policy (e.g. the shipped ``udacity-nac.pt``)
   scored on the same held-out recording, when one is given;
 - ``lodo.md`` and ``lodo.json``: the table per driver and its means per track (rewritten after
@@ -106,6 +110,13 @@ def _write_json_atomic(path: Path, obj) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def _write_npz_atomic(path: Path, **arrays) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npz")
+    np.savez_compressed(tmp, **arrays)
     os.replace(tmp, path)
 
 
@@ -218,7 +229,11 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
                  test, len(recs[test]), len(names) - 1, sum(source.lengths))
         policy, report = train(source, policy_config, train_config)
         t_train = time.time() - t0
-        res = evaluate_udacity(policy, recs[test], progress=False)
+        res = evaluate_udacity(policy, recs[test], progress=False, series=True)
+        series = res.pop("series")
+        _write_npz_atomic(out / "folds" / f"{test}.npz", t=series["t"], pred=series["pred"].astype(np.float32),
+                          label=series["label"].astype(np.float32), smoothed=series["smoothed"].astype(np.float32),
+                          segments=series["segments"])
         fold = {"driver": test, "track": track_of[test], "train_drivers": [n for n in names if n != test],
                 **_scores(res), "seconds": {"train": t_train, "evaluate": res["seconds"]},
                 "best_epoch": report.best_epoch, "epochs": [asdict(e) for e in report.epochs],
