@@ -245,12 +245,10 @@ def timing(pred, smoothed, timestamps, *, segments=None, max_lag_s: float = MAX_
         i = i[seg_id[i] == seg_id[i + k]]
         if len(i) < 2:
             continue
-        a, b = p[i + k], s[i]
-        if np.std(a) == 0 or np.std(b) == 0:
+        r = pearson(p[i + k], s[i])
+        if math.isnan(r):
             continue
-        r = float(np.corrcoef(a, b)[0, 1])
-        zero = float(np.mean(b ** 2))
-        ratio = float(np.mean((a - b) ** 2)) / zero if zero > 0 else math.nan
+        ratio = smoothed_ratio(p[i + k], s[i])["ratio"]
         if k == 0:
             nan.update(corr_at_0=r, ratio_at_0=ratio)
         if best is None or r > best[1]:

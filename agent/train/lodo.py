@@ -106,18 +106,17 @@ def subsample_blocks(rec, fraction: float, block: int, rng: np.random.Generator)
     return [rec.slice(a * block, min(b * block, len(rec))) for a, b in runs]
 
 
-def _write_json_atomic(path: Path, obj) -> None:
+def _write_atomic(path: Path, write) -> None:
+    """``write(binary file)`` into a temporary file beside ``path``, then rename it over ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
+    with open(tmp, "wb") as fh:
+        write(fh)
     os.replace(tmp, path)
 
 
-def _write_npz_atomic(path: Path, **arrays) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npz")
-    np.savez_compressed(tmp, **arrays)
-    os.replace(tmp, path)
+def _write_json_atomic(path: Path, obj) -> None:
+    _write_atomic(path, lambda fh: fh.write((json.dumps(obj, indent=2, default=str) + "\n").encode()))
 
 
 #: the scores against the driver's intent that a fold keeps (:func:`agent.eval.offline.evaluate_udacity`)
@@ -231,9 +230,10 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
         t_train = time.time() - t0
         res = evaluate_udacity(policy, recs[test], progress=False, series=True)
         series = res.pop("series")
-        _write_npz_atomic(out / "folds" / f"{test}.npz", t=series["t"], pred=series["pred"].astype(np.float32),
-                          label=series["label"].astype(np.float32), smoothed=series["smoothed"].astype(np.float32),
-                          segments=series["segments"])
+        arrays = {"t": series["t"], "pred": series["pred"].astype(np.float32),
+                  "label": series["label"].astype(np.float32), "smoothed": series["smoothed"].astype(np.float32),
+                  "segments": series["segments"]}
+        _write_atomic(out / "folds" / f"{test}.npz", lambda fh: np.savez_compressed(fh, **arrays))
         fold = {"driver": test, "track": track_of[test], "train_drivers": [n for n in names if n != test],
                 **_scores(res), "seconds": {"train": t_train, "evaluate": res["seconds"]},
                 "best_epoch": report.best_epoch, "epochs": [asdict(e) for e in report.epochs],
