@@ -306,7 +306,7 @@ def test_cli_leave_one_driver_out_over_seeds(tmp_path, capsys):
     """--lodo.seeds 0 1: every fold once per seed, into OUT/s<seed>, and the table over the seeds against the
     issue's targets (seeds.md, seeds.json)."""
     from agent.cli import main
-    from agent.train.lodo import lodo_table, seeds_table
+    from agent.train.lodo import lodo_table, seed_folders, seeds_table
 
     data = _drivers(tmp_path, 3, rows=12)
     out = tmp_path / "lodo"
@@ -336,6 +336,12 @@ def test_cli_leave_one_driver_out_over_seeds(tmp_path, capsys):
     assert ("✗" in md) == any(c["met"] is False for t in over["tracks"].values() for c in t.values())
     with pytest.raises(ValueError, match="no finished fold"):
         seeds_table({0: out / "s0", 5: tmp_path / "empty"})
+    # a rerun of one seed (its folds finished: skipped) tabulates every seed folder there, not that seed alone
+    (out / "s7").mkdir()  # a folder with no finished fold is not a seed of the table
+    assert seed_folders(out) == {0: out / "s0", 1: out / "s1"}
+    assert main([*args[:-2], "--lodo.seeds", "1"]) == 0
+    assert json.loads((out / "seeds.json").read_text())["seeds"] == [0, 1]
+    assert "over 2 training seeds (0, 1)" in (out / "seeds.md").read_text()
     capsys.readouterr()
     assert main([*args[:-2], "--lodo.seeds", "1", "1"]) == 2
     assert "lodo.seeds must be distinct seeds" in capsys.readouterr().err

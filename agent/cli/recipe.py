@@ -11,7 +11,6 @@ trained again either: its policy is copied to the new name (:func:`finished_as`)
 """
 from __future__ import annotations
 
-import os
 import resource
 import shutil
 import sys
@@ -23,6 +22,7 @@ from typing import Callable
 
 import tyro
 
+from agent.atomic import write_atomic
 from agent.cli.common import CLIError
 from agent.log import get_logger
 from agent.train.config import ConfigError, from_dict, load_recipe, to_toml
@@ -183,19 +183,9 @@ def finished_as(cfg, config_file: Path) -> Path | None:
 def _adopt(cfg, earlier: Path, config_file: Path) -> None:
     """Copy ``earlier`` to ``cfg``'s output (atomically) and record ``cfg`` as the run folder's config."""
     out = cfg.out_path
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.copyfile(earlier, tmp)
-    os.replace(tmp, out)
-    _write_atomic(config_file, resolved_text(cfg))
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """``text`` into ``path`` through a temporary file renamed over it (its folder is made)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    with open(earlier, "rb") as src:
+        write_atomic(out, lambda fh: shutil.copyfileobj(src, fh), what="policy file")
+    write_atomic(config_file, resolved_text(cfg), what="resolved config")
 
 
 def write_resolved(cfg, config_file: Path) -> None:
@@ -207,7 +197,7 @@ def write_resolved(cfg, config_file: Path) -> None:
     text = resolved_text(cfg)
     if config_file.is_file() and not same_config(config_file.read_text(), cfg) and not cfg.overwrite:
         raise CLIError(f"{config_file} holds another run's config; choose another run folder or pass --overwrite")
-    _write_atomic(config_file, text)
+    write_atomic(config_file, text, what="resolved config")
 
 
 def peak_rss_gb() -> tuple[float, float]:

@@ -35,7 +35,7 @@ from agent.train.batches import DEVICE_SHARE
 from agent.train.bc import TrainConfig, report_metadata
 from agent.train.checkpoint import CHECKPOINT_NAME, CheckpointError, Checkpointer, load_checkpoint
 from agent.train.config import TrainRun, config_from_text, to_dict, torch_device
-from agent.train.lodo import run_lodo, seeds_table, subsample_blocks
+from agent.train.lodo import run_lodo, seed_folders, seeds_table, subsample_blocks
 from agent.train.run import train
 
 log = get_logger("agent.train")
@@ -473,7 +473,11 @@ def _train_lodo(run: TrainRun) -> int:
         print(table["markdown"])
         print(f"wrote {folder / 'lodo.md'} and lodo.json")
     if run.lodo.seeds:
-        over = seeds_table(folders, run.lodo.out)
+        earlier = {s: f for s, f in seed_folders(run.lodo.out).items() if s not in folders}
+        if earlier:
+            log.info("lodo.seeds: the table also takes the seed folder(s) already there: %s",
+                     ", ".join(str(f) for f in earlier.values()))
+        over = seeds_table(dict(sorted({**earlier, **folders}.items())), run.lodo.out)
         print(over["markdown"])
         print(f"wrote {Path(run.lodo.out) / 'seeds.md'} and seeds.json")
     return 0

@@ -28,16 +28,15 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from agent.actors.loading import is_continuous, load_policy, make_carracing_for, reads_speedometer
 from agent.actors.rollout import PolicyActor
+from agent.atomic import write_json_atomic
 from agent.data.recordings import load_demonstrations
 from agent.data.windows import DemonstrationSource
 from agent.eval.closed_loop import evaluate
@@ -286,13 +285,6 @@ def step_latency(policy, steps: int = 200, warmup: int = 10, seed: int = 0) -> t
 
 
 # ---------------------------------------------------------------------------------------------- one cell
-def _write_json(path: Path, payload: dict) -> None:
-    """Write JSON atomically (a temporary file, then a rename): a reader never sees half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
-
-
 def read_json(path: Path) -> dict | None:
     """A cell file, or None if it is missing or unreadable (a cell that never finished)."""
     try:
@@ -393,7 +385,7 @@ def run_cell(variant: Variant | str, seed: int, protocol: Protocol, out: str | P
         trained = {"train_seconds": train_seconds, "bc_seconds": report.seconds.get("bc"),
                    "dagger_returns": report.dagger_returns, "n_train_frames": report.n_train_frames,
                    "n_val_frames": report.n_val_frames, "epochs": [asdict(e) for e in report.epochs]}
-        _write_json(folder / "train.json", trained)
+        write_json_atomic(folder / "train.json", trained)
     policy = load_policy(folder / "policy.pt")
     if not isinstance(policy, DrivingPolicy):
         raise ValueError(f"{folder / 'policy.pt'} is not a driving policy; delete the cell folder to retrain it")
@@ -421,7 +413,7 @@ def run_cell(variant: Variant | str, seed: int, protocol: Protocol, out: str | P
         **{k: trained[k] for k in ("train_seconds", "bc_seconds", "dagger_returns", "n_train_frames")},
         "eval_seconds": eval_seconds, "torch": torch.__version__,
     }
-    _write_json(folder / "cell.json", cell)
+    write_json_atomic(folder / "cell.json", cell)
     log.info("cell %s: return %.1f ± %.1f, held-out accuracy %.3f", name, closed["mean"], closed["std"], accuracy)
     return CellResult(name, "done", cell)
 
@@ -464,7 +456,7 @@ def update_plan(out: str | Path, protocol: Protocol, cells: list[str]) -> dict:
     else:
         names = list(cells)
     plan = {"protocol": asdict(protocol), "cells": names}
-    _write_json(out / "plan.json", plan)
+    write_json_atomic(out / "plan.json", plan)
     return plan
 
 

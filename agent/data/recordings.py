@@ -61,6 +61,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from agent.atomic import fsync_path, write_atomic
 from agent.log import get_logger
 from agent.data.frame_cache import HDF5_FILE, METADATA_FILE  # the files of a Minari dataset's data/
 from envs.carracing import draw_speedometer
@@ -165,36 +166,6 @@ def _read_metadata(path: Path) -> dict | None:
     return meta if isinstance(meta, dict) and isinstance(meta.get("total_episodes"), int) else None
 
 
-def _fsync(path: Path) -> None:
-    """Flush ``path`` (a file or, on POSIX, a folder) to disk; a file system that cannot is let be."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _write_json_atomically(meta: dict, target: Path) -> None:
-    """Write ``meta`` to ``target`` through a temporary file in its folder, synced, then ``os.replace``."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(meta, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync(target.parent)
-
-
 def _free_bytes(folder: Path) -> int:
     """Free bytes on the file system of ``folder`` (``shutil.disk_usage``)."""
     return shutil.disk_usage(folder).free
@@ -235,7 +206,7 @@ def recover_metadata(path: str | Path) -> bool:
         raise RecordingError(f"{live} is {what} (a write was interrupted, or the file was damaged) and there is no "
                              f"last good copy ({path / METADATA_BACKUP}) to restore it from; record this dataset "
                              "again with `agent collect --overwrite`")
-    _write_json_atomically(backup, live)
+    write_atomic(live, json.dumps(backup), what="recording metadata", sync_folder=True)
     _log.warning("%s was %s (an interrupted write): restored its last good copy, %d episode(s)", live, what,
                  backup["total_episodes"])
     return True
@@ -405,8 +376,8 @@ class RecordingWriter:
                 )
             made = staging / self.dataset_id
             self._check_metadata(made / "data" / METADATA_FILE, 1, ep.steps)
-            _fsync(made / "data" / HDF5_FILE)
-            _fsync(made / "data" / METADATA_FILE)
+            fsync_path(made / "data" / HDF5_FILE)
+            fsync_path(made / "data" / METADATA_FILE)
             namespace = self.dataset_id.split("/")[0]
             self.out.parent.mkdir(parents=True, exist_ok=True)
             meta = self.out.parent / NAMESPACE_METADATA_FILENAME
@@ -415,7 +386,7 @@ class RecordingWriter:
             if self.out.exists() and self.overwrite:
                 shutil.rmtree(self.out)
             made.replace(self.out)
-            _fsync(self.out.parent)
+            fsync_path(self.out.parent)
         finally:
             if old is None:
                 os.environ.pop("MINARI_DATASETS_PATH", None)
@@ -470,10 +441,10 @@ class RecordingWriter:
     def _commit(self, written: Path, episodes: int, steps: int) -> None:
         """Check the metadata Minari wrote at ``written``, sync, and move it over ``data/metadata.json``."""
         self._check_metadata(written, episodes, steps)
-        _fsync(self.data / HDF5_FILE)
-        _fsync(written)
+        fsync_path(self.data / HDF5_FILE)
+        fsync_path(written)
         os.replace(written, self.data / METADATA_FILE)
-        _fsync(self.data)
+        fsync_path(self.data)
 
     def _append_in_place(self, buffer, episodes: int, steps: int) -> None:
         """The append without links: Minari writes ``data/`` itself; the last good metadata is kept first."""
@@ -483,16 +454,16 @@ class RecordingWriter:
         good = _read_metadata(live)
         if good is None:
             raise RecordingError(f"{live} does not hold this dataset's metadata")
-        _write_json_atomically(good, backup)
+        write_atomic(backup, json.dumps(good), what="recording metadata backup", sync_folder=True)
         try:
             MinariDataset(self.data).update_dataset_from_buffer([buffer])
             self._check_metadata(live, episodes, steps)
-            _fsync(self.data / HDF5_FILE)
-            _fsync(live)
+            fsync_path(self.data / HDF5_FILE)
+            fsync_path(live)
         except BaseException:
             if _read_metadata(live) != good:
-                with contextlib.suppress(OSError):
-                    _write_json_atomically(good, live)  # the last good one: the episodes counted before
+                with contextlib.suppress(OSError):  # the last good one: the episodes counted before
+                    write_atomic(live, json.dumps(good), what="recording metadata", sync_folder=True)
             raise
         os.unlink(backup)
 

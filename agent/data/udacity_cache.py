@@ -38,6 +38,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from agent.atomic import write_atomic
 from agent.bounded import ZipMemberTooLarge, check_zip_sizes
 from agent.data.udacity import (CAMERAS, CROP_ROWS, FRAME_SHAPE, INPUT_SHAPE, MAX_GAP_S, VALUE_RANGES, AugmentConfig,
                                 AugmentParams, BadRow, _bad_rows_message, _decode, augment_steering, find_segments,
@@ -192,13 +193,6 @@ def _paths(csv_path: Path, good: list, cache_dir: Path) -> tuple[Path, Path]:
     return stem.with_suffix(".npy"), stem.with_suffix(".npz")
 
 
-def _write_atomic_npz(path: Path, **arrays) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        np.savez(fh, **arrays)
-    os.replace(tmp, path)
-
-
 def build_cache(path: str | Path, cache_dir: str | Path = DEFAULT_CACHE_DIR,
                 progress: bool = True) -> tuple[Path, Path]:
     """Decode, preprocess and write the crops of a recording to ``cache_dir`` (if not there yet).
@@ -259,12 +253,13 @@ def build_cache(path: str | Path, cache_dir: str | Path = DEFAULT_CACHE_DIR,
     values = np.array([g[2] for g in rows], np.float32)
     t0 = rows[0][3]
     bad.sort(key=lambda b: b.row)
-    _write_atomic_npz(npz, steering=values[:, 0], throttle=values[:, 1], brake=values[:, 2], speed=values[:, 3],
-                      timestamps=np.array([(g[3] - t0).total_seconds() for g in rows], np.float64),
-                      rows=np.array([g[0] for g in rows], np.int64),
-                      bad_lines=np.array([b.row for b in bad], np.int64),
-                      bad_reasons=np.array([b.reason for b in bad], dtype=str).reshape(len(bad)),
-                      source=np.array(str(csv_path)), format=np.array(CACHE_FORMAT))
+    arrays = dict(steering=values[:, 0], throttle=values[:, 1], brake=values[:, 2], speed=values[:, 3],
+                  timestamps=np.array([(g[3] - t0).total_seconds() for g in rows], np.float64),
+                  rows=np.array([g[0] for g in rows], np.int64),
+                  bad_lines=np.array([b.row for b in bad], np.int64),
+                  bad_reasons=np.array([b.reason for b in bad], dtype=str).reshape(len(bad)),
+                  source=np.array(str(csv_path)), format=np.array(CACHE_FORMAT))
+    write_atomic(npz, lambda fh: np.savez(fh, **arrays), what="label cache")
     return npy, npz
 
 

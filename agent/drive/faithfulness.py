@@ -81,6 +81,7 @@ import torch
 from torch import Tensor, nn
 
 from agent._torchvision_compat import ensure_torchvision
+from agent.atomic import write_atomic
 from agent.drive.regions import road_mask
 from agent.drive.stats import format_interval, json_default, mean_interval
 from agent.drive.saliency import NewestFrameModel, conv_layers
@@ -787,10 +788,8 @@ def faithfulness_report(policy_path, tracks: Sequence[int], steps: int, methods:
                        road_per_step=[d["road"] for d in sc])
             rows.append(row)
             if partial is not None:  # rows so far, in case the run is cut short (a rerun keeps them)
-                partial.parent.mkdir(parents=True, exist_ok=True)
-                tmp = partial.with_suffix(".tmp")
-                tmp.write_text(json.dumps({"key": key, "rows": rows}, default=json_default))
-                tmp.replace(partial)
+                write_atomic(partial, json.dumps({"key": key, "rows": rows}, default=json_default),
+                             what="partial faithfulness rows")
             say(f"{m} @ {lname}: ROAD {format_interval(row['road'], signed=True)}, "
                 f"confidence change {format_interval(row['conf_change'], signed=True)}, "
                 f"{row['ms_per_frame']:.1f} ms/frame, {len(sub)} steps, scoring {time.perf_counter() - t0:.0f} s")

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from scipy import stats
 
+from agent.atomic import write_atomic
 from agent.bounded import ZipMemberTooLarge, read_zip_member
 from agent.nn.policy import FILE_KIND, json_ready, read_policy_file
 from envs.tracks import EVAL_SEED_BASE
@@ -352,15 +353,6 @@ def read_card(path: str | Path) -> Card:
                 extra={k: v for k, v in (stored.get("extra") or {}).items()})
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def update_card(path: str | Path, *, summary: str | None = None, recipe: str | None = None,
                 teacher: str | None = None, data: str | None = None, evaluations: list[tuple[dict, str]] = (),
                 extra: dict | None = None) -> Card:
@@ -407,13 +399,13 @@ def update_card(path: str | Path, *, summary: str | None = None, recipe: str | N
                 if info.filename != ZIP_CARD_MEMBER:
                     dst.writestr(info, _read_member(src, info.filename, path))
             dst.writestr(ZIP_CARD_MEMBER, json.dumps(card, indent=1))
-        _write_atomic(path, buf.getvalue())
+        write_atomic(path, buf.getbuffer(), what="policy file with its card")
     else:
         payload = _read_pt(path)
         payload["metadata"] = {**(payload.get("metadata") or {}), "card": card}
         buf = io.BytesIO()
         torch.save(payload, buf)
-        _write_atomic(path, buf.getvalue())
+        write_atomic(path, buf.getbuffer(), what="policy file with its card")
     new = read_card(path)
     if new.weights_sha256 != w:  # cannot happen unless the write was corrupted
         raise CardError(f"{path}: its weights changed while its card was written")

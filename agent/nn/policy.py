@@ -35,7 +35,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -43,6 +42,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from agent.atomic import write_atomic
 from agent.bounded import check_zip_sizes
 from agent.nn.cores import CORES, TemporalCore, make_core
 from agent.nn.features import CarRacingCNN, FeaturesExtractor, make_features
@@ -715,24 +715,12 @@ class DrivingPolicy(nn.Module):
         Raises:
             OSError: the file could not be written.
         """
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         payload = {"kind": FILE_KIND, "format_version": FORMAT_VERSION, "config": self.config.to_dict(),
                    "state_dict": {k: v.detach().cpu() for k, v in self.state_dict().items()},
                    "metadata": json_ready(metadata or {})}
         buf = io.BytesIO()
         torch.save(payload, buf)
-        tmp = path.with_name(path.name + ".tmp")
-        try:
-            with open(tmp, "wb") as fh:
-                fh.write(buf.getvalue())
-                fh.flush()
-                os.fsync(fh.fileno())
-            tmp.replace(path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        return path
+        return write_atomic(path, buf.getbuffer(), what="policy file")
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu") -> "DrivingPolicy":

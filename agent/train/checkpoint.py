@@ -24,8 +24,8 @@ Python values (it is read with ``torch.load(weights_only=True)``: no code in a f
   ``.npy`` (so memory does not grow with the rounds), and the resumed run adds them back in order;
 - ``elapsed``: seconds of training so far (the time limit counts them).
 
-Every file is written to ``NAME.tmp`` in the same folder and renamed over ``NAME``
-(``os.replace``, atomic on POSIX), so a kill, a Ctrl-C or a full disk leaves the previous
+Every file is written to a hidden temporary file in the same folder and renamed over ``NAME``
+(:func:`agent.atomic.write_atomic`: ``os.replace``, atomic on POSIX), so a kill, a Ctrl-C or a full disk leaves the previous
 checkpoint whole and no ``.tmp`` behind. The pattern is the usual one of training frameworks
 (e.g. PyTorch Lightning's ``last.ckpt``), with the RNG states kept so that a resumed run gives the
 same weights, bit for bit, as one that was never stopped (tests/test_train_resume.py).
@@ -33,13 +33,13 @@ same weights, bit for bit, as one that was never stopped (tests/test_train_resum
 from __future__ import annotations
 
 import io
-import os
 import random
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from agent.atomic import write_atomic
 from agent.data.recordings import Demonstrations
 
 #: the checkpoint's file name in the run folder
@@ -60,8 +60,9 @@ class CheckpointError(ValueError):
 
 
 def atomic_save(obj, path: str | Path, what: str = "checkpoint") -> Path:
-    """``torch.save(obj)`` to ``path`` atomically: serialised in memory, written to ``path.tmp`` in
-    the same folder, flushed to disk (``fsync``), then renamed over ``path``.
+    """``torch.save(obj)`` to ``path`` atomically: serialised in memory, written to a hidden
+    temporary file in the same folder, flushed to disk (``fsync``), then renamed over ``path``
+    (:func:`agent.atomic.write_atomic`).
 
     Args:
         obj: tensors and plain Python values (what ``torch.load(weights_only=True)`` reads back).
@@ -73,36 +74,12 @@ def atomic_save(obj, path: str | Path, what: str = "checkpoint") -> Path:
 
     Raises:
         OSError: the write failed (a full disk, a permission): one line that names ``what`` and
-            says the previous file is kept; ``path`` is as it was and the ``.tmp`` file is removed.
-            Any other exception (a Ctrl-C inside the write) also removes the ``.tmp`` file.
+            says the previous file is kept; ``path`` is as it was and the temporary file is removed.
+            Any other exception (a Ctrl-C inside the write) also removes the temporary file.
     """
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
     buf = io.BytesIO()  # serialised in memory first: torch's zip writer turns a full disk into a RuntimeError
     torch.save(obj, buf)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
-            f.write(buf.getbuffer())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        _remove(tmp)
-        kept = "the previous one is kept" if path.exists() else "nothing was written"
-        raise OSError(exc.errno, f"cannot write the {what} ({exc.strerror or exc}); {kept}", str(path)) from exc
-    except BaseException:
-        _remove(tmp)
-        raise
-    return path
-
-
-def _remove(path: Path) -> None:
-    """Delete ``path`` if it is there; never raises (the error being reported is the write's)."""
-    try:
-        path.unlink(missing_ok=True)
-    except OSError:
-        pass
+    return write_atomic(path, buf.getbuffer(), what=what, sync_folder=True)
 
 
 def plain(x):

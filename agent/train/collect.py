@@ -26,6 +26,7 @@ import shutil
 import time
 from pathlib import Path
 
+from agent.atomic import write_json_atomic
 from agent.log import get_logger
 
 log = get_logger("agent.train.collect")
@@ -92,9 +93,7 @@ def _read_json(path: Path) -> dict:
 
 
 def _write_json(path: Path, value: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(value, indent=1) + "\n")
-    tmp.replace(path)
+    write_json_atomic(path, value, what="collection manifest", indent=1)
 
 
 def _episodes_in(folder: Path) -> int:

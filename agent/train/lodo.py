@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from agent.atomic import write_atomic, write_json_atomic
 from agent.data.udacity import camera_offset, camera_shifts
 from agent.data.windows import UdacitySource, smooth_steering
 from agent.eval.label_floor import FLOOR_HALF_WIDTH_S, recording_floor, width_key
@@ -104,19 +105,6 @@ def subsample_blocks(rec, fraction: float, block: int, rng: np.random.Generator)
         prev = b
     runs.append((start, prev + 1))
     return [rec.slice(a * block, min(b * block, len(rec))) for a, b in runs]
-
-
-def _write_atomic(path: Path, write) -> None:
-    """``write(binary file)`` into a temporary file beside ``path``, then rename it over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        write(fh)
-    os.replace(tmp, path)
-
-
-def _write_json_atomic(path: Path, obj) -> None:
-    _write_atomic(path, lambda fh: fh.write((json.dumps(obj, indent=2, default=str) + "\n").encode()))
 
 
 #: the scores against the driver's intent that a fold keeps (:func:`agent.eval.offline.evaluate_udacity`)
@@ -200,7 +188,7 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
         fold_path = out / "folds" / f"{test}.json"
         if reference is not None and not (out / "reference" / f"{test}.json").is_file():
             res = evaluate_udacity(reference, recs[test], progress=False)
-            _write_json_atomic(out / "reference" / f"{test}.json",
+            write_json_atomic(out / "reference" / f"{test}.json",
                                {"driver": test, "track": track_of[test], "policy": getattr(reference, "path", None),
                                 **_scores(res), "seconds": res["seconds"]})
             log.info("reference on %s: MSE %.4f, predict 0 %.4f", test, res["mse"], res["zero_mse"])
@@ -233,14 +221,14 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
         arrays = {"t": series["t"], "pred": series["pred"].astype(np.float32),
                   "label": series["label"].astype(np.float32), "smoothed": series["smoothed"].astype(np.float32),
                   "segments": series["segments"]}
-        _write_atomic(out / "folds" / f"{test}.npz", lambda fh: np.savez_compressed(fh, **arrays))
+        write_atomic(out / "folds" / f"{test}.npz", lambda fh: np.savez_compressed(fh, **arrays))
         fold = {"driver": test, "track": track_of[test], "train_drivers": [n for n in names if n != test],
                 **_scores(res), "seconds": {"train": t_train, "evaluate": res["seconds"]},
                 "best_epoch": report.best_epoch, "epochs": [asdict(e) for e in report.epochs],
                 "n_train_frames": report.n_train_frames, "n_val_frames": report.n_val_frames,
                 "train_mean_steering": report.baselines.get("train_mean_steering"), "camera_offset": offset,
                 "settings": settings}
-        _write_json_atomic(fold_path, fold)
+        write_json_atomic(fold_path, fold)
         nan = float("nan")
         log.info("fold %s: MSE %.4f, MAE %.4f, predict-0 MSE %.4f, ratio %.3f (label floor %.2f); smoothed ratio "
                  "%.2f, r %.2f, right way %.2f (left %.2f, right %.2f), |steer| in curves %.3f vs %.3f (%.0f s)", test,
@@ -394,10 +382,8 @@ def write_table(out: str | Path) -> dict:
           "expected to go below it. Blank: not known for this fold.\n\n" + "\n".join(lines) + "\n")
     if table["drivers"]:
         out.mkdir(parents=True, exist_ok=True)
-        _write_json_atomic(out / "lodo.json", table)
-        tmp = out / f".lodo.md.{os.getpid()}.tmp"
-        tmp.write_text(md)
-        os.replace(tmp, out / "lodo.md")
+        write_json_atomic(out / "lodo.json", table)
+        write_atomic(out / "lodo.md", md)
     table["markdown"] = md
     return table
 
@@ -422,6 +408,21 @@ def _bound(key: str, track: str):
             b = bounds.get(track, bounds.get("*"))
             return (how, b) if b is not None else None
     return None
+
+
+def seed_folders(out: str | Path) -> dict[int, Path]:
+    """The per-seed LODO folders under ``out`` (``s<seed>/``, as ``--lodo.seeds`` writes them) that
+    hold at least one finished fold: seed -> folder, in seed order ({} when there are none).
+
+    ``agent train --lodo.seeds 1`` run after seed 0 finished tabulates both seeds with it, so a
+    rerun of one seed (or of some folds) never rewrites ``seeds.md`` from part of the evidence.
+    """
+    out = Path(out)
+    found = {}
+    for d in out.glob("s*") if out.is_dir() else ():
+        if d.is_dir() and d.name[1:].isdigit() and any((d / "folds").glob("*.json")):
+            found[int(d.name[1:])] = d
+    return dict(sorted(found.items()))
 
 
 def seeds_table(runs: dict[int, str | Path], out: str | Path | None = None) -> dict:
@@ -494,12 +495,10 @@ def seeds_table(runs: dict[int, str | Path], out: str | Path | None = None) -> d
     if out is not None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        _write_json_atomic(out / "seeds.json", {k: v for k, v in result.items() if k != "markdown"})
-        tmp = out / f".seeds.md.{os.getpid()}.tmp"
-        tmp.write_text(md)
-        os.replace(tmp, out / "seeds.md")
+        write_json_atomic(out / "seeds.json", {k: v for k, v in result.items() if k != "markdown"})
+        write_atomic(out / "seeds.md", md)
     return result
 
 
-__all__ = ["SEED_COLUMNS", "TARGETS", "driver_names", "lodo_table", "run_lodo", "seeds_table", "subsample_blocks",
-           "write_table"]
+__all__ = ["SEED_COLUMNS", "TARGETS", "driver_names", "lodo_table", "run_lodo", "seed_folders", "seeds_table",
+           "subsample_blocks", "write_table"]

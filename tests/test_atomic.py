@@ -1,0 +1,65 @@
+"""agent.atomic: whole files or nothing, and no temporary file left behind."""
+
+import json
+
+import numpy as np
+import pytest
+
+from agent.atomic import write_atomic, write_json_atomic
+
+
+def _leftovers(folder):
+    return [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("content", [b"abc", "abc", bytearray(b"abc"), memoryview(b"abc")])
+def test_writes_bytes_and_text(tmp_path, content):
+    target = tmp_path / "deep" / "er" / "f.bin"
+    assert write_atomic(target, content) == target
+    assert target.read_bytes() == b"abc"
+    assert _leftovers(target.parent) == []
+
+
+def test_writer_function_and_replace(tmp_path):
+    target = tmp_path / "a.npz"
+    target.write_bytes(b"old")
+    write_atomic(target, lambda fh: np.savez(fh, x=np.arange(3)))
+    assert np.load(target)["x"].tolist() == [0, 1, 2]
+
+
+def test_failing_writer_keeps_the_old_file(tmp_path):
+    target = tmp_path / "f.json"
+    target.write_text("old")
+
+    def boom(fh):
+        fh.write(b"half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_atomic(target, boom)
+    assert target.read_text() == "old"
+    assert _leftovers(tmp_path) == []
+
+
+def test_os_error_names_the_file_and_what_was_kept(tmp_path):
+    target = tmp_path / "taken"
+    target.mkdir()  # a folder where the file should go: the rename fails
+    (target / "x").write_text("inside")
+    with pytest.raises(OSError, match="cannot write the model card .*previous one is kept"):
+        write_atomic(target, b"new", what="model card")
+    assert (target / "x").read_text() == "inside"
+    assert _leftovers(tmp_path) == []
+
+
+def test_bad_content_type(tmp_path):
+    with pytest.raises(TypeError, match="bytes, str or a function"):
+        write_atomic(tmp_path / "f", 3)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_json(tmp_path):
+    target = tmp_path / "r.json"
+    write_json_atomic(target, {"a": 1, "p": tmp_path})
+    text = target.read_text()
+    assert text.endswith("\n")
+    assert json.loads(text) == {"a": 1, "p": str(tmp_path)}
