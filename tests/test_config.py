@@ -1,5 +1,4 @@
 """The configuration tree of `agent train` (agent.train.config): validation once, TOML, resolution."""
-from dataclasses import replace
 from pathlib import Path
 
 import pytest

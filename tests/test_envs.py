@@ -1,5 +1,4 @@
 import numpy as np
-import pytest
 
 from envs.carracing import PRIVILEGED_DIM, OffTrackTermination, make_carracing
 

@@ -11,7 +11,6 @@ import threading
 
 import numpy as np
 import pytest
-import torch
 
 from agent.drive.config import DriveConfig, parse_drive_args
 from agent.drive.session import DriveSession, run_drive

@@ -24,8 +24,6 @@ from __future__ import annotations
 import os
 import time
 
-import numpy as np
-
 from agent.actors.loading import load_policy, make_actor, make_carracing_for
 from agent.actors.rollout import rollout
 from agent.actors.vector import batch_actor_for, close, envs_for, vector_rollouts

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 DEFAULT_ACTION_NAMES = ("nothing", "right", "left", "gas", "brake")  # CarRacing's (envs.carracing.ACTION_NAMES)
-from agent.actors.rollout import STEERING_CLASSES, steering_class  # noqa: F401 - re-exported for the HUD's users
+from agent.actors.rollout import STEERING_CLASSES, STEERING_DEADBAND, steering_class  # noqa: F401 - re-exported for the HUD's users
 
 
 @dataclass

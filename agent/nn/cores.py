@@ -38,7 +38,6 @@ at most ``window`` feature vectors (never a CNN pass).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
