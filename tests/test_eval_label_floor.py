@@ -115,8 +115,9 @@ def test_recording_floor_reads_the_csv_like_the_reader(tmp_path):
     means = floor_means([{**fl, "track": "lake"}, {**fl, "track": "lake"}], (0.5,))
     assert means["lake"]["n_recordings"] == 2 and means["all"]["ratio_of_means"]["0.5"] == pytest.approx(
         fl["oracle_ratio"]["0.5"])
+    (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="driving_log.csv"):
-        recording_floor(tmp_path)
+        recording_floor(tmp_path / "empty")
 
 
 def _fold(out, driver, track, mse, zero, **extra):

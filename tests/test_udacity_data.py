@@ -173,3 +173,24 @@ def test_augmented_window_and_sampling(tmp_path):
 def test_jpeg_writer_roundtrip(tmp_path):
     write_jpeg(tmp_path / "x.jpg", frame(0))
     assert (tmp_path / "x.jpg").read_bytes()[:2] == b"\xff\xd8"
+
+
+def test_recording_found_below_a_wrapping_folder(tmp_path):
+    """Public recordings unpack as driver+repo/Data/driving_log.csv: the top folder is enough, but only
+    when it holds one recording (several: an error that lists them)."""
+    from agent.data.udacity import SEARCH_DEPTH, find_driving_log
+
+    root, _ = write_recording(tmp_path / "driver" / "Data" / "track", n=3)
+    assert find_driving_log(tmp_path / "driver") == root / "driving_log.csv"
+    assert len(load_recording(tmp_path / "driver", progress=False)) == 3
+    write_recording(tmp_path / "driver" / "Other", n=2)  # a shallower one is found first
+    assert find_driving_log(tmp_path / "driver") == tmp_path / "driver" / "Other" / "driving_log.csv"
+    write_recording(tmp_path / "driver" / "Data2", n=2)
+    with pytest.raises(ValueError, match=r"holds 2 Udacity recordings .*Data2.*Other.*pass each one"):
+        load_recording(tmp_path / "driver", progress=False)
+    deep = tmp_path / "deep"
+    write_recording(deep.joinpath(*["d"] * (SEARCH_DEPTH + 1)), n=2)
+    with pytest.raises(FileNotFoundError, match=f"up to {SEARCH_DEPTH} levels below"):
+        find_driving_log(deep)
+    with pytest.raises(FileNotFoundError, match="no such file or folder"):
+        find_driving_log(tmp_path / "missing")

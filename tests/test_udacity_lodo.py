@@ -55,8 +55,9 @@ def test_cache_bad_rows_skip_and_error(tmp_path):
     assert rec.rows.tolist() == [1, 3, 5] and rec.crops.shape[0] == 3 and [b.row for b in rec.bad_rows] == [2, 4]
     with pytest.raises(ValueError, match=r"2 bad row\(s\).*row 2.*row 4"):
         load_cached(root, tmp_path / "cache", on_bad_row="error", progress=False)
+    (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="driving_log.csv"):
-        load_cached(tmp_path, tmp_path / "cache", progress=False)
+        load_cached(tmp_path / "empty", tmp_path / "cache", progress=False)
 
 
 def test_crop_augmentation_matches_raw_augmentation():
@@ -152,7 +153,8 @@ def test_cli_evaluate_many_recordings(tmp_path, capsys):
     one = json.loads(js.read_text())
     assert rc == 0 and one["n_frames"] == 8 and np.isclose(one["ratio"], one["mse"] / one["zero_mse"])
     assert (one["file_sha256"], one["weights_sha256"]) == (ident["file_sha256"], ident["weights_sha256"])
-    assert main(["evaluate", "--env", "udacity", "--policy", str(pol), "--data", data[0], str(tmp_path)]) == 2
+    (tmp_path / "empty").mkdir()
+    assert main(["evaluate", "--env", "udacity", "--policy", str(pol), "--data", data[0], str(tmp_path / "empty")]) == 2
     assert "not a Udacity recording" in capsys.readouterr().err
 
 

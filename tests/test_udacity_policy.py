@@ -248,7 +248,11 @@ def test_cli_train_and_evaluate_smoke(tmp_path, capsys):
     rc = main(["train", "--env", "udacity", "--data", str(root), "--out", str(tmp_path / "x.pt"), "--run-dir",
                str(tmp_path / "x"), "--train.epochs", "1", "--udacity.on-bad-row", "error", "--train.tensorboard", ""])
     assert rc == 2 and "row 1: missing image" in capsys.readouterr().err
+    assert main(["evaluate", "--env", "udacity", "--policy", str(out), "--data", str(tmp_path / "tb")]) == 2
+    assert "is not a Udacity recording (no driving_log.csv in it)" in capsys.readouterr().err
+    write_recording(tmp_path / "rec2", n=4)  # two recordings below one folder: which one is meant is not guessed
     assert main(["evaluate", "--env", "udacity", "--policy", str(out), "--data", str(tmp_path)]) == 2
+    assert "holds 2 Udacity recordings" in capsys.readouterr().err
     assert main(["evaluate", "--env", "carracing", "--policy", str(out), "--episodes", "1"]) == 2
     assert "policy for --env udacity" in capsys.readouterr().err
     # options of the other simulator are refused with a clear message

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import tyro
 
-from agent.data.udacity import load_recording
+from agent.data.udacity import find_driving_log, load_recording
 from agent.data.udacity_cache import DEFAULT_CACHE_DIR, load_cached
 from agent.train.config import ConfigError, TeacherSection
 from agent.train.lodo import driver_names
@@ -49,9 +49,21 @@ def teacher_rule_options(teacher: TeacherSection) -> list[str]:
 
 
 def check_udacity_folders(data: list[str]) -> None:
+    """Each of ``data`` is a Udacity recording: a ``driving_log.csv``, its folder, or a folder with one
+    recording below it (:func:`agent.data.udacity.find_driving_log`).
+
+    Raises:
+        CLIError: one that is not, with what was found.
+    """
     for d in data:
-        if not (Path(d) / "driving_log.csv").is_file() and not (Path(d).is_file() and Path(d).suffix == ".csv"):
-            raise CLIError(f"{d} is not a Udacity recording (no driving_log.csv in it)")
+        if Path(d).is_file() and Path(d).suffix != ".csv":
+            raise CLIError(f"{d} is not a Udacity recording (give its folder or its driving_log.csv)")
+        try:
+            find_driving_log(d)
+        except FileNotFoundError:
+            raise CLIError(f"{d} is not a Udacity recording (no driving_log.csv in it)") from None
+        except ValueError as exc:
+            raise CLIError(str(exc)) from None
 
 
 def driver_tracks(tracks: dict[str, str], data: list[str], option: str = "lodo.tracks") -> dict[str, str]:

@@ -187,6 +187,52 @@ def _decode(path: Path) -> np.ndarray | str:
         return f"unreadable image IMG/{path.name}: it {exc}"
 
 
+#: how many folder levels below a given folder :func:`find_driving_log` looks for the recording
+#: (public recordings are often zipped with one or two wrapping folders: ``Data/``, ``track/``)
+SEARCH_DEPTH = 3
+
+
+def find_driving_log(path: str | Path) -> Path:
+    """The ``driving_log.csv`` of a recording given as the file, its folder, or a folder above it.
+
+    A folder without a ``driving_log.csv`` of its own is searched up to :data:`SEARCH_DEPTH` levels
+    down (hidden folders skipped); exactly one recording found there is taken. This is how public
+    recordings unpack (``driver+repo/Data/driving_log.csv``).
+
+    Args:
+        path: a ``driving_log.csv``, the folder holding it, or a folder above that one.
+
+    Returns:
+        The path of the CSV file.
+
+    Raises:
+        FileNotFoundError: nothing at ``path``, or a folder with no recording within
+            :data:`SEARCH_DEPTH` levels.
+        ValueError: a folder holding several recordings below it: the message lists them, so one
+            can be passed (each recording is one driver and one session).
+    """
+    path = Path(path)
+    if path.is_file():
+        return path
+    if not path.is_dir():
+        raise FileNotFoundError(f"no Udacity recording at {path}: there is no such file or folder")
+    if (path / "driving_log.csv").is_file():
+        return path / "driving_log.csv"
+    found, level = [], [path]
+    for _ in range(SEARCH_DEPTH):
+        level = sorted(d for p in level for d in p.iterdir() if d.is_dir() and not d.name.startswith("."))
+        found = [d / "driving_log.csv" for d in level if (d / "driving_log.csv").is_file()]
+        if found or not level:
+            break
+    if not found:
+        raise FileNotFoundError(f"no Udacity recording at {path} (expected a driving_log.csv inside it, or in a "
+                                f"folder up to {SEARCH_DEPTH} levels below)")
+    if len(found) > 1:
+        shown = "; ".join(str(f.parent) for f in found[:8]) + ("; ..." if len(found) > 8 else "")
+        raise ValueError(f"{path} holds {len(found)} Udacity recordings ({shown}): pass each one as its own path")
+    return found[0]
+
+
 def parse_log(path: str | Path, on_bad_row: str = "skip") -> tuple[Path, list, list[BadRow]]:
     """Pass 1 of reading a recording: parse ``driving_log.csv`` without decoding any image.
 
@@ -196,7 +242,8 @@ def parse_log(path: str | Path, on_bad_row: str = "skip") -> tuple[Path, list, l
     name. Lines are read at most :data:`MAX_CSV_LINE_CHARS` characters at a time.
 
     Args:
-        path: the recording folder or its ``driving_log.csv``.
+        path: the recording folder (or a folder above it, :func:`find_driving_log`) or its
+            ``driving_log.csv``.
         on_bad_row: "skip" or "error" (checked here; the caller acts on the bad rows).
 
     Returns:
@@ -205,17 +252,13 @@ def parse_log(path: str | Path, on_bad_row: str = "skip") -> tuple[Path, list, l
         ``bad`` the :class:`BadRow` s found so far (decoding may find more).
 
     Raises:
-        FileNotFoundError: no CSV at ``path``.
-        ValueError: an unknown ``on_bad_row``; a line longer than :data:`MAX_CSV_LINE_CHARS` or
+        FileNotFoundError: no CSV at ``path`` (:func:`find_driving_log`).
+        ValueError: several recordings below ``path``; an unknown ``on_bad_row``; a line longer than :data:`MAX_CSV_LINE_CHARS` or
             one the csv module cannot parse (the message names the file and the line).
     """
     if on_bad_row not in ("skip", "error"):
         raise ValueError(f"on_bad_row must be 'skip' or 'error', got {on_bad_row!r}")
-    path = Path(path)
-    csv_path = path / "driving_log.csv" if path.is_dir() else path
-    if not csv_path.is_file():
-        raise FileNotFoundError(f"no Udacity recording at {path} (expected a driving_log.csv"
-                                f"{' inside it' if path.is_dir() else ''})")
+    csv_path = find_driving_log(path)
     img_dir = csv_path.parent / "IMG"
     bad: list[BadRow] = []
     good: list[tuple[int, list[Path], list[float], datetime]] = []
@@ -578,6 +621,7 @@ def augmented_window(rec: UdacityRecording, index: np.ndarray, params: AugmentPa
 
 
 __all__ = ["AugmentConfig", "AugmentParams", "BadRow", "CAMERAS", "CROP_ROWS", "FRAME_SHAPE", "INPUT_SHAPE",
-           "MAX_CSV_LINE_CHARS", "MAX_SPEED_MPH", "OFFSET_BAND", "UdacityRecording", "VALUE_RANGES", "augment_frames",
-           "augment_steering", "augmented_window", "camera_offset", "camera_shifts", "find_segments", "load_recording",
-           "measure_camera_offset", "parse_log", "preprocess", "timestamp_of", "value_out_of_range"]
+           "MAX_CSV_LINE_CHARS", "MAX_SPEED_MPH", "OFFSET_BAND", "SEARCH_DEPTH", "UdacityRecording", "VALUE_RANGES",
+           "augment_frames", "augment_steering", "augmented_window", "camera_offset", "camera_shifts",
+           "find_driving_log", "find_segments", "load_recording", "measure_camera_offset", "parse_log", "preprocess",
+           "timestamp_of", "value_out_of_range"]

@@ -28,7 +28,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
-from agent.data.udacity import BadRow, find_segments, parse_log
+from agent.data.udacity import BadRow, find_driving_log, find_segments, parse_log
 from agent.eval.steering import (CURVE_THRESHOLD, INTENT_HALF_WIDTH_S, curve_magnitude, intent_scores, pearson,
                                  right_way, smooth_in_time, smoothed_ratio)
 from envs.udacity.camera import CameraImageError, decode_camera_jpeg
@@ -82,15 +82,19 @@ def load_replay(path: str | Path) -> ReplayRecording:
     used are skipped and listed in ``bad_rows`` (:func:`skipped_text` says which).
 
     Raises:
-        ReplayError: no such folder, no driving_log.csv in it, no IMG/ beside it, a CSV that cannot be
+        ReplayError: no such folder, no driving_log.csv in it (or in one folder below it,
+            :func:`agent.data.udacity.find_driving_log`), several recordings below it, no IMG/ beside it, a CSV that cannot be
             parsed, or no usable row; one line with the fix.
     """
     folder = Path(path)
     if not folder.exists():
         raise ReplayError(f"--replay {path}: no such folder; {FIX}")
-    csv_path = folder / "driving_log.csv" if folder.is_dir() else folder
-    if not csv_path.is_file():
-        raise ReplayError(f"--replay {path}: no driving_log.csv in it; {FIX}")
+    try:
+        csv_path = find_driving_log(folder)
+    except FileNotFoundError:
+        raise ReplayError(f"--replay {path}: no driving_log.csv in it; {FIX}") from None
+    except ValueError as exc:
+        raise ReplayError(f"--replay {exc}") from None
     img_dir = csv_path.parent / "IMG"
     if not img_dir.is_dir():
         raise ReplayError(f"--replay {path}: no IMG/ folder beside driving_log.csv; copy the recording's IMG/ folder "
