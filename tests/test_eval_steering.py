@@ -9,7 +9,7 @@ import pytest
 from udacity_fixture import write_recording
 
 from agent.eval.offline import summarize_by_track
-from agent.eval.steering import (curve_magnitude, intent_scores, pearson, right_way, smooth_in_time,
+from agent.eval.steering import (curve_magnitude, error_split, intent_scores, pearson, right_way, smooth_in_time,
                                  smoothed_ratio, timing)
 
 # a smoothed-label trace with left (negative) and right (positive) curves and straight parts
@@ -78,7 +78,31 @@ def test_undefined_measures_are_nan():
     assert w["right_share"] == 1.0 and math.isnan(w["left_share"])
 
 
-@pytest.mark.parametrize("fn", [smoothed_ratio, pearson, right_way, curve_magnitude])
+def test_error_split_tells_wandering_from_over_and_under_steering():
+    curve = np.abs(SMOOTH) > 0.05
+    assert math.isnan(error_split(SMOOTH, SMOOTH)["straight_error_share"])  # no error anywhere
+    e = error_split(SMOOTH, SMOOTH)
+    assert e["curve_signed_excess"] == pytest.approx(0.0) and e["n_straight"] == int((~curve).sum()) == 5
+    wander = SMOOTH + np.where(curve, 0.0, 0.2)  # exact in curves, 0.2 off on every straight frame
+    w = error_split(wander, SMOOTH)
+    assert w["straight_error_share"] == pytest.approx(1.0) and w["curve_signed_excess"] == pytest.approx(0.0)
+    assert w["straight_mean_abs_pred"] == pytest.approx(np.mean(np.abs(wander[~curve])))
+    over = error_split(1.5 * SMOOTH, SMOOTH)
+    assert over["curve_signed_excess"] == pytest.approx(0.5 * np.mean(np.abs(SMOOTH[curve])))
+    assert over["curve_signed_excess"] > 0
+    assert error_split(0.5 * SMOOTH, SMOOTH)["curve_signed_excess"] == pytest.approx(-over["curve_signed_excess"])
+    wrong = error_split(-SMOOTH, SMOOTH)  # the wrong way counts as less than nothing
+    assert wrong["curve_signed_excess"] == pytest.approx(-2 * np.mean(np.abs(SMOOTH[curve])))
+    # by hand: squared errors 0.01 (straight) and 0.04 (curve): 20 % of the error on the straight
+    h = error_split([0.1, 0.5], [0.0, 0.3])
+    assert h["straight_error_share"] == pytest.approx(0.2) and h["curve_signed_excess"] == pytest.approx(0.2)
+    assert h["straight_mean_abs_pred"] == pytest.approx(0.1) and h["n_straight"] == 1
+    only_curves = error_split([0.2], [0.3])
+    assert math.isnan(only_curves["straight_mean_abs_pred"]) and only_curves["straight_error_share"] == 0.0
+    assert math.isnan(error_split([0.0], [0.01])["curve_signed_excess"])  # no curve frame
+
+
+@pytest.mark.parametrize("fn", [smoothed_ratio, pearson, right_way, curve_magnitude, error_split])
 @pytest.mark.parametrize("args, message", [
     (([0.1, 0.2, 0.3], [0.1, 0.2]), "3 frames but the smoothed labels 2"),
     (([], []), "no frames"),
@@ -91,7 +115,7 @@ def test_bad_input_is_refused_clearly(fn, args, message):
 
 
 def test_bad_threshold_is_refused():
-    for fn in (right_way, curve_magnitude):
+    for fn in (right_way, curve_magnitude, error_split):
         with pytest.raises(ValueError, match="threshold"):
             fn([0.1], [0.1], threshold=-0.1)
 
@@ -171,7 +195,8 @@ def tiny(tmp_path_factory):
 
 INTENT_KEYS = ("intent_half_width_s", "curve_threshold", "smoothed_mse", "smoothed_zero_mse", "smoothed_ratio",
                "smoothed_corr", "right_way", "right_way_left", "right_way_right", "n_curve", "n_left", "n_right",
-               "curve_mean_abs_pred", "curve_mean_abs_label", "curve_abs_ratio")
+               "curve_mean_abs_pred", "curve_mean_abs_label", "curve_abs_ratio", "straight_error_share",
+               "straight_mean_abs_pred", "curve_signed_excess", "n_straight")
 
 
 def test_evaluate_udacity_scores_its_own_predictions(tiny):
@@ -191,6 +216,10 @@ def test_evaluate_udacity_scores_its_own_predictions(tiny):
     assert res["smoothed_corr"] == pytest.approx(pearson(pred, sm), rel=1e-6, abs=1e-9)
     assert res["right_way"] == right_way(pred, sm)["share"] and res["n_right"] == 0 and res["n_left"] > 0
     assert res["right_way_right"] is None  # no right curve on a left-only recording: None in the JSON
+    split = error_split(pred, sm)
+    assert res["straight_error_share"] == pytest.approx(split["straight_error_share"], rel=1e-6)
+    assert res["curve_signed_excess"] == pytest.approx(split["curve_signed_excess"], rel=1e-6)
+    assert res["n_straight"] + res["n_curve"] == res["n_frames"]
     assert "series" not in evaluate_udacity(policy, rec, progress=False)
 
 
@@ -227,7 +256,8 @@ def test_cli_reports_the_intent_scores_per_recording_and_track(tiny, capsys):
     js1 = tmp / "one.json"
     assert main(["evaluate", "--env", "udacity", "--policy", str(pol), "--data", data[0], "--json", str(js1),
                  "--udacity.crop-cache", ""]) == 0
-    assert "against the driver's intent" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "against the driver's intent" in printed and "of it on straight frames" in printed
     one = json.loads(js1.read_text())
     assert all(k in one for k in INTENT_KEYS) and one["n_curve"] == one["n_right"] > 0
 

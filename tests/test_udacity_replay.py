@@ -56,7 +56,10 @@ def _summary_values(out: str) -> dict:
             "smoothed_corr": rf"Pearson r {num}", "right_way": rf"turned the right way {num}",
             "right_way_left": rf"\(left {num},", "right_way_right": rf", right {num}\); mean",
             "curve_mean_abs_pred": rf"mean \|steering\| {num} against", "curve_mean_abs_label": rf"the driver's {num}$",
-            "n_curve": r"\|smoothed\| > 0.05: (\d+),", "n_left": r"(\d+) left", "n_right": r"(\d+) right\)"}
+            "n_curve": r"\|smoothed\| > 0.05: (\d+),", "n_left": r"(\d+) left", "n_right": r"(\d+) right\)",
+            "straight_error_share": rf"where the error lies: {num} of it on straight frames",
+            "straight_mean_abs_pred": rf"\|steering\| there {num}\)",
+            "curve_signed_excess": rf"exceeds the driver's by ([+-][0-9.]+|-) on average"}
     found = {}
     for key, pat in pats.items():
         m = re.search(pat, out, re.M)

@@ -330,6 +330,11 @@ def _print_one(path: Path, data: str, res: dict) -> None:
           f"{res['n_right']} right): turned the right way {_fmt(res['right_way'], '.2f')} (left "
           f"{_fmt(res['right_way_left'], '.2f')}, right {_fmt(res['right_way_right'], '.2f')}); mean |steering| "
           f"{_fmt(res['curve_mean_abs_pred'], '.3f')} against the driver's {_fmt(res['curve_mean_abs_label'], '.3f')}")
+    if res.get("straight_error_share") is not None:
+        print(f"  where the error lies: {_fmt(res['straight_error_share'], '.0%')} of it on straight frames "
+              f"(|smoothed| <= {res['curve_threshold']:g}, mean |steering| there "
+              f"{_fmt(res['straight_mean_abs_pred'], '.3f')}); in curves the steering exceeds the driver's by "
+              f"{_fmt(res['curve_signed_excess'], '+.3f')} on average (- = less, or the wrong way)")
     if res.get("best_lag_s") is not None:
         print(f"  timing: shifted {res['best_lag_s']:+.2f} s (+ = the policy late) the predictions correlate best, "
               f"r {_fmt(res['corr_at_best_lag'], '.2f')}, smoothed ratio {_fmt(res['smoothed_ratio_at_best_lag'], '.2f')}")

@@ -263,6 +263,10 @@ def summary_lines(recording: ReplayRecording, sent: int, answered: int, resent: 
                f"{s['n_right']} right): turned the right way {_num(s['right_way'], '.4f')} (left "
                f"{_num(s['right_way_left'], '.4f')}, right {_num(s['right_way_right'], '.4f')}); mean |steering| "
                f"{_num(s['curve_mean_abs_pred'], '.4f')} against the driver's {_num(s['curve_mean_abs_label'], '.4f')}")
+    if s.get("straight_error_share") is not None:
+        out.append(f"  where the error lies: {_num(s['straight_error_share'], '.4f')} of it on straight frames (mean "
+                   f"|steering| there {_num(s['straight_mean_abs_pred'], '.4f')}); in curves the steering exceeds the "
+                   f"driver's by {_num(s['curve_signed_excess'], '+.4f')} on average (- = less, or the wrong way)")
     if s.get("best_lag_s") is not None and math.isfinite(s["best_lag_s"]):
         out.append(f"  timing: shifted {s['best_lag_s']:+.2f} s (+ = the policy late) the steering correlates best, "
                    f"r {_num(s['corr_at_best_lag'], '.4f')}, smoothed ratio {_num(s['smoothed_ratio_at_best_lag'], '.4f')}")

@@ -119,7 +119,9 @@ def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = Tr
         (``|smoothed| > curve_threshold`` = 0.05) ``right_way`` / ``right_way_left`` /
         ``right_way_right`` (share turned the smoothed label's way; left is negative steering),
         ``n_curve`` / ``n_left`` / ``n_right``, ``curve_mean_abs_pred``, ``curve_mean_abs_label``,
-        ``curve_abs_ratio``, ``best_lag_s``, ``corr_at_best_lag`` and ``smoothed_ratio_at_best_lag``
+        ``curve_abs_ratio``, ``straight_error_share`` / ``straight_mean_abs_pred`` /
+        ``curve_signed_excess`` / ``n_straight`` (:func:`agent.eval.steering.error_split`),
+        ``best_lag_s``, ``corr_at_best_lag`` and ``smoothed_ratio_at_best_lag``
         (:func:`agent.eval.steering.timing`); None where undefined (no curve frame, every smoothed label 0,
         a constant prediction). With ``series``: ``series`` = {``t``, ``pred``, ``label``,
         ``smoothed``: (N,) arrays, ``segments``: (S, 2)}.
@@ -176,7 +178,8 @@ def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = Tr
 
 #: per-recording intent scores that :func:`summarize_recordings` averages (mean over the recordings that have one)
 INTENT_MEANS = ("smoothed_corr", "right_way", "right_way_left", "right_way_right", "curve_mean_abs_pred",
-                "curve_mean_abs_label", "curve_abs_ratio", "best_lag_s", "corr_at_best_lag", "smoothed_ratio_at_best_lag")
+                "curve_mean_abs_label", "curve_abs_ratio", "straight_error_share", "straight_mean_abs_pred",
+                "curve_signed_excess", "best_lag_s", "corr_at_best_lag", "smoothed_ratio_at_best_lag")
 
 
 def _mean(values) -> float | None:
@@ -194,7 +197,7 @@ def summarize_recordings(results: list[dict]) -> dict:
     the driver's intent, ``smoothed_ratio_of_means`` (mean ``smoothed_mse`` / mean
     ``smoothed_zero_mse``) and ``smoothed_mean_ratio`` (mean of the ratios), the means of
     :data:`INTENT_MEANS` over the recordings where each is defined (None where none is), and
-    ``n_curve`` / ``n_left`` / ``n_right`` (totals); these are None or absent for results
+    ``n_curve`` / ``n_left`` / ``n_right`` / ``n_straight`` (totals); these are None or absent for results
     without intent scores.
     """
     if not results:
@@ -217,7 +220,7 @@ def summarize_recordings(results: list[dict]) -> dict:
         out.update(smoothed_ratio_of_means=s_mse / s_zero if s_zero > 0 else None,
                    smoothed_mean_ratio=_mean(r.get("smoothed_ratio") for r in results),
                    **{k: _mean(r.get(k) for r in results) for k in INTENT_MEANS},
-                   **{k: int(sum(r.get(k) or 0 for r in results)) for k in ("n_curve", "n_left", "n_right")})
+                   **{k: int(sum(r.get(k) or 0 for r in results)) for k in ("n_curve", "n_left", "n_right", "n_straight")})
     return out
 
 

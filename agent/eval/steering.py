@@ -25,6 +25,11 @@ with ``exclude_self=False``), here used as the target rather than as a predictor
   (a policy late or early against the driver) rather than the shape or size of its steering
   (the project's own diagnostic; the lag of the cross-correlation peak, a standard estimate of a
   delay, e.g. Knapp and Carter 1976).
+- :func:`error_split`: where the error against the intent lies: the share of the squared error
+  on straight frames (``|smoothed| <= threshold``), the mean ``|prediction|`` there, and on curve
+  frames the mean signed excess ``pred * sign(smoothed) - |smoothed|`` (+ = steers more than the
+  driver meant, - = less or the wrong way); the project's own diagnostic, so a ratio above 1 can be
+  read as wandering on straights or over-steering in curves.
 - :func:`intent_scores`: all of them for one recording from its raw labels and capture times.
 
 Convention (:mod:`agent.data.udacity`): steering is normalised to [-1, 1], 1.0 = 25 degrees,
@@ -192,6 +197,41 @@ def curve_magnitude(pred, smoothed, threshold: float = CURVE_THRESHOLD) -> dict:
     return {"mean_abs_pred": a, "mean_abs_label": b, "ratio": a / b, "n_curve": int(curve.sum())}
 
 
+def error_split(pred, smoothed, threshold: float = CURVE_THRESHOLD) -> dict:
+    """Where the squared error against the smoothed labels lies: straight frames or curves, and in
+    curves whether the prediction steers too much or too little.
+
+    Straight frames have ``|smoothed| <= threshold``, curve frames ``|smoothed| > threshold`` (as
+    :func:`right_way`). The squared error ``(pred - smoothed) ** 2`` summed over straight frames,
+    over its sum over all frames, is the straights' share of the MSE (the smoothed ratio's
+    numerator); the rest is the curves'.
+
+    Args:
+        pred: (N,) predicted steering.
+        smoothed: (N,) smoothed labels.
+        threshold: normalised steering >= 0 (default 0.05).
+
+    Returns:
+        dict with ``straight_error_share`` (in [0, 1]; NaN when the error is 0 everywhere),
+        ``straight_mean_abs_pred`` (mean ``|pred|`` on straight frames; NaN when there are none),
+        ``curve_signed_excess`` (mean of ``pred * sign(smoothed) - |smoothed|`` on curve frames,
+        normalised steering: + over-steers, - under-steers or turns the wrong way; NaN when there
+        is no curve frame) and ``n_straight``.
+
+    Raises:
+        ValueError: arrays not 1-D, of different lengths, empty or not finite; a negative threshold.
+    """
+    p, s = _pair(pred, smoothed)
+    curve = np.abs(s) > _threshold(threshold)
+    sq = (p - s) ** 2
+    total = float(sq.sum())
+    return {"straight_error_share": float(sq[~curve].sum()) / total if total > 0 else math.nan,
+            "straight_mean_abs_pred": float(np.mean(np.abs(p[~curve]))) if (~curve).any() else math.nan,
+            "curve_signed_excess": float(np.mean(p[curve] * np.sign(s[curve]) - np.abs(s[curve])))
+            if curve.any() else math.nan,
+            "n_straight": int((~curve).sum())}
+
+
 MAX_LAG_S = 1.0  # seconds either way that :func:`timing` searches
 
 
@@ -276,8 +316,10 @@ def intent_scores(pred, steering, timestamps, *, segments=None, half_width_s: fl
         ``half_width_s``, ``curve_threshold``, ``smoothed_mse``, ``smoothed_zero_mse``,
         ``smoothed_ratio``, ``smoothed_corr`` (Pearson r), ``right_way``, ``right_way_left``,
         ``right_way_right``, ``n_curve``, ``n_left``, ``n_right``, ``curve_mean_abs_pred``,
-        ``curve_mean_abs_label``, ``curve_abs_ratio``, and from :func:`timing` ``best_lag_s``,
-        ``corr_at_best_lag`` and ``smoothed_ratio_at_best_lag`` (NaN where undefined, as above).
+        ``curve_mean_abs_label``, ``curve_abs_ratio``, from :func:`error_split`
+        ``straight_error_share``, ``straight_mean_abs_pred``, ``curve_signed_excess`` and
+        ``n_straight``, and from :func:`timing` ``best_lag_s``, ``corr_at_best_lag`` and
+        ``smoothed_ratio_at_best_lag`` (NaN where undefined, as above).
 
     Raises:
         ValueError: ``pred`` and ``steering`` of different lengths, or as :func:`smooth_in_time`.
@@ -289,6 +331,7 @@ def intent_scores(pred, steering, timestamps, *, segments=None, half_width_s: fl
     sm = smooth_in_time(steering, timestamps, half_width_s, segments=segments)
     r, way, mag = smoothed_ratio(p, sm), right_way(p, sm, threshold), curve_magnitude(p, sm, threshold)
     lag = timing(p, sm, timestamps, segments=segments)
+    split = error_split(p, sm, threshold)
     return {"smoothed": sm, "scores": {
         "half_width_s": float(half_width_s), "curve_threshold": float(threshold),
         "smoothed_mse": r["mse"], "smoothed_zero_mse": r["zero_mse"], "smoothed_ratio": r["ratio"],
@@ -296,9 +339,9 @@ def intent_scores(pred, steering, timestamps, *, segments=None, half_width_s: fl
         "right_way": way["share"], "right_way_left": way["left_share"], "right_way_right": way["right_share"],
         "n_curve": way["n_curve"], "n_left": way["n_left"], "n_right": way["n_right"],
         "curve_mean_abs_pred": mag["mean_abs_pred"], "curve_mean_abs_label": mag["mean_abs_label"],
-        "curve_abs_ratio": mag["ratio"], "best_lag_s": lag["lag_s"], "corr_at_best_lag": lag["corr_at_lag"],
+        "curve_abs_ratio": mag["ratio"], **split, "best_lag_s": lag["lag_s"], "corr_at_best_lag": lag["corr_at_lag"],
         "smoothed_ratio_at_best_lag": lag["ratio_at_lag"]}}
 
 
-__all__ = ["CURVE_THRESHOLD", "INTENT_HALF_WIDTH_S", "MAX_LAG_S", "curve_magnitude", "intent_scores", "pearson",
-           "right_way", "smooth_in_time", "smoothed_ratio", "timing"]
+__all__ = ["CURVE_THRESHOLD", "INTENT_HALF_WIDTH_S", "MAX_LAG_S", "curve_magnitude", "error_split", "intent_scores",
+           "pearson", "right_way", "smooth_in_time", "smoothed_ratio", "timing"]

@@ -110,7 +110,8 @@ def subsample_blocks(rec, fraction: float, block: int, rng: np.random.Generator)
 #: the scores against the driver's intent that a fold keeps (:func:`agent.eval.offline.evaluate_udacity`)
 INTENT_KEYS = ("intent_half_width_s", "smoothed_mse", "smoothed_zero_mse", "smoothed_ratio", "smoothed_corr",
                "right_way", "right_way_left", "right_way_right", "n_curve", "n_left", "n_right",
-               "curve_mean_abs_pred", "curve_mean_abs_label", "curve_abs_ratio", "best_lag_s", "corr_at_best_lag",
+               "curve_mean_abs_pred", "curve_mean_abs_label", "curve_abs_ratio", "straight_error_share",
+               "straight_mean_abs_pred", "curve_signed_excess", "n_straight", "best_lag_s", "corr_at_best_lag",
                "smoothed_ratio_at_best_lag")
 
 
