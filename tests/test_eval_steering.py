@@ -220,6 +220,19 @@ def test_evaluate_udacity_scores_its_own_predictions(tiny):
     assert res["straight_error_share"] == pytest.approx(split["straight_error_share"], rel=1e-6)
     assert res["curve_signed_excess"] == pytest.approx(split["curve_signed_excess"], rel=1e-6)
     assert res["n_straight"] + res["n_curve"] == res["n_frames"]
+    moving = rec.speed >= 5.0
+    assert moving.all() and res["moving_smoothed_ratio"] == pytest.approx(res["smoothed_ratio"], rel=1e-9)
+    rec.speed[: len(rec) // 2] = 0.0  # the car stopped for the first half: scored on the second half only
+    half = evaluate_udacity(policy, rec, progress=False)
+    later = slice(len(rec) // 2, None)
+    assert half["n_moving"] == len(rec) - len(rec) // 2 and half["moving_smoothed_ratio"] is not None
+    for key, want in (("moving_smoothed_ratio", smoothed_ratio(pred[later], sm[later])["ratio"]),
+                      ("moving_smoothed_corr", pearson(pred[later], sm[later]))):
+        if math.isnan(want):  # undefined (e.g. a constant prediction): None in the JSON
+            assert half[key] is None, key
+        else:
+            assert half[key] == pytest.approx(want, rel=1e-6, abs=1e-9), key
+    assert half["smoothed_ratio"] == pytest.approx(res["smoothed_ratio"], rel=1e-9)  # the headline keeps every frame
     assert "series" not in evaluate_udacity(policy, rec, progress=False)
 
 

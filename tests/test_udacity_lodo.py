@@ -94,6 +94,17 @@ def test_cached_source_windows_and_straight_sampling(tmp_path):
     assert item["learn"].tolist() == keep[:4].tolist()
     with pytest.raises(ValueError, match="straight_keep"):
         UdacitySource([rec], straight_keep=0.0)
+    # stopped frames (the driver waiting at the start line) leave the loss, and stay in the windows
+    rec.speed[:3] = [0.0, 2.0, 4.9]
+    moving = UdacitySource([rec], min_speed=5.0)
+    assert moving.loss_mask(0, 0, 12).tolist() == [False] * 3 + [True] * 9
+    assert moving.window(0, 0, 4)[0].shape[0] == 4 and "3 slower than 5 mph left out of the loss" in moving.describe()
+    both = UdacitySource([rec], straight_keep=0.3, seed=1, min_speed=5.0).loss_mask(0, 0, 12)
+    assert both.tolist() == (keep & (rec.speed >= 5.0)).tolist() and not both[2]  # steering, but stopped
+    assert moving.split(0.25)[0].loss_mask(0, 0, 9).tolist() == [False] * 3 + [True] * 6
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="min_speed must be a speed in mph >= 0"):
+            UdacitySource([rec], min_speed=bad)
 
 
 def test_causal_smoothing(tmp_path):
@@ -256,6 +267,8 @@ def test_cli_train_on_cached_recordings(tmp_path, capsys):
     assert rc == 2 and "udacity.straight_keep must be in (0, 1]" in err
     rc, err = run_cli([*common, "--udacity.smooth-labels", "4"], capsys)
     assert rc == 2 and "udacity.smooth_labels must be an odd number" in err
+    rc, err = run_cli([*common, "--udacity.min-speed", "-1"], capsys)
+    assert rc == 2 and "udacity.min_speed must be a speed in mph >= 0" in err
 
 
 def test_cli_train_subsample_follows_the_lodo_cut(tmp_path, capsys):

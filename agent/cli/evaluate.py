@@ -322,7 +322,9 @@ def _print_one(path: Path, data: str, res: dict) -> None:
     if res["n_moving"]:
         print(f"  while moving (>= {res['min_speed_mph']:g} mph, {res['n_moving']} frames): "
               f"MSE {res['moving_mse']:.4f}, "
-              f"MAE {res['moving_mae']:.4f}; predict-0 MSE {res['moving_zero_mse']:.4f}")
+              f"MAE {res['moving_mae']:.4f}; predict-0 MSE {res['moving_zero_mse']:.4f}; against the driver's intent "
+              f"smoothed ratio {_fmt(res.get('moving_smoothed_ratio'), '.2f')}, Pearson r "
+              f"{_fmt(res.get('moving_smoothed_corr'), '.2f')}")
     print(f"  against the driver's intent (labels averaged over ±{res['intent_half_width_s']:g} s): MSE "
           f"{res['smoothed_mse']:.4f}, smoothed ratio {_fmt(res['smoothed_ratio'], '.2f')} (predict-0 MSE "
           f"{res['smoothed_zero_mse']:.4f}), Pearson r {_fmt(res['smoothed_corr'], '.2f')}")

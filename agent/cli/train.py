@@ -396,7 +396,7 @@ def _load_source(run: TrainRun):
         log.info("udacity.subsample %.2f: %d frames in %d pieces of the %d recordings", u.subsample,
                  sum(len(r) for r in recs), len(recs), len(run.data))
     return UdacitySource(recs, augment, smooth_labels=u.smooth_labels,
-                         smooth_mode=u.smooth_mode, straight_keep=u.straight_keep, seed=run.seed)
+                         smooth_mode=u.smooth_mode, straight_keep=u.straight_keep, min_speed=u.min_speed, seed=run.seed)
 
 
 def _augment_config(u, recs) -> AugmentConfig:
@@ -466,7 +466,8 @@ def _train_lodo(run: TrainRun) -> int:
             log.info("lodo.seeds: seed %d -> %s", seed, folder)
         table = run_lodo(list(run.data), folder, pcfg, _train_config(seed_run), load, augment=augment,
                          measure_cameras=u.camera_correction == "measured", smooth_labels=u.smooth_labels,
-                         smooth_mode=u.smooth_mode, straight_keep=u.straight_keep, subsample=u.subsample, block=u.block,
+                         smooth_mode=u.smooth_mode, straight_keep=u.straight_keep, min_speed=u.min_speed,
+                         subsample=u.subsample, block=u.block,
                          tracks=driver_tracks(run.lodo.tracks, list(run.data)), reference=reference,
                          folds=list(run.lodo.folds) if run.lodo.folds else None)
         folders[seed] = folder

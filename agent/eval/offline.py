@@ -25,7 +25,7 @@ from agent.data.udacity import UdacityRecording, load_recording
 from agent.data.udacity_cache import CachedRecording
 from agent.data.windows import UdacitySource
 from agent.eval.label_floor import FLOOR_HALF_WIDTH_S, smoothed_oracle_ratio
-from agent.eval.steering import intent_scores
+from agent.eval.steering import intent_scores, pearson, smoothed_ratio
 from agent.log import progress as bar_for
 
 
@@ -111,8 +111,9 @@ def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = Tr
         driver's own labels smoothed over +-``oracle_half_width_s`` = 0.5 s, about the lowest
         ratio a frame-only policy can be expected to reach),
         ``train_mean_mse`` (when known), ``moving_mse`` / ``moving_mae`` /
-        ``moving_zero_mse`` / ``n_moving`` on frames with speed >= ``min_speed`` (None when no
-        frame moves), ``data``, ``n_bad_rows_skipped`` and ``seconds``; and the scores against the
+        ``moving_zero_mse`` / ``n_moving`` / ``moving_smoothed_ratio`` / ``moving_smoothed_corr``
+        (the smoothed ratio and Pearson r below, on those frames only) on frames with speed >=
+        ``min_speed`` (None when no frame moves), ``data``, ``n_bad_rows_skipped`` and ``seconds``; and the scores against the
         driver's intent, the labels smoothed over +-``intent_half_width_s`` = 0.5 s with the label
         included (:func:`agent.eval.steering.intent_scores`): ``smoothed_mse``,
         ``smoothed_zero_mse``, ``smoothed_ratio``, ``smoothed_corr`` (Pearson r), on curve frames
@@ -163,7 +164,13 @@ def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = Tr
     res.update(min_speed_mph=min_speed, n_moving=int(moving.sum()),
                moving_mse=float(np.mean(err[moving] ** 2)) if moving.any() else None,
                moving_mae=float(np.mean(np.abs(err[moving]))) if moving.any() else None,
-               moving_zero_mse=float(np.mean(rec.steering[moving] ** 2)) if moving.any() else None)
+               moving_zero_mse=float(np.mean(rec.steering[moving] ** 2)) if moving.any() else None,
+               moving_smoothed_ratio=None, moving_smoothed_corr=None)
+    if moving.any():  # the intent while the car moves: a stopped car's steering moves nothing
+        ratio, r = smoothed_ratio(pred[moving], intent["smoothed"][moving])["ratio"], pearson(
+            pred[moving], intent["smoothed"][moving])
+        res.update(moving_smoothed_ratio=None if math.isnan(ratio) else ratio,
+                   moving_smoothed_corr=None if math.isnan(r) else r)
     if train_mean is None:
         train_mean = (getattr(policy, "metadata", None) or {}).get("train_mean_steering")
     if train_mean is not None:

@@ -310,6 +310,8 @@ class UdacitySection:
     """smooth_labels averages frames i-k..i+k (centred, odd counts) or the last N frames (causal)"""
     straight_keep: float = 1.0
     """share of the straight-driving frames (|label| < 0.001) that the loss counts; 1: all"""
+    min_speed: float = 0.0
+    """frames recorded slower than this (mph) are left out of the loss: a stopped car's steering moves nothing; 0: all"""
     crop_cache: str = "auto"
     """where recordings are cached as 66x200 YUV crops: auto (a cache for several recordings), '' (memory) or a folder"""
     subsample: float = 1.0
@@ -326,6 +328,8 @@ class UdacitySection:
               f"udacity.smooth_labels must be an odd number of frames >= 1 (any >= 1 with smooth_mode causal), got "
               f"{self.smooth_labels}")
         _need(0.0 < self.straight_keep <= 1.0, f"udacity.straight_keep must be in (0, 1], got {self.straight_keep}")
+        _need(_finite(self.min_speed) and self.min_speed >= 0.0,
+              f"udacity.min_speed must be a speed in mph >= 0, got {self.min_speed}")
         _need(0.0 < self.subsample <= 1.0 and self.block >= 1,
               f"udacity.subsample must be in (0, 1] and udacity.block >= 1, got {self.subsample} and {self.block}")
 

@@ -117,7 +117,7 @@ INTENT_KEYS = ("intent_half_width_s", "smoothed_mse", "smoothed_zero_mse", "smoo
 
 def _scores(res: dict) -> dict:
     keep = ("mse", "mae", "zero_mse", "zero_mae", "n_frames", "n_segments", "rmse_degrees", "n_moving", "moving_mse",
-            "moving_mae", "moving_zero_mse", "n_bad_rows_skipped", "data", "oracle_half_width_s", "oracle_mse",
+            "moving_mae", "moving_zero_mse", "moving_smoothed_ratio", "moving_smoothed_corr", "n_bad_rows_skipped", "data", "oracle_half_width_s", "oracle_mse",
             "oracle_ratio", *INTENT_KEYS)
     out = {k: res[k] for k in keep if k in res}
     out["ratio"] = res["mse"] / res["zero_mse"] if res["zero_mse"] > 0 else None
@@ -125,7 +125,7 @@ def _scores(res: dict) -> dict:
 
 
 def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_config, load, *, augment=None,
-             smooth_labels: int = 1, smooth_mode: str = "centred", straight_keep: float = 1.0,
+             smooth_labels: int = 1, smooth_mode: str = "centred", straight_keep: float = 1.0, min_speed: float = 0.0,
              subsample: float = 1.0, block: int = 32, tracks: dict[str, str] | None = None,
              reference=None, folds: list[str] | None = None, extra_settings: dict | None = None,
              measure_cameras: bool = False) -> dict:
@@ -142,6 +142,9 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
         smooth_labels, smooth_mode: training-label smoothing (:func:`agent.data.windows.smooth_steering`),
             applied to whole recordings before subsampling; the test driver is scored on raw labels.
         straight_keep: share of straight-driving frames the loss counts (:class:`agent.data.windows.UdacitySource`).
+        min_speed: mph; training frames recorded slower are left out of the loss (0: none;
+            :class:`agent.data.windows.UdacitySource`). Recorded in the settings only when > 0, so
+            folders made before it existed still resume.
         subsample, block: share of each training recording kept, in blocks of ``block`` frames.
         tracks: driver name -> track ("lake", "jungle"); unnamed drivers get ``tracks.get("*", "-")``.
         reference: an optional fixed policy scored on each held-out recording too.
@@ -171,7 +174,7 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
                 "augment": ({**asdict(augment), **({"camera_correction": "measured"} if measure_cameras else {})}
                             if augment is not None else None), "smooth_labels": smooth_labels,
                 "smooth_mode": smooth_mode, "straight_keep": straight_keep, "subsample": subsample, "block": block,
-                **(extra_settings or {})}
+                **({"min_speed": min_speed} if min_speed > 0 else {}), **(extra_settings or {})}
     settings = json.loads(json.dumps(settings, default=str))
     for f in sorted((out / "folds").glob("*.json")):
         old = json.loads(f.read_text()).get("settings")
@@ -212,7 +215,8 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
             fold_augment = replace(augment, camera_correction=offset["correction"])
             log.info("fold %s: side cameras measured %.1f px from the center view: correction %.3f", test,
                      offset["px"], offset["correction"])
-        source = UdacitySource(pieces, fold_augment, straight_keep=straight_keep, seed=train_config.seed)
+        source = UdacitySource(pieces, fold_augment, straight_keep=straight_keep, seed=train_config.seed,
+                               min_speed=min_speed)
         log.info("fold %d/%d: held-out driver %s (%d frames); training on %d drivers, %d frames", i + 1, len(names),
                  test, len(recs[test]), len(names) - 1, sum(source.lengths))
         policy, report = train(source, policy_config, train_config)
