@@ -8,8 +8,10 @@ one file system. A kill, a Ctrl-C, a reboot or a full disk at any moment therefo
 previous file as it was (issue "Nothing lost, nothing trusted": a kill must lose nothing that was
 already written), and the temporary file is removed on any error.
 
-The temporary name is unique per call (``tempfile.mkstemp``), so two processes writing the same
-target do not trample each other's half-written file; the last rename wins.
+The temporary name is unique per call (the process id and a random token, created with
+``O_EXCL``), so two processes writing the same target do not trample each other's half-written
+file; the last rename wins. The file gets the usual permissions (``0o666`` less the umask), as
+``open`` would give it (``tempfile.mkstemp`` would make it readable by its owner only).
 
 This is a utility module: it imports nothing else of :mod:`agent` (an import-linter contract in
 ``pyproject.toml`` holds it), so every layer may use it.
@@ -20,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -76,7 +78,9 @@ def write_atomic(path: str | Path, content: bytes | str | Writer, *, what: str =
     tmp: str | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        name = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+        tmp = str(name)
         with os.fdopen(fd, "wb") as fh:
             if callable(content):
                 content(fh)

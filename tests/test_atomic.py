@@ -20,6 +20,19 @@ def test_writes_bytes_and_text(tmp_path, content):
     assert _leftovers(target.parent) == []
 
 
+def test_usual_permissions(tmp_path):
+    """Like open(): 0o666 less the umask (a results file or a policy others may read), not mkstemp's 0o600."""
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        target = write_atomic(tmp_path / "r.json", "{}")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+
+
 def test_writer_function_and_replace(tmp_path):
     target = tmp_path / "a.npz"
     target.write_bytes(b"old")
