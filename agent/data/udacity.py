@@ -253,8 +253,8 @@ def parse_log(path: str | Path, on_bad_row: str = "skip") -> tuple[Path, list, l
 
     Raises:
         FileNotFoundError: no CSV at ``path`` (:func:`find_driving_log`).
-        ValueError: several recordings below ``path``; an unknown ``on_bad_row``; a line longer than :data:`MAX_CSV_LINE_CHARS` or
-            one the csv module cannot parse (the message names the file and the line).
+        ValueError: several recordings below ``path``; an unknown ``on_bad_row``; a line longer
+            than :data:`MAX_CSV_LINE_CHARS` or one the csv module cannot parse (the message names the file and the line).
     """
     if on_bad_row not in ("skip", "error"):
         raise ValueError(f"on_bad_row must be 'skip' or 'error', got {on_bad_row!r}")

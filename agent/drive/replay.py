@@ -82,9 +82,9 @@ def load_replay(path: str | Path) -> ReplayRecording:
     used are skipped and listed in ``bad_rows`` (:func:`skipped_text` says which).
 
     Raises:
-        ReplayError: no such folder, no driving_log.csv in it (or in one folder below it,
-            :func:`agent.data.udacity.find_driving_log`), several recordings below it, no IMG/ beside it, a CSV that cannot be
-            parsed, or no usable row; one line with the fix.
+        ReplayError: no such folder, no driving_log.csv in it or up to three levels below it
+            (:func:`agent.data.udacity.find_driving_log`), several recordings below it, no IMG/
+            beside it, a CSV that cannot be parsed, or no usable row; one line with the fix.
     """
     folder = Path(path)
     if not folder.exists():

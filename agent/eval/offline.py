@@ -113,10 +113,10 @@ def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = Tr
         ``train_mean_mse`` (when known), ``moving_mse`` / ``moving_mae`` /
         ``moving_zero_mse`` / ``n_moving`` / ``moving_smoothed_ratio`` / ``moving_smoothed_corr``
         (the smoothed ratio and Pearson r below, on those frames only) on frames with speed >=
-        ``min_speed`` (None when no frame moves), ``data``, ``n_bad_rows_skipped`` and ``seconds``; and the scores against the
-        driver's intent, the labels smoothed over +-``intent_half_width_s`` = 0.5 s with the label
-        included (:func:`agent.eval.steering.intent_scores`): ``smoothed_mse``,
-        ``smoothed_zero_mse``, ``smoothed_ratio``, ``smoothed_corr`` (Pearson r), on curve frames
+        ``min_speed`` (None when no frame moves), ``data``, ``n_bad_rows_skipped`` and
+        ``seconds``; and the scores against the driver's intent, the labels smoothed over
+        +-``intent_half_width_s`` = 0.5 s with the label included
+        (:func:`agent.eval.steering.intent_scores`): ``smoothed_mse``, ``smoothed_zero_mse``, ``smoothed_ratio``, ``smoothed_corr`` (Pearson r), on curve frames
         (``|smoothed| > curve_threshold`` = 0.05) ``right_way`` / ``right_way_left`` /
         ``right_way_right`` (share turned the smoothed label's way; left is negative steering),
         ``n_curve`` / ``n_left`` / ``n_right``, ``curve_mean_abs_pred``, ``curve_mean_abs_label``,
@@ -167,8 +167,8 @@ def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = Tr
                moving_zero_mse=float(np.mean(rec.steering[moving] ** 2)) if moving.any() else None,
                moving_smoothed_ratio=None, moving_smoothed_corr=None)
     if moving.any():  # the intent while the car moves: a stopped car's steering moves nothing
-        ratio, r = smoothed_ratio(pred[moving], intent["smoothed"][moving])["ratio"], pearson(
-            pred[moving], intent["smoothed"][moving])
+        p, sm = pred[moving], intent["smoothed"][moving]
+        ratio, r = smoothed_ratio(p, sm)["ratio"], pearson(p, sm)
         res.update(moving_smoothed_ratio=None if math.isnan(ratio) else ratio,
                    moving_smoothed_corr=None if math.isnan(r) else r)
     if train_mean is None:
@@ -204,8 +204,8 @@ def summarize_recordings(results: list[dict]) -> dict:
     the driver's intent, ``smoothed_ratio_of_means`` (mean ``smoothed_mse`` / mean
     ``smoothed_zero_mse``) and ``smoothed_mean_ratio`` (mean of the ratios), the means of
     :data:`INTENT_MEANS` over the recordings where each is defined (None where none is), and
-    ``n_curve`` / ``n_left`` / ``n_right`` / ``n_straight`` (totals); these are None or absent for results
-    without intent scores.
+    ``n_curve`` / ``n_left`` / ``n_right`` / ``n_straight`` (totals); these are None or absent
+    for results without intent scores.
     """
     if not results:
         return {"n_recordings": 0}
@@ -227,7 +227,8 @@ def summarize_recordings(results: list[dict]) -> dict:
         out.update(smoothed_ratio_of_means=s_mse / s_zero if s_zero > 0 else None,
                    smoothed_mean_ratio=_mean(r.get("smoothed_ratio") for r in results),
                    **{k: _mean(r.get(k) for r in results) for k in INTENT_MEANS},
-                   **{k: int(sum(r.get(k) or 0 for r in results)) for k in ("n_curve", "n_left", "n_right", "n_straight")})
+                   **{k: int(sum(r.get(k) or 0 for r in results))
+                      for k in ("n_curve", "n_left", "n_right", "n_straight")})
     return out
 
 

@@ -117,8 +117,8 @@ INTENT_KEYS = ("intent_half_width_s", "smoothed_mse", "smoothed_zero_mse", "smoo
 
 def _scores(res: dict) -> dict:
     keep = ("mse", "mae", "zero_mse", "zero_mae", "n_frames", "n_segments", "rmse_degrees", "n_moving", "moving_mse",
-            "moving_mae", "moving_zero_mse", "moving_smoothed_ratio", "moving_smoothed_corr", "n_bad_rows_skipped", "data", "oracle_half_width_s", "oracle_mse",
-            "oracle_ratio", *INTENT_KEYS)
+            "moving_mae", "moving_zero_mse", "moving_smoothed_ratio", "moving_smoothed_corr", "n_bad_rows_skipped",
+            "data", "oracle_half_width_s", "oracle_mse", "oracle_ratio", *INTENT_KEYS)
     out = {k: res[k] for k in keep if k in res}
     out["ratio"] = res["mse"] / res["zero_mse"] if res["zero_mse"] > 0 else None
     return out
