@@ -27,8 +27,9 @@ Python values (it is read with ``torch.load(weights_only=True)``: no code in a f
 Every file is written to a hidden temporary file in the same folder and renamed over ``NAME``
 (:func:`agent.atomic.write_atomic`: ``os.replace``, atomic on POSIX), so a kill, a Ctrl-C or a
 full disk leaves the previous checkpoint whole and no temporary file behind. The pattern is the
-usual one of training frameworks (e.g. PyTorch Lightning's ``last.ckpt``), with the RNG states kept so that a resumed run gives the
-same weights, bit for bit, as one that was never stopped (tests/test_train_resume.py).
+usual one of training frameworks (e.g. PyTorch Lightning's ``last.ckpt``), with the RNG states
+kept so that a resumed run gives the same weights, bit for bit, as one that was never stopped
+(tests/test_train_resume.py).
 """
 from __future__ import annotations
 
