@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from agent.actors.rollout import longest_run, standstill
+from agent.atomic import write_atomic
 from agent.bounded import check_zip_sizes
 from agent.drive.config import TRACE_SUFFIXES
 
@@ -549,29 +550,31 @@ def _per_step_arrays(f) -> list[str]:
 
 
 def _h5_to_npz(src: Path, dst: Path, rows: int = CHUNK_STEPS) -> None:
-    """Convert the HDF5 trace file ``src`` into the .npz ``dst`` (written to a temporary name and
-    renamed), copying each array ``rows`` steps at a time into its ``.npy`` member (deflated), so
-    memory stays flat for any length of file."""
+    """Convert the HDF5 trace file ``src`` into the .npz ``dst`` (written atomically with
+    :func:`agent.atomic.write_atomic`: a synced temporary file renamed over ``dst``), copying each
+    array ``rows`` steps at a time into its ``.npy`` member (deflated), so memory stays flat for
+    any length of file."""
     import zipfile
 
     import h5py
 
-    tmp = dst.with_name(dst.name + ".tmp.npz")
-    with h5py.File(src, "r") as f, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED, allowZip64=True) as z:
-        steps = int(f.attrs["steps"])
-        for name in _per_step_arrays(f):
-            ds = f[name]
-            header = {"descr": np.lib.format.dtype_to_descr(ds.dtype), "fortran_order": False,
-                      "shape": (steps, *ds.shape[1:])}
-            with z.open(name + ".npy", "w", force_zip64=True) as fp:
-                np.lib.format.write_array_header_1_0(fp, header)
-                for i in range(0, steps, rows):
-                    fp.write(np.ascontiguousarray(ds[i:min(i + rows, steps)]).tobytes())
-        small = _public_small({k: f[k][:steps] for k in _SCALARS}, _h5_meta(f.attrs))
-        for name, a in small.items():
-            with z.open(name + ".npy", "w", force_zip64=True) as fp:
-                np.lib.format.write_array(fp, np.asanyarray(a), allow_pickle=False)
-    tmp.replace(dst)
+    def write(out) -> None:
+        with h5py.File(src, "r") as f, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED, allowZip64=True) as z:
+            steps = int(f.attrs["steps"])
+            for name in _per_step_arrays(f):
+                ds = f[name]
+                header = {"descr": np.lib.format.dtype_to_descr(ds.dtype), "fortran_order": False,
+                          "shape": (steps, *ds.shape[1:])}
+                with z.open(name + ".npy", "w", force_zip64=True) as fp:
+                    np.lib.format.write_array_header_1_0(fp, header)
+                    for i in range(0, steps, rows):
+                        fp.write(np.ascontiguousarray(ds[i:min(i + rows, steps)]).tobytes())
+            small = _public_small({k: f[k][:steps] for k in _SCALARS}, _h5_meta(f.attrs))
+            for name, a in small.items():
+                with z.open(name + ".npy", "w", force_zip64=True) as fp:
+                    np.lib.format.write_array(fp, np.asanyarray(a), allow_pickle=False)
+
+    write_atomic(dst, write, what="trace file")
 
 
 def save_traces(path: str | Path, recorder: TraceRecorder, *, action_names: tuple[str, ...], class_names: tuple[str, ...],
