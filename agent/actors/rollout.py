@@ -95,9 +95,15 @@ class Actor(Protocol):
     has_probs: bool
     traces_reason: str | None
 
-    def reset(self) -> None: ...
+    def reset(self) -> None:
+        """Forget the previous episode (the policy's window, a perturbation's schedule)."""
+        ...
 
-    def act(self, obs: np.ndarray, env: gym.Env | None, info: dict | None = None) -> Decision: ...
+    def act(self, obs: np.ndarray, env: gym.Env | None, info: dict | None = None) -> Decision:
+        """The :class:`Decision` for observation ``obs`` (H, W, C) uint8; ``env`` and ``info`` are the
+        live env and its last ``info`` dict for actors that read the car's state (the teacher's
+        rules), None where there is none (a replay)."""
+        ...
 
 
 class PolicyActor:
@@ -382,10 +388,12 @@ class Episode:
 
     @property
     def steps(self) -> int:
+        """Number of steps the episode lasted."""
         return len(self.actions)
 
     @property
     def episode_return(self) -> float:
+        """The undiscounted sum of the env's rewards (the CarRacing score)."""
         return float(self.rewards.sum())
 
     @property

@@ -101,9 +101,13 @@ class BatchActor(Protocol):
     (ints, or float32 arrays for continuous actions). Idle slots get an action too; it is ignored.
     """
 
-    def reset_rows(self, rows: np.ndarray, seeds: list[int | None]) -> None: ...
+    def reset_rows(self, rows: np.ndarray, seeds: list[int | None]) -> None:
+        """Start new episodes in the slots where ``rows`` (B,) bool is True, on tracks ``seeds``."""
+        ...
 
-    def act(self, obs: np.ndarray, infos: list[dict]) -> list: ...
+    def act(self, obs: np.ndarray, infos: list[dict]) -> list:
+        """B actions for the (B, H, W, C) uint8 observations and the B ``info`` dicts."""
+        ...
 
 
 @dataclass

@@ -144,10 +144,12 @@ class DemonstrationSource:
 
     @property
     def lengths(self) -> list[int]:
+        """Frames in each sequence (one per recorded episode)."""
         return [len(a) for a in self.demos.actions]
 
     @property
     def frame_shape(self) -> tuple[int, ...]:
+        """(H, W, C) of one stored frame."""
         return tuple(self.demos.frames[0].shape[1:])
 
     def targets(self, e: int) -> np.ndarray:
@@ -296,6 +298,7 @@ class DemonstrationSource:
         return self._derived(self.demos.extend(demos), meter, self.standstills)
 
     def describe(self) -> str:
+        """One line for the log: episodes, frames and the options that change the loss."""
         skip = ", the expert's stalls left out of the loss" if self.skip_stalls else ""
         still = f", {self.standstills:.0%} of the windows synthetic standstills" if self.standstills else ""
         return f"{len(self.demos.actions)} episodes, {self.demos.n_frames} frames{skip}{still}"
@@ -350,6 +353,7 @@ class UdacitySource:
 
     @property
     def lengths(self) -> list[int]:
+        """Frames in each sequence (one per continuous segment of a recording)."""
         return [s1 - s0 for _, s0, s1 in self.index]
 
     def targets(self, e: int) -> np.ndarray:
@@ -404,6 +408,7 @@ class UdacitySource:
                 UdacitySource(val) if val else None)
 
     def describe(self) -> str:
+        """One line for the log: recordings, segments, frames and the options that change the loss."""
         text = f"{len(self.recordings)} recording(s), {len(self.index)} segments, {sum(self.lengths)} frames"
         if self.min_speed > 0.0:
             slow = sum(int((np.asarray(r.speed) < self.min_speed).sum()) for r in self.recordings)

@@ -61,6 +61,7 @@ class WindowState:
     mask: Tensor
 
     def reset_rows(self, rows: Tensor) -> "WindowState":
+        """The state with the rows where ``rows`` (B,) bool is True emptied (all positions masked)."""
         return WindowState(self.x, self.t, self.mask & ~rows.to(self.mask.device)[:, None])
 
 
@@ -102,6 +103,13 @@ class TemporalCore(nn.Module):
 
     def forward(self, x: Tensor, t: Tensor | None = None, mask: Tensor | None = None,
                 return_intermediates: bool = False):  # pragma: no cover - abstract
+        """(B, T, input_dim) features of a window -> (B, T, output_dim), one output per position,
+        each reading that position and the ones before it.
+
+        ``t`` (B, T) frame times in seconds (None: evenly spaced ``frame_dt`` apart); ``mask``
+        (B, T) bool, False at padding; with ``return_intermediates`` also the core's internals
+        (NAC's phi, omega and logits; None for cores without them) as a second value.
+        """
         raise NotImplementedError
 
     def step(self, x: Tensor, state=None, t: Tensor | None = None, return_intermediates: bool = False):
@@ -153,6 +161,7 @@ class TemporalCore(nn.Module):
         return out.clamp(min=0.0).to(dtype)
 
     def extra_repr(self) -> str:
+        """The sizes shown by ``print(module)``."""
         return f"input_dim={self.input_dim}, output_dim={self.output_dim}, window={self.window}"
 
 

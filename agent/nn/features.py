@@ -39,6 +39,9 @@ class FeaturesExtractor(nn.Module):
     uses_previous: bool = False
 
     def preprocess(self, obs, prev=None) -> Tensor:  # pragma: no cover - abstract
+        """Raw frames (N, H, W, C) uint8 (array or tensor; ``prev`` the frames before them, for
+        motion channels) -> the network input (N, C', H', W') float32 (cropped, scaled to [0, 1],
+        the blanked regions set to 0)."""
         raise NotImplementedError
 
     def from_preprocessed(self, x: Tensor, *, scratch: bool = False) -> Tensor:  # pragma: no cover - abstract
@@ -49,6 +52,7 @@ class FeaturesExtractor(nn.Module):
 
     @property
     def last_conv(self) -> nn.Conv2d:  # pragma: no cover - abstract
+        """The last convolution: Grad-CAM's target layer (Selvaraju et al. 2017, section 3)."""
         raise NotImplementedError
 
     def region(self, frame_hw: tuple[int, int]) -> tuple[int, int, int, int]:

@@ -52,6 +52,8 @@ class ActionHead(nn.Module):
         raise NotImplementedError  # pragma: no cover - abstract
 
     def metric_sums(self, out: Tensor, target: Tensor, mask: Tensor) -> tuple[float, int]:  # pragma: no cover
+        """(sum, count) of the head's held-out metric over the real positions (``mask`` (B, T)
+        bool), so batches add up exactly: the metric is sum / count."""
         raise NotImplementedError
 
     def better(self, a: float, b: float) -> bool:
@@ -149,6 +151,7 @@ class RegressionHead(ActionHead):
         return float(err[mask].sum()), int(mask.sum()) * self.out_dim
 
     def clip(self, out: Tensor) -> Tensor:
+        """(..., A) outputs clipped to the action box [low, high] (the env's bounds)."""
         return torch.maximum(torch.minimum(out, self.high.to(out.device)), self.low.to(out.device))
 
     def act(self, out: Tensor, deterministic: bool = True) -> Tensor:

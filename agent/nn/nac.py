@@ -170,6 +170,7 @@ class DerivedWeights:
         self.__dict__.pop("_derived_cache", None)
 
     def train(self, mode: bool = True):
+        """``nn.Module.train``, forgetting the kept derived tensors (the weights may change)."""
         self.clear_derived()
         return super().train(mode)
 
@@ -208,10 +209,12 @@ class SparseLinear(DerivedWeights, nn.Module):
 
     @property
     def in_features(self) -> int:
+        """Input size (rows of the mask)."""
         return self.mask.shape[0]
 
     @property
     def out_features(self) -> int:
+        """Output size (columns of the mask)."""
         return self.mask.shape[1]
 
     def masked_weight(self) -> Tensor:
@@ -219,6 +222,7 @@ class SparseLinear(DerivedWeights, nn.Module):
         return self.derived("masked", (self.weight,), lambda: self.weight * self.mask)
 
     def forward(self, x: Tensor) -> Tensor:
+        """(..., in) -> (..., out): x (W * M) + b."""
         return x @ self.masked_weight() + self.bias
 
 
@@ -278,6 +282,7 @@ class NACCache:
 
     @property
     def length(self) -> int:
+        """Positions held (the window's length so far)."""
         return self.k.shape[2]
 
 

@@ -421,6 +421,7 @@ class DrivingPolicy(nn.Module):
 
     @property
     def device(self) -> torch.device:
+        """The device the weights are on."""
         return next(self.parameters()).device
 
     # ------------------------------------------------------------------ training

@@ -210,6 +210,7 @@ class ShardSource:
 
     @property
     def lengths(self) -> list[int]:
+        """Frames in each of this rank's sequences."""
         full = self.source.lengths
         return [full[e] for e in self.sequences]
 
