@@ -10,6 +10,14 @@ if "NAC_FRAME_CACHE" not in os.environ:  # agent train's frame caches (agent.dat
     os.environ["NAC_FRAME_CACHE"] = tempfile.mkdtemp(prefix="nac-frame-cache-")
     atexit.register(shutil.rmtree, os.environ["NAC_FRAME_CACHE"], True)
 
+import signal  # noqa: E402
+
+# A shell without job control starts background jobs (``cmd &``, ``nohup``) with SIGINT ignored, and
+# an ignored signal stays ignored in every child. The Ctrl-C tests need Ctrl-C to arrive: put
+# Python's own handler back (children then start with the default action, as from a terminal).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
