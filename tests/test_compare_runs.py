@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from agent.cli import main
-from agent.compare.runs import parse_run_spec, runs_summary
+from agent.compare.runs import parse_run_spec, runs_markdown, runs_summary
 from tests.cli_run import run_cli
 
 
@@ -72,3 +72,35 @@ def test_the_page_says_what_each_core_is_and_names_none_frame_stacking(tmp_path)
     section = md[md.index("## What the cores are"):md.index("## The cores")]
     assert "**none**" in section and "frame stacking" in section and "no memory" in section
     assert "**nac-steady**" in section and "memory by attention" in section
+
+
+def test_the_tails_count_tracks_below_600_and_excursions_per_core(tmp_path):
+    def ev(name, start, returns, off):
+        path = tmp_path / name
+        path.write_text(json.dumps({"seeds": list(range(start, start + len(returns))), "returns": returns,
+                                    "off_road_steps": off, "laps_finished": 3}))
+        return str(path)
+
+    # nac: one excursion that cost the track (480), one it came back from; gru: three excursions, all recovered
+    specs = [f"nac:0={ev('n0.json', 1_000_000, [920.0, 480.0, 910.0, 915.0], [0, 140, 0, 60])}",
+             f"nac:1={ev('n1.json', 1_000_000, [925.0, 918.0, 912.0, 905.0], [0, 0, 0, 0])}",
+             f"gru:0={ev('g0.json', 1_000_000, [700.0, 910.0, 690.0, 900.0], [120, 0, 200, 0])}",
+             f"gru:1={ev('g1.json', 1_000_000, [905.0, 650.0, 915.0, 910.0], [0, 90, 0, 10])}"]
+    s = runs_summary(specs)
+    tails = {c["core"]: c["tail"] for c in s["cores"]}
+    assert tails["nac"]["episodes"] == 8 and tails["nac"]["below_600"] == 1
+    assert tails["nac"]["excursions"] == 2 and tails["nac"]["excursions_below_600"] == 1
+    assert tails["gru"]["below_600"] == 0 and tails["gru"]["excursions"] == 3 and tails["gru"]["excursions_below_600"] == 0
+    lo, hi = tails["nac"]["rate_ci95"]
+    assert 0 < lo < 1 / 8 < hi < 1 and tails["gru"]["rate_ci95"][0] == 0
+    assert tails["nac"]["fisher_p_vs_reference"] is None and tails["gru"]["fisher_p_vs_reference"] == pytest.approx(1.0)
+    md = runs_markdown(s)
+    assert "## The tails" in md and "| gru | 8 | 0 |" in md and "gru 0 of 8, nac 1 of 8" in md
+    assert [x["excursions"] for x in s["runs"][0]["sets"]] == [2]
+
+
+def test_a_tail_without_off_road_counts_says_so(tmp_path):
+    a = _eval(tmp_path / "a.json", 1_000_000, [900.0, 500.0])
+    s = runs_summary([f"nac:0={a}"])
+    t = s["cores"][0]["tail"]
+    assert t["below_600"] == 1 and t["excursions"] is None and s["runs"][0]["sets"][0]["excursions"] is None

@@ -13,7 +13,12 @@ one run per training seed, each driven on the unseen sets) and writes ``OUT/runs
   unit is the training run, and its difference from the reference core with the smallest
   difference the design detects (:func:`agent.compare.report.seed_level_difference`,
   :func:`agent.compare.report.minimum_detectable_effect`: the between-run variance pooled over the
-  cores, Student-t). With fewer than 3 runs a core the report says the intervals are rough.
+  cores, Student-t). With fewer than 3 runs a core the report says the intervals are rough;
+- per core: its tail over every episode of its runs (:func:`tail_summary`): the tracks below 600
+  with their rate's Clopper-Pearson interval, the episodes more than 50 steps off the road, and
+  how many of those excursions cost the track 600; against the reference, Fisher's exact test on
+  the tracks below 600. Two cores with equal means can differ here: one that leaves the road
+  rarely but does not come back, one that leaves it more often and recovers.
 
 The run, not the episode, is the unit: a retraining draws a new run (Colas, Sigaud and Oudeyer,
 "How Many Random Seeds?", 2018; Agarwal et al., NeurIPS 2021).
@@ -27,6 +32,7 @@ from typing import Sequence
 
 import numpy as np
 
+from agent.atomic import write_atomic
 from agent.compare.report import pooled_seed_sd, seed_level_difference
 
 #: what each core of a recipe run is, in the words the comparison page uses (the recipe's features extractor, a
@@ -45,6 +51,9 @@ CORE_MEANING = {
 
 #: the quality a recipe run must reach on each unseen set
 QUALITY = {"mean_at_least": 905.0, "every_track_at_least": 600.0, "standstill_steps_at_most": 50}
+
+#: an episode that spends more steps than this off the road (all four wheels on the grass) is an excursion
+EXCURSION_STEPS = 50
 
 
 def parse_run_spec(text: str) -> tuple[str, int, list[Path]]:
@@ -96,9 +105,44 @@ def set_summary(d: dict, path: Path) -> dict:
            "at_least_600": int((r >= QUALITY["every_track_at_least"]).sum()),
            "standstills": int((stand > QUALITY["standstill_steps_at_most"]).sum()),
            "laps": d.get("laps_finished")}
+    off = d.get("off_road_steps")
+    out["excursions"] = None if off is None else int((np.asarray(off) > EXCURSION_STEPS).sum())
     out["passes"] = bool(out["mean"] >= QUALITY["mean_at_least"] and out["at_least_600"] == r.size
                          and out["standstills"] == 0)
     return out
+
+
+def tail_summary(evals: Sequence[dict]) -> dict:
+    """The tail of one core over every episode of its runs (one dict per evaluation file).
+
+    Returns ``episodes``; ``below_600`` (tracks under the bar) with ``rate_ci95``, the exact
+    Clopper-Pearson 95 % interval of the per-track rate (Clopper and Pearson, Biometrika 1934);
+    ``excursions``, the episodes more than :data:`EXCURSION_STEPS` steps off the road, and
+    ``excursions_below_600``, those of them that ended under 600 (both None when the files carry no
+    ``off_road_steps``). Episodes of different runs count as independent draws, which ignores the
+    run-to-run spread: read the counts as a description, the test on them as a first look.
+    """
+    from scipy import stats
+
+    r = np.concatenate([np.asarray(d["returns"], dtype=np.float64) for d in evals])
+    low = r < QUALITY["every_track_at_least"]
+    k, n = int(low.sum()), int(r.size)
+    ci = stats.binomtest(k, n).proportion_ci(0.95, method="exact") if n else None
+    out = {"episodes": n, "below_600": k, "rate_ci95": [float(ci.low), float(ci.high)] if ci else [float("nan")] * 2,
+           "excursions": None, "excursions_below_600": None}
+    if all(d.get("off_road_steps") is not None for d in evals):
+        off = np.concatenate([np.asarray(d["off_road_steps"]) for d in evals]) > EXCURSION_STEPS
+        out["excursions"], out["excursions_below_600"] = int(off.sum()), int((off & low).sum())
+    return out
+
+
+def tail_difference(tail: dict, reference: dict) -> float:
+    """Two-sided p-value of Fisher's exact test: tracks below 600 of a core against the reference's."""
+    from scipy import stats
+
+    table = [[tail["below_600"], tail["episodes"] - tail["below_600"]],
+             [reference["below_600"], reference["episodes"] - reference["below_600"]]]
+    return float(stats.fisher_exact(table).pvalue)
 
 
 def runs_summary(specs: Sequence[str], reference: str | None = None) -> dict:
@@ -134,6 +178,7 @@ def runs_summary(specs: Sequence[str], reference: str | None = None) -> dict:
             rows.append({"core": core, "seed": seed, "mean_common": m, "sets": sets,
                          "passes": all(s["passes"] for s in sets)})
     sd, df = pooled_seed_sd(run_means)
+    tails = {core: tail_summary([d for evs in seeds.values() for _, d in evs]) for core, seeds in runs.items()}
     cores = []
     for core, means in run_means.items():
         from scipy import stats
@@ -143,7 +188,9 @@ def runs_summary(specs: Sequence[str], reference: str | None = None) -> dict:
         diff = None if core == reference else seed_level_difference(means, run_means[reference], sd, df)
         cores.append({"core": core, "runs": n, "run_means": means, "mean": float(np.mean(means)),
                       "ci95": [float(np.mean(means)) - half, float(np.mean(means)) + half],
-                      "difference_from_reference": diff})
+                      "difference_from_reference": diff,
+                      "tail": {**tails[core], "fisher_p_vs_reference":
+                               None if core == reference else tail_difference(tails[core], tails[reference])}})
     return {"reference": reference, "tracks": len(common), "pooled_sd": sd, "df": df, "quality": QUALITY,
             "runs": rows, "cores": cores}
 
@@ -185,6 +232,24 @@ def runs_markdown(summary: dict) -> str:
         mde = "-" if d is None else f"{d['mde80']:.0f}"
         lines.append(f"| {c['core']} | {c['runs']} | {', '.join(f'{m:.1f}' for m in c['run_means'])} | {c['mean']:.1f} "
                      f"| {_ci(c['ci95'])} | {diff} | {mde} |")
+    lines += ["", "## The tails", "",
+              f"Every episode of a core's runs: the tracks below {q['every_track_at_least']:g} (the rate's 95% interval: "
+              f"Clopper-Pearson), the episodes more than {EXCURSION_STEPS} steps off the road (excursions) and how many of "
+              f"those ended below {q['every_track_at_least']:g}; Fisher's exact test against {ref} on the tracks below "
+              f"{q['every_track_at_least']:g}. Episodes of different runs count as independent here, which the run-to-run "
+              "spread does not bear out: a first look, not a verdict.", "",
+              f"| core | episodes | below {q['every_track_at_least']:g} | rate [95% CI] | excursions "
+              f"| of them below {q['every_track_at_least']:g} | Fisher p vs {ref} |", "|---|---|---|---|---|---|---|"]
+    for c in summary["cores"]:
+        t = c.get("tail")
+        if t is None:
+            continue
+        p = t.get("fisher_p_vs_reference")
+        exc = "-" if t["excursions"] is None else str(t["excursions"])
+        exc_low = "-" if t["excursions_below_600"] is None else str(t["excursions_below_600"])
+        lines.append(f"| {c['core']} | {t['episodes']} | {t['below_600']} | {100 * t['below_600'] / max(t['episodes'], 1):.1f} % "
+                     f"[{100 * t['rate_ci95'][0]:.1f}, {100 * t['rate_ci95'][1]:.1f}] | {exc} | {exc_low} "
+                     f"| {'reference' if p is None else f'{p:.2f}'} |")
     lines += ["", verdict(summary)]
     return "\n".join(lines) + "\n"
 
@@ -207,6 +272,15 @@ def verdict(summary: dict) -> str:
             parts.append(f"{core} against {ref}: no difference detected ({d['mean']:+.1f}, [{lo:+.1f}, {hi:+.1f}]); a "
                          f"difference beyond {max(abs(lo), abs(hi)):.0f} points is ruled out at 95 %, and the design "
                          f"finds one of {d['mde80']:.0f} points 4 times in 5.")
+    ref_tail = next((c.get("tail") for c in summary["cores"] if c["core"] == ref), None)
+    for c in summary["cores"]:
+        t = c.get("tail")
+        if c["core"] == ref or t is None or ref_tail is None:
+            continue
+        p = t["fisher_p_vs_reference"]
+        parts.append(f"Tracks below {summary['quality']['every_track_at_least']:g}: {c['core']} {t['below_600']} of "
+                     f"{t['episodes']}, {ref} {ref_tail['below_600']} of {ref_tail['episodes']} (Fisher p = {p:.2f}: "
+                     f"{'a difference in the tail' if p < 0.05 else 'not shown to differ'}).")
     if few < 3:
         parts.append(f"With {few} run(s) for some core the between-run spread rests on few runs: the intervals are rough.")
     return " ".join(parts)
@@ -219,9 +293,9 @@ def write_runs_report(specs: Sequence[str], out: str | Path, reference: str | No
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     md = runs_markdown(summary)
-    (out / "runs.json").write_text(json.dumps(summary, indent=1) + "\n")
-    (out / "runs.md").write_text(md)
+    write_atomic(out / "runs.json", json.dumps(summary, indent=1) + "\n", what="runs report")
+    write_atomic(out / "runs.md", md, what="runs report")
     return {**summary, "markdown": md, "paths": [str(out / "runs.md"), str(out / "runs.json")]}
 
 
-__all__ = ["CORE_MEANING", "QUALITY", "parse_run_spec", "runs_markdown", "runs_summary", "set_summary", "verdict", "write_runs_report"]
+__all__ = ["CORE_MEANING", "EXCURSION_STEPS", "QUALITY", "tail_difference", "tail_summary", "parse_run_spec", "runs_markdown", "runs_summary", "set_summary", "verdict", "write_runs_report"]
