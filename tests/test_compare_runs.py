@@ -104,3 +104,13 @@ def test_a_tail_without_off_road_counts_says_so(tmp_path):
     s = runs_summary([f"nac:0={a}"])
     t = s["cores"][0]["tail"]
     assert t["below_600"] == 1 and t["excursions"] is None and s["runs"][0]["sets"][0]["excursions"] is None
+
+
+def test_the_runs_report_is_not_overwritten_without_overwrite(runs, tmp_path, capsys):
+    out = tmp_path / "rep"
+    assert main(["compare", "--out", str(out), "--runs", *runs]) == 0
+    (out / "runs.md").write_text("kept")
+    rc, err = run_cli(["compare", "--out", str(out), "--runs", *runs], capsys)
+    assert rc == 2 and "--overwrite" in err and (out / "runs.md").read_text() == "kept"
+    assert main(["compare", "--out", str(out), "--overwrite", "--runs", *runs]) == 0
+    assert "## The tails" in (out / "runs.md").read_text()

@@ -121,7 +121,8 @@ class CompareConfig:
     json: str | None = None
     """also write the report's summary (every row, the protocol, the missing cells) as JSON here"""
     overwrite: bool = False
-    """replace an existing --json file (the comparison folder is resumed, never replaced)"""
+    """replace an existing --json file, or with --runs an existing OUT/runs.md and runs.json (the comparison folder of
+    trained cells is resumed, never replaced)"""
     data: tuple[str, ...] = DEFAULT_DATA
     """the expert recordings every cell learns from"""
     window: int = _P["window"]
@@ -165,6 +166,17 @@ class CompareConfig:
         """
         _need(self.json is None or self.overwrite or not Path(self.json).exists(),
               f"--json {self.json} already exists; choose another path or pass --overwrite")
+        if self.runs:
+            from agent.compare.runs import parse_run_spec
+
+            for text in self.runs:
+                try:
+                    parse_run_spec(text)
+                except ValueError as exc:
+                    raise ConfigError(str(exc)) from None
+            existing = [str(Path(self.out) / n) for n in ("runs.md", "runs.json") if (Path(self.out) / n).exists()]
+            _need(self.overwrite or not existing, f"{', '.join(existing)} already exist(s); choose another --out or pass "
+                                                  "--overwrite")
         if self.report_only or self.runs:
             return self
         self.variants  # noqa: B018 - parses --cores and --windows
