@@ -166,3 +166,26 @@ def test_the_teachers_brake_floor_reaches_its_start_rule():
     assert Teacher.load(TEACHER.name, False).expert.brake_floor == CRAWL_SPEED
     t = Teacher.load(TEACHER.name, False, TeacherRules(start_rule=True, creep_speed=10.0, brake_floor=20.0))
     assert t.expert.brake_floor == 20.0 and t.expert.start_rule and t.expert.creep_speed == 10.0
+
+
+def test_a_gru_policy_dumps_its_steps_and_labels_without_nac_traces(tmp_path, capsys):
+    """--dump-traces with another core: every step, the teacher's labels and the Grad-CAM map, no NAC arrays."""
+    from agent.drive.traces import has_nac_traces, load_traces, plot_traces
+    from agent.nn.policy import DrivingPolicy, default_config
+    from envs.carracing import ACTION_NAMES
+
+    torch.manual_seed(0)
+    gru = DrivingPolicy(default_config("carracing", core="gru", window=4)).save(tmp_path / "gru.pt")
+    out = tmp_path / "g.npz"
+    assert run_drive(_parse("--policy", str(gru), "--headless", "--track-seed", str(SEED), "--max-steps", "30",
+                            "--teacher.expert", TEACHER.name, "--teacher.creep-speed", "1000",
+                            "--dump-traces", str(out))) == 0
+    printed = capsys.readouterr().out
+    assert "30 steps: actions, rewards, speeds and labels; no NAC traces" in printed
+    d = load_traces(out)
+    assert not has_nac_traces(d) and "omega" not in d and "neuron_motor" not in d
+    assert d["action"].shape == (30,) and d["speed"].shape == (30,) and d["off_road"].shape == (30,)
+    np.testing.assert_array_equal(d["teacher_class"], np.full(30, ACTION_NAMES.index("gas")))  # the creep rule
+    assert d["cam"].shape == (30, 96, 96) and np.isfinite(d["cam"]).all()  # Grad-CAM works for any CNN policy
+    with pytest.raises(ValueError, match="no NAC traces"):
+        plot_traces(out, tmp_path / "p.png")

@@ -573,12 +573,17 @@ def test_policy_without_conv_or_intermediates_runs_with_overlays_off(policy, mon
     monkeypatch.setattr(agent.drive.session, "load_policy", lambda name, device="cpu": plain)
     monkeypatch.setattr(agent.drive.session, "resolve_policy_path", lambda name: tmp_path / "plain.pt")
     code = run_drive(_parse("--policy", "plain.pt", "--headless", "--max-steps", "6", "--dump-traces",
-                            str(tmp_path / "never.npz"), "--record", str(tmp_path / "v.mp4")))
-    err = capsys.readouterr().err
+                            str(tmp_path / "steps.npz"), "--record", str(tmp_path / "v.mp4")))
+    captured = capsys.readouterr()
+    err, out = captured.err, captured.out
     assert code == 0 and (tmp_path / "v.mp4").stat().st_size > 0
     assert "saliency overlay off" in err and "no convolution layer" in err
-    assert "no NAC traces to dump" in err and "lstm core has no NAC neurons" in err
-    assert not (tmp_path / "never.npz").exists()
+    # the steps are dumped without NAC traces (and without a map: no convolution), and the reason is given
+    assert "6 steps: actions, rewards, speeds and labels; no NAC traces" in out and "lstm core has no NAC neurons" in out
+    from agent.drive.traces import has_nac_traces, load_traces
+
+    d = load_traces(tmp_path / "steps.npz")
+    assert not has_nac_traces(d) and d["action"].shape == (6,) and "cam" not in d
 
 
 def test_expert_runs_with_overlays_off_and_says_why(tiny_expert, capsys):

@@ -108,7 +108,8 @@ class DriveConfig:
     record: str | None = None
     """write the composed view (frame + HUD) to this .mp4 (H.264, 50 FPS)"""
     dump_traces: str | None = None
-    """write each step's NAC traces, actions, rewards, Grad-CAM map (cam; not with --no-saliency) and stall figures to
+    """write each step's actions, rewards, stall figures, teacher labels (with --teacher.expert), Grad-CAM map (cam; not
+    with --no-saliency) and, for a NAC core, its NAC traces (phi, omega, logits, attention, neurons) to
     this .h5 (HDF5, streamed in chunks of 256 steps: memory stays flat and the file reads back after an interrupt) or
     .npz (streamed to FILE.npz.partial.h5, converted at the end); plot them with `agent plot-traces`"""
     overwrite: bool = False

@@ -58,9 +58,13 @@ class Overlays:
         self.class_names = tuple(class_names)
         self.topk = getattr(getattr(policy, "nac", None), "topk", None)
         policy_actor = isinstance(driver, PolicyActor)
-        # --dump-traces writes NAC traces; with them, each step's Grad-CAM map (``cam``), computed
-        # even when nothing is drawn (headless), unless saliency is off (--no-saliency, --no-overlay).
-        dumping = dump and policy_actor and not driver.traces_reason
+        # --dump-traces writes every step (actions, rewards, stall figures, the teacher's labels), the NAC
+        # traces when the policy has a NAC core, and each step's Grad-CAM map (``cam``) of a policy that
+        # acts on the frame, computed even when nothing is drawn (headless), unless saliency is off
+        # (--no-saliency, --no-overlay).
+        dumping = dump and policy_actor
+        #: the dumped steps carry NAC traces (a NAC core); otherwise they are kept without them
+        self.nac_dump = dumping and not driver.traces_reason
         if saliency and policy_actor and saliency_unavailable_reason(policy) is None:
             resolve_saliency_layer(policy, saliency_layer)  # a wrong --saliency-layer fails even when nothing is drawn
             check_saliency_method(saliency_method)
@@ -77,6 +81,8 @@ class Overlays:
                     renderer.frame_filters.append(self.saliency_drawer)
                 # one forward for the action and Grad-CAM (a policy without saliency_step: two)
                 self._fused = fuse and policy_actor and callable(getattr(policy, "saliency_step", None))
+        if dump:
+            self.recorder = recorder if recorder is not None else TraceRecorder()
         if (traces and renderer is not None) or dump:
             if not policy_actor or driver.traces_reason:
                 self.reasons["traces"] = driver.traces_reason
@@ -85,8 +91,6 @@ class Overlays:
                                                      renderer.panel_rect.width))
             else:
                 driver.want_intermediates = True
-                if dump:
-                    self.recorder = recorder if recorder is not None else TraceRecorder()
                 if traces and renderer is not None and renderer.panel_rect.width:
                     size = renderer.panel_rect.size
                     self.history = TraceHistory(TracePanel.plot_width_for(size[0]))
@@ -159,7 +163,8 @@ class Overlays:
     def record(self, extras: dict, d: Decision, reward: float, episode: int, step: int, time_s: float,
                speed: float = float("nan"), off_road: bool | None = None,
                teacher: tuple[float, int] | None = None) -> None:
-        """Keep this step for ``--dump-traces`` (steps without NAC traces are not kept).
+        """Keep this step for ``--dump-traces``: with its NAC traces when the policy has a NAC core (a step of
+        such a policy that has none is not kept), otherwise without them (another core, the expert).
 
         Args:
             extras: what :meth:`explain` computed for the step (its traces and Grad-CAM map).
@@ -170,9 +175,9 @@ class Overlays:
             teacher: ``--teacher.expert``'s label of the step's state, (its action as one number: the
                 index or the normalised steering, its class), or None.
         """
-        if self.recorder is not None and "traces" in extras:
+        if self.recorder is not None and ("traces" in extras or not self.nac_dump):
             sal = extras.get("saliency")
-            self.recorder.add(extras["traces"], action=action_number(d.action), action_class=d.action_class, reward=reward,
+            self.recorder.add(extras.get("traces"), action=action_number(d.action), action_class=d.action_class, reward=reward,
                               episode=episode, step=step, time_s=time_s, speed=speed, off_road=off_road,
                               cam=None if sal is None else sal.cam, teacher=teacher)
 

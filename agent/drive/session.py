@@ -540,11 +540,13 @@ class DriveSession:
             return
         steps = len(writer)
         out = writer.close()  # also after Ctrl-C: the buffered steps are written and the file marked complete
-        if out is not None:
+        why = getattr(self.driver, "traces_reason", None) or ("" if rec is not None else "no NAC layer")
+        if out is not None and not why:
             print(f"wrote {out} (NAC traces of {steps} steps)")
+        elif out is not None:
+            print(f"wrote {out} ({steps} steps: actions, rewards, speeds and labels; no NAC traces: {why})")
         else:
-            why = (getattr(self.driver, "traces_reason", None) or ("no step ran" if rec is not None else "no NAC layer"))
-            print(f"drive: note: no NAC traces to dump ({why})", file=sys.stderr)
+            print("drive: note: nothing to dump (no step ran)", file=sys.stderr)
 
     def close(self) -> None:
         """Finalise the video and the trace dump (each also when the other fails, and after Ctrl-C),

@@ -250,13 +250,16 @@ _SCALARS = {"action": (np.float64, np.nan), "action_class": (np.int64, 0), "rewa
 _H5_CHUNK_BYTES = 1 << 20
 
 
-def _row(tr: StepTraces, *, action: float, action_class: int, reward: float, episode: int, step: int,
+def _row(tr: StepTraces | None, *, action: float, action_class: int, reward: float, episode: int, step: int,
          time_s: float, speed: float = float("nan"), off_road: bool | None = None,
          cam: np.ndarray | None = None, teacher: tuple[float, int] | None = None) -> dict:
-    """One step as the trace writers keep it: the (H, K) and neuron arrays, the scalars of :data:`_SCALARS`
-    (unknowns encoded) and ``cam`` (an (H, W) float32 array or None)."""
-    row = {name: getattr(tr, name) for name in (*PAIR_QUANTITIES, "t_gate", "indices", "valid", "ages")}
-    row.update({"neuron_" + g: x for g, x in tr.neurons.items()})
+    """One step as the trace writers keep it: the (H, K) and neuron arrays (none when ``tr`` is None: a
+    policy without a NAC core), the scalars of :data:`_SCALARS` (unknowns encoded) and ``cam`` (an (H, W)
+    float32 array or None)."""
+    row = {}
+    if tr is not None:
+        row = {name: getattr(tr, name) for name in (*PAIR_QUANTITIES, "t_gate", "indices", "valid", "ages")}
+        row.update({"neuron_" + g: x for g, x in tr.neurons.items()})
     row.update(action=float(action), action_class=int(action_class), reward=float(reward), episode=int(episode),
                step=int(step), time_s=float(time_s), speed=float(speed),
                off_road=-1 if off_road is None else int(bool(off_road)),
@@ -270,7 +273,8 @@ class TraceRecorder:
     """Every step of a run, in memory: written by :func:`save_traces`. For short runs and tests;
     ``drive --dump-traces`` streams to disk with :class:`TraceWriter` instead (its memory stays flat).
 
-    Steps with no NAC intermediates (another policy) are not recorded.
+    A step of a policy without a NAC core is recorded with ``tr`` None: its actions, rewards, stall
+    figures, teacher labels and Grad-CAM map, without the NAC arrays.
     """
 
     def __init__(self):
@@ -279,10 +283,10 @@ class TraceRecorder:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def add(self, tr: StepTraces, *, action: float, action_class: int, reward: float, episode: int, step: int,
+    def add(self, tr: StepTraces | None, *, action: float, action_class: int, reward: float, episode: int, step: int,
             time_s: float, speed: float = float("nan"), off_road: bool | None = None,
             cam: np.ndarray | None = None, teacher: tuple[float, int] | None = None) -> None:
-        """Record one step: its traces, the action taken (an action index or normalised steering),
+        """Record one step: its traces (None for a policy without a NAC core), the action taken (an action index or normalised steering),
         the reward that followed, the 1-based episode and step, the frame time in seconds, the car's
         speed after the step (simulator units per second, NaN if unknown), whether all four wheels
         were off the road after it (None if unknown) and the step's Grad-CAM map, (H, W) float in
@@ -409,7 +413,7 @@ class TraceWriter:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def add(self, tr: StepTraces, *, action: float, action_class: int, reward: float, episode: int, step: int,
+    def add(self, tr: StepTraces | None, *, action: float, action_class: int, reward: float, episode: int, step: int,
             time_s: float, speed: float = float("nan"), off_road: bool | None = None,
             cam: np.ndarray | None = None, teacher: tuple[float, int] | None = None) -> None:
         """Record one step (the arguments of :meth:`TraceRecorder.add`); every ``chunk_steps`` steps
@@ -582,10 +586,11 @@ def save_traces(path: str | Path, recorder: TraceRecorder, *, action_names: tupl
     """Write the steps of an in-memory :class:`TraceRecorder` to ``path`` (.npz, or .h5/.hdf5),
     through :class:`TraceWriter` (a path with another suffix gets ``.npz`` appended).
 
-    Arrays, as :func:`load_traces` returns them (S steps, H heads, K kept keys): ``phi``, ``omega``,
+    Arrays, as :func:`load_traces` returns them (S steps, H heads, K kept keys), for a policy with a NAC
+    core (absent for any other; :func:`has_nac_traces`): ``phi``, ``omega``,
     ``logits``, ``weights``, ``t_gate`` (S, H, K) float32; ``indices``, ``ages`` (S, H, K) int64;
     ``valid`` (S, H, K) bool; ``neuron_sensory`` (S, 3 d_model), ``neuron_inter``/``command``/``motor``
-    (S, H, N); ``action`` (S,) float (an action index or normalised steering), ``action_class`` (S,)
+    (S, H, N). For every policy: ``action`` (S,) float (an action index or normalised steering), ``action_class`` (S,)
     int, ``reward`` (S,), ``episode`` and ``step`` (S,) int (1-based), ``time_s`` (S,) seconds; and
     the strings ``action_names``, ``class_names``, ``policy``, ``env``, ``format``.
 
@@ -611,7 +616,7 @@ def save_traces(path: str | Path, recorder: TraceRecorder, *, action_names: tupl
         FileExistsError: ``path`` exists and not ``overwrite``.
     """
     if not len(recorder):
-        raise ValueError("no NAC traces were recorded (the policy exposes no NAC intermediates, or no step ran)")
+        raise ValueError("no step was recorded (no step ran)")
     path = Path(path)
     if path.suffix.lower() not in TRACE_SUFFIXES:
         path = path.with_name(path.name + ".npz")
@@ -676,15 +681,23 @@ def load_traces(path: str | Path) -> dict[str, np.ndarray]:
             raise ValueError(f"{path} is not a readable .npz trace file: {type(exc).__name__}: {exc}") from exc
         if str(data.get("format", "")) != TRACE_FORMAT:
             raise ValueError(f"{path} is not a NAC trace file of this project (written by drive --dump-traces)")
-    need = (*PAIR_QUANTITIES, "valid", "action", "action_class", "reward", "step", "episode")
+    need = ("action", "action_class", "reward", "step", "episode")
+    if any(k in data for k in (*PAIR_QUANTITIES, "valid")):  # a NAC policy's file: its traces whole
+        need = (*PAIR_QUANTITIES, "valid", *need)
     missing = [k for k in need if k not in data]
     if missing:
         raise ValueError(f"{path} lacks the arrays {', '.join(missing)}")
-    S = data["phi"].shape[0]
+    S = data["action"].shape[0]
     bad = [k for k in need if data[k].shape[0] != S]
     if bad:
-        raise ValueError(f"{path}: arrays {', '.join(bad)} do not have {S} steps like phi")
+        raise ValueError(f"{path}: arrays {', '.join(bad)} do not have {S} steps like action")
     return data
+
+
+def has_nac_traces(data: dict) -> bool:
+    """Whether a :func:`load_traces` result holds NAC traces (``phi`` and the rest), not only the steps of a
+    policy without a NAC core."""
+    return "phi" in data
 
 
 #: Colours of the action classes (matplotlib and the live panel share them), RGB 0..255.
@@ -715,6 +728,9 @@ def plot_traces(path: str | Path, out: str | Path, head: int | None = None, size
     import matplotlib.pyplot as plt
 
     data = load_traces(path)
+    if not has_nac_traces(data):
+        raise ValueError(f"{path} holds no NAC traces (its policy, {str(data.get('policy', '')) or 'unnamed'}, has no "
+                         f"NAC core): only the steps' actions, speeds and labels; nothing to plot here")
     H = data["phi"].shape[1]
     if head is not None and not 0 <= head < H:
         raise ValueError(f"--head must be in 0..{H - 1} (the policy has {H} heads), got {head}")
@@ -767,4 +783,4 @@ def plot_traces(path: str | Path, out: str | Path, head: int | None = None, size
 
 
 __all__ = ["CHUNK_STEPS", "CLASS_COLORS", "H5_LAYOUT", "NEURON_GROUPS", "PAIR_QUANTITIES", "StepTraces", "TRACE_SUFFIXES",
-           "TraceHistory", "TraceRecorder", "TraceWriter", "action_number", "load_traces", "masked_mean", "plot_traces", "save_traces", "step_traces"]
+           "TraceHistory", "TraceRecorder", "TraceWriter", "action_number", "has_nac_traces", "load_traces", "masked_mean", "plot_traces", "save_traces", "step_traces"]
