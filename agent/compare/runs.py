@@ -17,8 +17,8 @@ one run per training seed, each driven on the unseen sets) and writes ``OUT/runs
 - per core: its tail over every episode of its runs (:func:`tail_summary`): the tracks below 600
   with their rate's Clopper-Pearson interval, the episodes more than 50 steps off the road, and
   how many of those excursions cost the track 600; against the reference, Fisher's exact test on
-  the tracks below 600. Two cores with equal means can differ here: one that leaves the road
-  rarely but does not come back, one that leaves it more often and recovers.
+  the tracks below 600. Two cores with equal means can differ here: one that rarely leaves the
+  road but loses the lap when it does, one that leaves it more often at a smaller cost.
 
 The run, not the episode, is the unit: a retraining draws a new run (Colas, Sigaud and Oudeyer,
 "How Many Random Seeds?", 2018; Agarwal et al., NeurIPS 2021).

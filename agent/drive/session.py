@@ -535,13 +535,14 @@ class DriveSession:
 
     def _close_traces(self) -> None:
         """Write the rest of ``--dump-traces`` and close its file (nothing to do without it)."""
-        writer, rec = self.trace_writer, self.overlays.recorder
+        writer = self.trace_writer
         if writer is None:
             return
         steps = len(writer)
         out = writer.close()  # also after Ctrl-C: the buffered steps are written and the file marked complete
-        why = getattr(self.driver, "traces_reason", None) or ("" if rec is not None else "no NAC layer")
-        if out is not None and not why:
+        nac = bool(getattr(self.overlays, "nac_dump", False))
+        why = "" if nac else (getattr(self.driver, "traces_reason", None) or "the policy has no NAC core")
+        if out is not None and nac:
             print(f"wrote {out} (NAC traces of {steps} steps)")
         elif out is not None:
             print(f"wrote {out} ({steps} steps: actions, rewards, speeds and labels; no NAC traces: {why})")
