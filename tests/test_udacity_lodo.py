@@ -169,7 +169,7 @@ def test_cli_evaluate_many_recordings(tmp_path, capsys):
     assert "not a Udacity recording" in capsys.readouterr().err
 
 
-def test_cli_leave_one_driver_out(tmp_path, capsys):
+def test_cli_leave_one_driver_out(tmp_path, capsys, caplog):
     from agent.cli import main
     from agent.nn.policy import DrivingPolicy, default_config
 
@@ -180,7 +180,11 @@ def test_cli_leave_one_driver_out(tmp_path, capsys):
             "--policy.window", "2", "--train.epochs", "1", "--train.val-fraction", "0", "--udacity.subsample", "0.5",
             "--udacity.block", "4", "--udacity.crop-cache", str(tmp_path / "cache"), "--lodo.tracks", "*", "lake",
             "driver2", "jungle", "--lodo.reference", str(ref), "--train.tensorboard", ""]
-    assert main(args) == 0
+    with caplog.at_level("INFO"):
+        assert main(args) == 0
+    epochs = [r.getMessage() for r in caplog.records if " epoch 1/1: " in r.getMessage()]
+    assert len(epochs) == 3 and all("no held-out split (val_fraction 0: the last epoch is kept)" in m and "nan" not in m
+                                    for m in epochs)
     folds = sorted(p.name for p in (out / "folds").glob("*.json"))
     assert folds == ["driver0.json", "driver1.json", "driver2.json"]
     for k in range(3):

@@ -422,12 +422,14 @@ def fit(policy: DrivingPolicy, train_source, val_source, cfg: TrainConfig, epoch
         if improved or val_source is None:
             best, best_state = val, copy.deepcopy(policy.state_dict())
             report.best_metric, report.best_epoch = val, n_epoch
-        log.info("%s epoch %d/%d: train loss %.4f  held-out %s %.4f%s  (%.0f s; training %.0f frames/s)", tag, epoch + 1,
-                 epochs, m.train_loss, head.metric, val, "  (best)" if improved else "", m.seconds,
-                 frames / max(train_seconds, 1e-9))
+        held_out = (f"held-out {head.metric} {val:.4f}{'  (best)' if improved else ''}" if val_source is not None
+                    else "no held-out split (val_fraction 0: the last epoch is kept)")
+        log.info("%s epoch %d/%d: train loss %.4f  %s  (%.0f s; training %.0f frames/s)", tag, epoch + 1,
+                 epochs, m.train_loss, held_out, m.seconds, frames / max(train_seconds, 1e-9))
         if tb is not None:
             tb.add_scalar("losses/train", m.train_loss, n_epoch)
-            tb.add_scalar(f"losses/val_{head.metric}", val, n_epoch)
+            if val_source is not None:
+                tb.add_scalar(f"losses/val_{head.metric}", val, n_epoch)
             tb.add_scalar("charts/lr", sched.get_last_lr()[0], n_epoch)
             tb.add_scalar("charts/epoch_seconds", m.seconds, n_epoch)
             tb.add_scalar("charts/train_frames_per_s", frames / max(train_seconds, 1e-9), n_epoch)
