@@ -540,7 +540,7 @@ class DriveSession:
             return
         steps = len(writer)
         out = writer.close()  # also after Ctrl-C: the buffered steps are written and the file marked complete
-        nac = bool(getattr(self.overlays, "nac_dump", False))
+        nac = self.overlays.nac_dump
         why = "" if nac else (getattr(self.driver, "traces_reason", None) or "the policy has no NAC core")
         if out is not None and nac:
             print(f"wrote {out} (NAC traces of {steps} steps)")

@@ -682,7 +682,7 @@ def load_traces(path: str | Path) -> dict[str, np.ndarray]:
         if str(data.get("format", "")) != TRACE_FORMAT:
             raise ValueError(f"{path} is not a NAC trace file of this project (written by drive --dump-traces)")
     need = ("action", "action_class", "reward", "step", "episode")
-    if any(k in data for k in (*PAIR_QUANTITIES, "valid")):  # a NAC policy's file: its traces whole
+    if has_nac_traces(data):  # a NAC policy's file: its traces whole
         need = (*PAIR_QUANTITIES, "valid", *need)
     missing = [k for k in need if k not in data]
     if missing:
@@ -695,9 +695,9 @@ def load_traces(path: str | Path) -> dict[str, np.ndarray]:
 
 
 def has_nac_traces(data: dict) -> bool:
-    """Whether a :func:`load_traces` result holds NAC traces (``phi`` and the rest), not only the steps of a
-    policy without a NAC core."""
-    return "phi" in data
+    """Whether a trace file's arrays hold NAC traces (``phi`` and the rest), not only the steps of a policy
+    without a NAC core (any one of them present counts: :func:`load_traces` then requires them all)."""
+    return any(k in data for k in (*PAIR_QUANTITIES, "valid"))
 
 
 #: Colours of the action classes (matplotlib and the live panel share them), RGB 0..255.
