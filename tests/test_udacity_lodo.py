@@ -228,6 +228,12 @@ def test_cli_leave_one_driver_out(tmp_path, capsys, caplog):
         assert np.allclose(z["label"], rec0.steering) and np.allclose(z["smoothed"], want_smooth, atol=1e-6)
         assert np.isclose(np.mean((z["pred"].astype(np.float64) - want_smooth) ** 2), folds[0]["smoothed_mse"],
                           rtol=1e-4)
+    # the fold's policy is kept: reloaded, it steers the held-out driver exactly as the fold scored it
+    from agent.eval.offline import evaluate_udacity
+    pol = DrivingPolicy.load(out / "folds" / "driver0.pt")
+    assert pol.metadata["lodo_fold"] == "driver0" and pol.metadata["train_drivers"] == ["driver1", "driver2"]
+    again = evaluate_udacity(pol, rec0, progress=False)
+    assert np.isclose(again["mse"], folds[0]["mse"], rtol=1e-5)
     # resumable: finished folds are skipped (files untouched); other settings are refused
     stamps = {p.name: p.stat().st_mtime_ns for p in (out / "folds").glob("*.json")}
     capsys.readouterr()

@@ -21,6 +21,9 @@ Output folder ``OUT``:
   a look afterwards without retraining: ``t`` (N,) capture times in seconds, ``pred``, ``label``
   (raw) and ``smoothed`` (+-0.5 s, :func:`agent.eval.steering.smooth_in_time`) (N,) float32
   normalised steering (+ = right), ``segments`` (S, 2) [start, stop) session segments;
+- ``folds/<driver>.pt``: the fold's policy (:meth:`agent.nn.policy.DrivingPolicy.save`; metadata: the
+  held-out driver, the training drivers, the seed, the measured camera offset), to score a
+  post-processing on the held-out driver without retraining; git ignores it;
 - ``reference/<driver>.json``: a fixed reference policy (e.g. the shipped ``udacity-nac.pt``)
   scored on the same held-out recording, when one is given;
 - ``lodo.md`` and ``lodo.json``: the table per driver and its means per track (rewritten after
@@ -221,6 +224,11 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
                  test, len(recs[test]), len(names) - 1, sum(source.lengths))
         policy, report = train(source, policy_config, train_config)
         t_train = time.time() - t0
+        # the fold's policy beside its scores, so a post-processing (a gain, a flipped view) can be measured on
+        # the held-out driver later without retraining; git ignores it (results/**/*.pt)
+        policy.save(out / "folds" / f"{test}.pt",
+                    metadata={"lodo_fold": test, "train_drivers": [n for n in names if n != test],
+                              "seed": train_config.seed, "camera_offset": offset})
         res = evaluate_udacity(policy, recs[test], progress=False, series=True)
         series = res.pop("series")
         arrays = {"t": series["t"], "pred": series["pred"].astype(np.float32),
