@@ -233,6 +233,16 @@ def test_evaluate_udacity_scores_its_own_predictions(tiny):
         else:
             assert half[key] == pytest.approx(want, rel=1e-6, abs=1e-9), key
     assert half["smoothed_ratio"] == pytest.approx(res["smoothed_ratio"], rel=1e-9)  # the headline keeps every frame
+    # a reversing stretch (brake held from the stop, the car speeding up) is left out of the driving frames too
+    n, h = len(rec), len(rec) // 2
+    rec.speed[:h] = 0.0
+    rec.speed[h:] = 5.0 + np.arange(n - h)  # from the stop, faster every frame ...
+    rec.brake[h:], rec.throttle[h:] = 1.0, 0.0  # ... on the brake: backwards
+    back = evaluate_udacity(policy, rec, progress=False)
+    assert back["n_reversing"] == n - h and back["n_moving"] == 0 and back["moving_smoothed_ratio"] is None
+    rec.brake[h:], rec.throttle[h:] = 0.0, 1.0  # the same on the throttle: forwards, scored again
+    fwd = evaluate_udacity(policy, rec, progress=False)
+    assert fwd["n_reversing"] == 0 and fwd["n_moving"] == n - h
     assert "series" not in evaluate_udacity(policy, rec, progress=False)
 
 
@@ -337,3 +347,22 @@ def test_intent_scores_carry_the_timing():
     assert {"best_lag_s", "corr_at_best_lag", "smoothed_ratio_at_best_lag"} <= set(sc)
     assert sc["best_lag_s"] == pytest.approx(0.3)  # the policy three frames late, against the smoothed labels
     assert sc["smoothed_ratio_at_best_lag"] < sc["smoothed_ratio"]
+
+
+def test_reversing_frames_finds_the_brake_driven_stretches():
+    from agent.data.udacity import reversing_frames
+
+    # forwards at 30 mph, brake to a stop (frame 9), reverse on the brake (10-14), stop (15), forwards on the throttle
+    speed = np.array([30, 30, 30, 25, 20, 15, 10, 6, 3, 0.5, 2, 4, 6, 8, 6, 1, 4, 10, 20, 30], float)
+    brake = np.array([0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0], float)
+    throttle = np.array([1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1], float)
+    rev = reversing_frames(speed, throttle, brake)
+    assert rev.tolist() == [False] * 9 + [True] * 6 + [False] * 5  # stop to stop: frames 9..14 go backwards
+    # braking hard while driving forwards never counts, however slow the car gets
+    assert not reversing_frames(speed[:10], throttle[:10], brake[:10]).any()
+    # a segment boundary ends a stretch: the first segment alone has no brake-driven speed-up
+    seg = np.array([[0, 10], [10, 20]])
+    assert reversing_frames(speed, throttle, brake, seg)[:10].sum() == 0
+    assert reversing_frames(speed, throttle, brake, seg)[10:15].all()
+    with pytest.raises(ValueError, match="one value per frame"):
+        reversing_frames(speed, throttle[:5], brake)

@@ -228,6 +228,21 @@ def test_cli_leave_one_driver_out(tmp_path, capsys, caplog):
         assert np.allclose(z["label"], rec0.steering) and np.allclose(z["smoothed"], want_smooth, atol=1e-6)
         assert np.isclose(np.mean((z["pred"].astype(np.float64) - want_smooth) ** 2), folds[0]["smoothed_mse"],
                           rtol=1e-4)
+    # on the frames driven forwards (the fixture never reverses): stored per fold, averaged as a ratio of means
+    assert all(f["n_reversing"] == 0 and f["moving_smoothed_mse"] is not None for f in folds)
+    assert np.isclose(lake["moving_smoothed_ratio_of_means"], np.mean([f["moving_smoothed_mse"] for f in folds[:2]]) /
+                      np.mean([f["moving_smoothed_zero_mse"] for f in folds[:2]]))
+    # a fold written before these scores existed gets them from its saved steering and its CSV
+    old_fold = {k: v for k, v in folds[0].items() if k not in ("moving_smoothed_mse", "moving_smoothed_zero_mse",
+                                                                "moving_smoothed_ratio", "moving_smoothed_corr",
+                                                                "n_reversing")}
+    (out / "folds" / "driver0.json").write_text(json.dumps(old_fold))
+    again_table = lodo_table(out)
+    assert again_table["drivers"][0]["moving_smoothed_mse"] == pytest.approx(folds[0]["moving_smoothed_mse"], rel=1e-5)
+    assert again_table["tracks"]["lake"]["moving_smoothed_ratio_of_means"] == pytest.approx(
+        lake["moving_smoothed_ratio_of_means"], rel=1e-5)
+    (out / "folds" / "driver0.json").write_text(json.dumps(folds[0]))
+    assert "driving forwards: smoothed ratio, r" in md
     # the fold's policy is kept: reloaded, it steers the held-out driver exactly as the fold scored it
     from agent.eval.offline import evaluate_udacity
     pol = DrivingPolicy.load(out / "folds" / "driver0.pt")

@@ -320,7 +320,9 @@ def _print_one(path: Path, data: str, res: dict) -> None:
               f"{res['oracle_ratio']:.2f} (the driver's own labels averaged over ±{res['oracle_half_width_s']:g} s "
               f"score MSE {res['oracle_mse']:.4f})")
     if res["n_moving"]:
-        print(f"  while moving (>= {res['min_speed_mph']:g} mph, {res['n_moving']} frames): "
+        rev = res.get("n_reversing") or 0
+        print(f"  while driving forwards (>= {res['min_speed_mph']:g} mph, {res['n_moving']} frames"
+              + (f"; {rev} reversing frames left out" if rev else "") + "): "
               f"MSE {res['moving_mse']:.4f}, "
               f"MAE {res['moving_mae']:.4f}; predict-0 MSE {res['moving_zero_mse']:.4f}; against the driver's intent "
               f"smoothed ratio {_fmt(res.get('moving_smoothed_ratio'), '.2f')}, Pearson r "
@@ -366,19 +368,23 @@ def _print_many(rows: list[dict], groups: dict, by_track: bool) -> None:
               f"{_fmt(g['oracle_mean_ratio'], '.2f')}) |")
     print(f"\n{INTENT_NOTE}\n")
     head = (f"| recording |{t_head} curve frames | smoothed ratio | Pearson r | right way (left / right) | "
-            "mean abs steering on curves, policy / driver |")
+            "mean abs steering on curves, policy / driver | driving forwards: smoothed ratio, r |")
     print(head + "\n" + "|---" * (head.count("|") - 1) + "|")
     for r in rows:
         print(f"| {r['recording']} |{track(r['track'])} {r['n_curve']} | {_fmt(r['smoothed_ratio'], '.2f')} | "
               f"{_fmt(r['smoothed_corr'], '.2f')} | {_fmt(r['right_way'], '.2f')} "
               f"({_fmt(r['right_way_left'], '.2f')} / {_fmt(r['right_way_right'], '.2f')}) | "
-              f"{_fmt(r['curve_mean_abs_pred'], '.3f')} / {_fmt(r['curve_mean_abs_label'], '.3f')} |")
+              f"{_fmt(r['curve_mean_abs_pred'], '.3f')} / {_fmt(r['curve_mean_abs_label'], '.3f')} | "
+              f"{_fmt(r.get('moving_smoothed_ratio'), '.2f')}, {_fmt(r.get('moving_smoothed_corr'), '.2f')} |")
     for name, g in means:
         print(f"| {label(name, g)} |{track(name)} {g['n_curve']} | "
               f"{_fmt(g['smoothed_ratio_of_means'], '.2f')} (mean of ratios {_fmt(g['smoothed_mean_ratio'], '.2f')}) "
               f"| {_fmt(g['smoothed_corr'], '.2f')} | {_fmt(g['right_way'], '.2f')} "
               f"({_fmt(g['right_way_left'], '.2f')} / {_fmt(g['right_way_right'], '.2f')}) | "
-              f"{_fmt(g['curve_mean_abs_pred'], '.3f')} / {_fmt(g['curve_mean_abs_label'], '.3f')} |")
+              f"{_fmt(g['curve_mean_abs_pred'], '.3f')} / {_fmt(g['curve_mean_abs_label'], '.3f')} | "
+              f"{_fmt(g.get('moving_smoothed_ratio_of_means'), '.2f')}, {_fmt(g.get('moving_smoothed_corr'), '.2f')} |")
+    print("\nDriving forwards: the frames at or above the minimum speed where the car is not reversing "
+          "(agent.data.udacity.reversing_frames); the mean row's ratio is the ratio of means.")
 
 
 __all__ = ["DESCRIPTION", "EvaluateRun", "UdacityOptions", "main"]

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agent.data.udacity import UdacityRecording, load_recording
+from agent.data.udacity import UdacityRecording, load_recording, reversing_frames
 from agent.data.udacity_cache import CachedRecording
 from agent.data.windows import UdacitySource
 from agent.eval.label_floor import FLOOR_HALF_WIDTH_S, smoothed_oracle_ratio
@@ -111,9 +111,11 @@ def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = Tr
         driver's own labels smoothed over +-``oracle_half_width_s`` = 0.5 s, about the lowest
         ratio a frame-only policy can be expected to reach),
         ``train_mean_mse`` (when known), ``moving_mse`` / ``moving_mae`` /
-        ``moving_zero_mse`` / ``n_moving`` / ``moving_smoothed_ratio`` / ``moving_smoothed_corr``
-        (the smoothed ratio and Pearson r below, on those frames only) on frames with speed >=
-        ``min_speed`` (None when no frame moves), ``data``, ``n_bad_rows_skipped`` and
+        ``moving_zero_mse`` / ``n_moving`` / ``moving_smoothed_mse`` / ``moving_smoothed_zero_mse`` /
+        ``moving_smoothed_ratio`` / ``moving_smoothed_corr`` (the smoothed scores below, on those
+        frames only) on the frames where the car drives forwards at speed >= ``min_speed``: not
+        reversing (:func:`agent.data.udacity.reversing_frames`; ``n_reversing`` counts those) (None
+        when no frame does), ``data``, ``n_bad_rows_skipped`` and
         ``seconds``; and the scores against the driver's intent, the labels smoothed over
         +-``intent_half_width_s`` = 0.5 s with the label included
         (:func:`agent.eval.steering.intent_scores`): ``smoothed_mse``, ``smoothed_zero_mse``, ``smoothed_ratio``, ``smoothed_corr`` (Pearson r), on curve frames
@@ -160,16 +162,19 @@ def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = Tr
     sc = intent["scores"]
     res["intent_half_width_s"] = sc.pop("half_width_s")
     res.update({k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in sc.items()})
-    moving = rec.speed >= min_speed
-    res.update(min_speed_mph=min_speed, n_moving=int(moving.sum()),
+    reversing = reversing_frames(rec.speed, rec.throttle, rec.brake, rec.segments)
+    moving = (rec.speed >= min_speed) & ~reversing  # driving forwards, the task the simulator's autonomous mode sets
+    res.update(min_speed_mph=min_speed, n_moving=int(moving.sum()), n_reversing=int(reversing.sum()),
                moving_mse=float(np.mean(err[moving] ** 2)) if moving.any() else None,
                moving_mae=float(np.mean(np.abs(err[moving]))) if moving.any() else None,
                moving_zero_mse=float(np.mean(rec.steering[moving] ** 2)) if moving.any() else None,
+               moving_smoothed_mse=None, moving_smoothed_zero_mse=None,
                moving_smoothed_ratio=None, moving_smoothed_corr=None)
-    if moving.any():  # the intent while the car moves: a stopped car's steering moves nothing
-        p, sm = pred[moving], intent["smoothed"][moving]
+    if moving.any():  # the intent while the car drives: a stopped car's steering moves nothing, a reversing one's
+        p, sm = pred[moving], intent["smoothed"][moving]  # is a manoeuvre no forward view tells
         ratio, r = smoothed_ratio(p, sm)["ratio"], pearson(p, sm)
-        res.update(moving_smoothed_ratio=None if math.isnan(ratio) else ratio,
+        res.update(moving_smoothed_mse=float(np.mean((p - sm) ** 2)), moving_smoothed_zero_mse=float(np.mean(sm ** 2)),
+                   moving_smoothed_ratio=None if math.isnan(ratio) else ratio,
                    moving_smoothed_corr=None if math.isnan(r) else r)
     if train_mean is None:
         train_mean = (getattr(policy, "metadata", None) or {}).get("train_mean_steering")
@@ -204,8 +209,10 @@ def summarize_recordings(results: list[dict]) -> dict:
     the driver's intent, ``smoothed_ratio_of_means`` (mean ``smoothed_mse`` / mean
     ``smoothed_zero_mse``) and ``smoothed_mean_ratio`` (mean of the ratios), the means of
     :data:`INTENT_MEANS` over the recordings where each is defined (None where none is), and
-    ``n_curve`` / ``n_left`` / ``n_right`` / ``n_straight`` (totals); these are None or absent
-    for results without intent scores.
+    ``n_curve`` / ``n_left`` / ``n_right`` / ``n_straight`` (totals), and on the frames driven
+    forwards (``moving_*`` of :func:`evaluate_udacity`) ``moving_smoothed_ratio_of_means`` (None unless
+    every result has them) and ``moving_smoothed_corr`` (mean); these are None or absent for results
+    without intent scores.
     """
     if not results:
         return {"n_recordings": 0}
@@ -224,6 +231,11 @@ def summarize_recordings(results: list[dict]) -> dict:
     if all(r.get("smoothed_mse") is not None for r in results):
         s_mse = float(np.mean([r["smoothed_mse"] for r in results]))
         s_zero = float(np.mean([r["smoothed_zero_mse"] for r in results]))
+        moving = [r for r in results if r.get("moving_smoothed_mse") is not None]
+        m_zero = float(np.mean([r["moving_smoothed_zero_mse"] for r in moving])) if len(moving) == len(results) else 0.0
+        out.update(moving_smoothed_ratio_of_means=(float(np.mean([r["moving_smoothed_mse"] for r in moving])) / m_zero
+                                                   if m_zero > 0 else None),
+                   moving_smoothed_corr=_mean(r.get("moving_smoothed_corr") for r in results))
         out.update(smoothed_ratio_of_means=s_mse / s_zero if s_zero > 0 else None,
                    smoothed_mean_ratio=_mean(r.get("smoothed_ratio") for r in results),
                    **{k: _mean(r.get(k) for r in results) for k in INTENT_MEANS},

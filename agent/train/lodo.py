@@ -47,10 +47,11 @@ from pathlib import Path
 import numpy as np
 
 from agent.atomic import write_atomic, write_json_atomic
-from agent.data.udacity import camera_offset, camera_shifts
+from agent.data.udacity import camera_offset, camera_shifts, parse_log, reversing_frames
 from agent.data.windows import UdacitySource, smooth_steering
 from agent.eval.label_floor import FLOOR_HALF_WIDTH_S, recording_floor, width_key
 from agent.eval.offline import INTENT_MEANS, evaluate_udacity, summarize_recordings
+from agent.eval.steering import pearson, smoothed_ratio
 from agent.log import get_logger
 from agent.train.run import train
 
@@ -120,7 +121,8 @@ INTENT_KEYS = ("intent_half_width_s", "smoothed_mse", "smoothed_zero_mse", "smoo
 
 def _scores(res: dict) -> dict:
     keep = ("mse", "mae", "zero_mse", "zero_mae", "n_frames", "n_segments", "rmse_degrees", "n_moving", "moving_mse",
-            "moving_mae", "moving_zero_mse", "moving_smoothed_ratio", "moving_smoothed_corr", "n_bad_rows_skipped",
+            "moving_mae", "moving_zero_mse", "moving_smoothed_ratio", "moving_smoothed_corr", "moving_smoothed_mse",
+            "moving_smoothed_zero_mse", "n_reversing", "min_speed_mph", "n_bad_rows_skipped",
             "data", "oracle_half_width_s", "oracle_mse", "oracle_ratio", *INTENT_KEYS)
     out = {k: res[k] for k in keep if k in res}
     out["ratio"] = res["mse"] / res["zero_mse"] if res["zero_mse"] > 0 else None
@@ -280,6 +282,42 @@ def _fold_floor(d: dict) -> tuple[float | None, float | None]:
     return fl["oracle_mse"][k], fl["oracle_ratio"][k]
 
 
+DRIVING_KEYS = ("moving_smoothed_mse", "moving_smoothed_zero_mse", "moving_smoothed_ratio", "moving_smoothed_corr",
+                "n_reversing")
+
+
+def _fold_driving(d: dict, npz: Path) -> dict:
+    """A fold's smoothed scores on the frames driven forwards (:data:`DRIVING_KEYS`, as
+    :func:`agent.eval.offline.evaluate_udacity` stores them): from the fold, or for a fold written
+    before they existed, from its saved steering (``npz``) and its recording's speed and pedals (the
+    CSV alone, no image read) when both are there and hold the fold's frames; else all None."""
+    if all(k in d for k in DRIVING_KEYS):
+        return {k: d[k] for k in DRIVING_KEYS}
+    none = dict.fromkeys(DRIVING_KEYS)
+    data = d.get("data")
+    if not (data and Path(data).is_file() and npz.is_file()):
+        return none
+    try:
+        _, good, _ = parse_log(data)
+        with np.load(npz, allow_pickle=False) as z:
+            pred, smoothed, segments = z["pred"].astype(np.float64), z["smoothed"].astype(np.float64), z["segments"]
+    except (OSError, ValueError, KeyError) as exc:
+        log.warning("no driving-forwards scores for fold %s: %s", d.get("driver"), exc)
+        return none
+    if len(good) != len(pred) or len(pred) != d.get("n_frames"):
+        return none
+    _, throttle, brake, speed = np.array([g[2] for g in good], np.float64).T
+    reversing = reversing_frames(speed, throttle, brake, segments)
+    keep = (speed >= (d.get("min_speed_mph") or 5.0)) & ~reversing
+    if not keep.any():
+        return {**none, "n_reversing": int(reversing.sum())}
+    p, sm = pred[keep], smoothed[keep]
+    ratio, r = smoothed_ratio(p, sm)["ratio"], pearson(p, sm)
+    return {"moving_smoothed_mse": float(np.mean((p - sm) ** 2)), "moving_smoothed_zero_mse": float(np.mean(sm ** 2)),
+            "moving_smoothed_ratio": None if np.isnan(ratio) else float(ratio),
+            "moving_smoothed_corr": None if np.isnan(r) else float(r), "n_reversing": int(reversing.sum())}
+
+
 def lodo_table(out: str | Path) -> dict:
     """The table of a LODO folder from its finished folds: ``{"drivers": [...], "tracks": {...}}``.
 
@@ -301,6 +339,7 @@ def lodo_table(out: str | Path) -> dict:
         row = {k: d.get(k) for k in ("driver", "track", "n_frames", "mse", "mae", "zero_mse", "ratio",
                                      "n_train_frames", *INTENT_KEYS[1:])}
         row["oracle_mse"], row["oracle_ratio"] = _fold_floor(d)
+        row.update(_fold_driving(d, f.with_suffix(".npz")))
         row["train_seconds"] = (d.get("seconds") or {}).get("train")
         ref = out / "reference" / f"{d['driver']}.json"
         if ref.is_file():
@@ -334,7 +373,8 @@ def _intent_means(rows: list[dict]) -> dict:
     """The means against the driver's intent of a group of folds (:func:`agent.eval.offline.summarize_recordings`):
     ``smoothed_ratio_of_means``, ``smoothed_mean_ratio`` and :data:`agent.eval.offline.INTENT_MEANS`; all None
     unless every fold of the group has intent scores (folds written before they existed have none)."""
-    keys = ("smoothed_ratio_of_means", "smoothed_mean_ratio", *INTENT_MEANS)
+    keys = ("smoothed_ratio_of_means", "smoothed_mean_ratio", *INTENT_MEANS, "moving_smoothed_ratio_of_means",
+            "moving_smoothed_corr")
     if not rows or any(r.get("smoothed_mse") is None for r in rows):
         return dict.fromkeys(keys)
     summary = summarize_recordings(rows)
@@ -370,23 +410,28 @@ def write_table(out: str | Path) -> dict:
               "curve frames (|smoothed| > 0.05) steered the smoothed label's way, left and right apart; |pred| vs "
               "|label| = mean magnitudes on curve frames; timing = the shift of the predictions (within ±1 s; + = the "
               "policy late) that correlates best with the smoothed labels, and the smoothed ratio at it "
-              "(agent.eval.steering.timing; blank for folds written before it). Means per track: mean smoothed MSE / "
+              "(agent.eval.steering.timing; blank for folds written before it). Driving forwards: the same smoothed ratio "
+              "and r on the frames at 5 mph or more where the car is not reversing (agent.data.udacity.reversing_frames:"
+              " the multi-point turns after leaving the road). Means per track: mean smoothed MSE / "
               "mean predict-0, and the other columns' means over the folds.", "",
               "| held-out driver | track | smoothed ratio | r | right way | left | right | \\|pred\\| vs \\|label\\| in curves "
-              "| timing (s), smoothed ratio there |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "| timing (s), smoothed ratio there | driving forwards: smoothed ratio, r |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in table["drivers"]:
         lines.append(f"| {r['driver']} | {r['track']} | {_f(r.get('smoothed_ratio'), '.2f')} | "
                      f"{_f(r.get('smoothed_corr'), '.2f')} | {_f(r.get('right_way'), '.2f')} | "
                      f"{_f(r.get('right_way_left'), '.2f')} | {_f(r.get('right_way_right'), '.2f')} | "
                      f"{_f(r.get('curve_mean_abs_pred'), '.3f')} vs {_f(r.get('curve_mean_abs_label'), '.3f')} | "
-                     f"{_timing(r)} |")
+                     f"{_timing(r)} | {_f(r.get('moving_smoothed_ratio'), '.2f', '')}, "
+                     f"{_f(r.get('moving_smoothed_corr'), '.2f', '')} |")
     for name, g in table["tracks"].items():
         lines.append(f"| **mean, {name}** ({g['folds']} folds) | {name} | "
                      f"**{_f(g.get('smoothed_ratio_of_means'), '.2f')}** | {_f(g.get('smoothed_corr'), '.2f')} | "
                      f"{_f(g.get('right_way'), '.2f')} | {_f(g.get('right_way_left'), '.2f')} | "
                      f"{_f(g.get('right_way_right'), '.2f')} | {_f(g.get('curve_mean_abs_pred'), '.3f')} vs "
-                     f"{_f(g.get('curve_mean_abs_label'), '.3f')} | {_timing(g)} |")
+                     f"{_f(g.get('curve_mean_abs_label'), '.3f')} | {_timing(g)} | "
+                     f"{_f(g.get('moving_smoothed_ratio_of_means'), '.2f', '')}, "
+                     f"{_f(g.get('moving_smoothed_corr'), '.2f', '')} |")
     md = ("Leave-one-driver-out: each row is a policy trained on the other drivers and scored on this one "
           "(center camera, every frame, streaming; raw labels). ratio = MSE / predict-0 MSE (< 1 beats driving "
           "straight); the means' ratio is mean MSE / mean predict-0 MSE. The smoothed-oracle ratio is the "
@@ -411,7 +456,9 @@ TARGETS = (("smoothed_ratio_of_means", "max", {"lake": 0.5, "jungle": 0.6}),
 #: the columns of the table over seeds: (key, heading, format)
 SEED_COLUMNS = (("smoothed_ratio_of_means", "smoothed ratio", ".2f"), ("smoothed_corr", "r", ".2f"),
                 ("right_way_left", "right way, left", ".2f"), ("right_way_right", "right way, right", ".2f"),
-                ("ratio_of_means", "raw ratio", ".2f"), ("curve_abs_ratio", "\\|pred\\| / \\|label\\| in curves",
+                ("ratio_of_means", "raw ratio", ".2f"),
+                ("moving_smoothed_ratio_of_means", "smoothed ratio, driving forwards (not a target)", ".2f"),
+                ("curve_abs_ratio", "\\|pred\\| / \\|label\\| in curves",
                                                           ".2f"))
 
 
