@@ -105,6 +105,13 @@ def test_cached_source_windows_and_straight_sampling(tmp_path):
     for bad in (-1.0, float("nan")):
         with pytest.raises(ValueError, match="min_speed must be a speed in mph >= 0"):
             UdacitySource([rec], min_speed=bad)
+    # reversing frames (the brake held past the stop, the car speeding up) leave the loss with skip_reversing
+    rec.speed[:] = [30, 20, 10, 1, 3, 5, 7, 2, 10, 20, 30, 30]
+    rec.brake[:], rec.throttle[:] = [0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1]
+    back = UdacitySource([rec], skip_reversing=True)
+    assert back.loss_mask(0, 0, 12).tolist() == [True] * 3 + [False] * 4 + [True] * 5
+    assert "4 reversing left out of the loss" in back.describe() and UdacitySource([rec]).loss_mask(0, 0, 12).all()
+    assert back.split(0.25)[0].loss_mask(0, 0, 9).tolist() == [True] * 3 + [False] * 4 + [True] * 2
 
 
 def test_causal_smoothing(tmp_path):

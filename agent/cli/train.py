@@ -396,7 +396,8 @@ def _load_source(run: TrainRun):
         log.info("udacity.subsample %.2f: %d frames in %d pieces of the %d recordings", u.subsample,
                  sum(len(r) for r in recs), len(recs), len(run.data))
     return UdacitySource(recs, augment, smooth_labels=u.smooth_labels,
-                         smooth_mode=u.smooth_mode, straight_keep=u.straight_keep, min_speed=u.min_speed, seed=run.seed)
+                         smooth_mode=u.smooth_mode, straight_keep=u.straight_keep, min_speed=u.min_speed,
+                         skip_reversing=u.skip_reversing, seed=run.seed)
 
 
 def _augment_config(u, recs) -> AugmentConfig:
@@ -467,7 +468,7 @@ def _train_lodo(run: TrainRun) -> int:
         table = run_lodo(list(run.data), folder, pcfg, _train_config(seed_run), load, augment=augment,
                          measure_cameras=u.camera_correction == "measured", smooth_labels=u.smooth_labels,
                          smooth_mode=u.smooth_mode, straight_keep=u.straight_keep, min_speed=u.min_speed,
-                         subsample=u.subsample, block=u.block,
+                         skip_reversing=u.skip_reversing, subsample=u.subsample, block=u.block,
                          tracks=driver_tracks(run.lodo.tracks, list(run.data)), reference=reference,
                          folds=list(run.lodo.folds) if run.lodo.folds else None)
         folders[seed] = folder

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from agent.data.udacity import INPUT_SHAPE, AugmentConfig, AugmentParams, augmented_window, preprocess
+from agent.data.udacity import INPUT_SHAPE, AugmentConfig, AugmentParams, augmented_window, preprocess, reversing_frames
 from agent.data.frame_cache import mapped_buffer, release_pages
 from envs.carracing import dashboard_rows, draw_speedometer, speed_bar_columns, speedometer_region
 
@@ -319,7 +319,9 @@ class UdacitySource:
     loss leaves out the frames recorded slower than it: a stopped car's steering moves nothing, and
     drivers waiting at the start line swing the wheel (up to 0.77 mean |steering| over a driver's
     stopped frames in the public recordings), which teaches a policy to steer at the start view.
-    The frames stay in the windows as context.
+    The frames stay in the windows as context. ``skip_reversing``: the loss also leaves out the
+    frames where the car drives backwards (:func:`agent.data.udacity.reversing_frames`: multi-point
+    turns at full lock, whose steering no forward view tells).
 
     Raises:
         ValueError: ``straight_keep`` outside (0, 1], a negative or non-finite ``min_speed``, or a
@@ -329,7 +331,7 @@ class UdacitySource:
     target_dtype = np.float32
 
     def __init__(self, recordings: list, augment=None, smooth_labels: int = 1, smooth_mode: str = "centred",
-                 straight_keep: float = 1.0, seed: int = 0, min_speed: float = 0.0):
+                 straight_keep: float = 1.0, seed: int = 0, min_speed: float = 0.0, skip_reversing: bool = False):
         if not 0.0 < straight_keep <= 1.0:
             raise ValueError(f"straight_keep must be in (0, 1], got {straight_keep}")
         if not (np.isfinite(min_speed) and min_speed >= 0.0):
@@ -337,6 +339,7 @@ class UdacitySource:
         self.raw_recordings = list(recordings)  # as recorded: the held-out split is scored on raw labels
         self.augment, self.smooth_labels, self.smooth_mode = augment, smooth_labels, smooth_mode
         self.straight_keep, self.seed, self.min_speed = straight_keep, seed, float(min_speed)
+        self.skip_reversing = bool(skip_reversing)
         self.recordings = [smooth_steering(r, smooth_labels, smooth_mode) for r in self.raw_recordings]
         self._learn = [self._learn_mask(i, r) for i, r in enumerate(self.recordings)]
         self.index = [(r, int(s0), int(s1)) for r, rec in enumerate(self.recordings) for s0, s1 in rec.segments.tolist()]
@@ -349,6 +352,8 @@ class UdacitySource:
                                                      < self.straight_keep)
         if self.min_speed > 0.0:
             keep &= np.asarray(rec.speed) >= self.min_speed
+        if self.skip_reversing:
+            keep &= ~reversing_frames(rec.speed, rec.throttle, rec.brake, rec.segments)
         return keep
 
     @property
@@ -404,7 +409,7 @@ class UdacitySource:
             if n_val:
                 val.append(rec.slice(n - n_val, n))
         return (UdacitySource(train, self.augment, self.smooth_labels, self.smooth_mode, self.straight_keep, self.seed,
-                              self.min_speed),
+                              self.min_speed, self.skip_reversing),
                 UdacitySource(val) if val else None)
 
     def describe(self) -> str:
@@ -413,6 +418,9 @@ class UdacitySource:
         if self.min_speed > 0.0:
             slow = sum(int((np.asarray(r.speed) < self.min_speed).sum()) for r in self.recordings)
             text += f", {slow} slower than {self.min_speed:g} mph left out of the loss"
+        if self.skip_reversing:
+            back = sum(int(reversing_frames(r.speed, r.throttle, r.brake, r.segments).sum()) for r in self.recordings)
+            text += f", {back} reversing left out of the loss"
         return text
 
 

@@ -312,6 +312,8 @@ class UdacitySection:
     """share of the straight-driving frames (|label| < 0.001) that the loss counts; 1: all"""
     min_speed: float = 0.0
     """frames recorded slower than this (mph) are left out of the loss: a stopped car's steering moves nothing; 0: all"""
+    skip_reversing: bool = False
+    """leave the frames where the car drives backwards (multi-point turns at full lock) out of the loss"""
     crop_cache: str = "auto"
     """where recordings are cached as 66x200 YUV crops: auto (a cache for several recordings), '' (memory) or a folder"""
     subsample: float = 1.0

@@ -131,7 +131,7 @@ def _scores(res: dict) -> dict:
 
 def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_config, load, *, augment=None,
              smooth_labels: int = 1, smooth_mode: str = "centred", straight_keep: float = 1.0, min_speed: float = 0.0,
-             subsample: float = 1.0, block: int = 32, tracks: dict[str, str] | None = None,
+             skip_reversing: bool = False, subsample: float = 1.0, block: int = 32, tracks: dict[str, str] | None = None,
              reference=None, folds: list[str] | None = None, extra_settings: dict | None = None,
              measure_cameras: bool = False) -> dict:
     """Train and score one fold per recording (see the module docstring); returns the table (:func:`lodo_table`).
@@ -150,6 +150,8 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
         min_speed: mph; training frames recorded slower are left out of the loss (0: none;
             :class:`agent.data.windows.UdacitySource`). Recorded in the settings only when > 0, so
             folders made before it existed still resume.
+        skip_reversing: the frames where the car drives backwards are left out of the loss too
+            (:func:`agent.data.udacity.reversing_frames`); recorded in the settings only when set.
         subsample, block: share of each training recording kept, in blocks of ``block`` frames.
         tracks: driver name -> track ("lake", "jungle"); unnamed drivers get ``tracks.get("*", "-")``.
         reference: an optional fixed policy scored on each held-out recording too.
@@ -179,7 +181,8 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
                 "augment": ({**asdict(augment), **({"camera_correction": "measured"} if measure_cameras else {})}
                             if augment is not None else None), "smooth_labels": smooth_labels,
                 "smooth_mode": smooth_mode, "straight_keep": straight_keep, "subsample": subsample, "block": block,
-                **({"min_speed": min_speed} if min_speed > 0 else {}), **(extra_settings or {})}
+                **({"min_speed": min_speed} if min_speed > 0 else {}),
+                **({"skip_reversing": True} if skip_reversing else {}), **(extra_settings or {})}
     settings = json.loads(json.dumps(settings, default=str))
     for f in sorted((out / "folds").glob("*.json")):
         old = json.loads(f.read_text()).get("settings")
@@ -221,7 +224,7 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
             log.info("fold %s: side cameras measured %.1f px from the center view: correction %.3f", test,
                      offset["px"], offset["correction"])
         source = UdacitySource(pieces, fold_augment, straight_keep=straight_keep, seed=train_config.seed,
-                               min_speed=min_speed)
+                               min_speed=min_speed, skip_reversing=skip_reversing)
         log.info("fold %d/%d: held-out driver %s (%d frames); training on %d drivers, %d frames", i + 1, len(names),
                  test, len(recs[test]), len(names) - 1, sum(source.lengths))
         policy, report = train(source, policy_config, train_config)
