@@ -364,5 +364,7 @@ def test_reversing_frames_finds_the_brake_driven_stretches():
     seg = np.array([[0, 10], [10, 20]])
     assert reversing_frames(speed, throttle, brake, seg)[:10].sum() == 0
     assert reversing_frames(speed, throttle, brake, seg)[10:15].all()
+    # creeping on the brake below a stop's speed (the car barely moves) is not counted
+    assert not reversing_frames(np.array([0, 0.5, 1.0, 1.5, 0.2]), np.zeros(5), np.ones(5)).any()
     with pytest.raises(ValueError, match="one value per frame"):
         reversing_frames(speed, throttle[:5], brake)

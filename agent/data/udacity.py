@@ -168,7 +168,7 @@ def reversing_frames(speed, throttle, brake, segments=None, stop_mph: float = ST
     The direction can only change at a stop (a local minimum of speed below ``stop_mph``), so each
     stretch between two stops (and the recording's ends) goes one way: backwards when the pedal that
     sped the car up was the brake (over the stretch's accelerating frames, the brake's sum exceeds the
-    throttle's). Driving forwards, braking never speeds the car up. In the fourteen public drivers'
+    throttle's) and the car got past ``stop_mph``. Driving forwards, braking never speeds the car up. In the fourteen public drivers'
     recordings this finds the multi-point turns after leaving the road, 0-5.5 % of a driver's frames,
     held at full lock; a forward-looking policy cannot tell them from forward driving, and the
     simulator's autonomous mode never reverses.
@@ -200,7 +200,8 @@ def reversing_frames(speed, throttle, brake, segments=None, stop_mph: float = ST
                 continue
             faster = np.diff(v[lo:hi]) > 0  # frame lo+i -> lo+i+1 sped up
             pedal = slice(a + lo, a + hi - 1)
-            rev[a + lo:a + hi] = brake[pedal][faster].sum() > throttle[pedal][faster].sum()
+            moved = v[lo:hi].max() >= stop_mph  # creeping below a stop's speed is not driving either way
+            rev[a + lo:a + hi] = moved and brake[pedal][faster].sum() > throttle[pedal][faster].sum()
     return rev
 
 
