@@ -167,11 +167,12 @@ def reversing_frames(speed, throttle, brake, segments=None, stop_mph: float = ST
     The simulator records speed without a sign, and the brake key held past a stop reverses the car.
     The direction can only change at a stop (a local minimum of speed below ``stop_mph``), so each
     stretch between two stops (and the recording's ends) goes one way: backwards when the pedal that
-    sped the car up was the brake (over the stretch's accelerating frames, the brake's sum exceeds the
-    throttle's) and the car got past ``stop_mph``. Driving forwards, braking never speeds the car up. In the fourteen public drivers'
-    recordings this finds the multi-point turns after leaving the road, 0-5.5 % of a driver's frames,
-    held at full lock; a forward-looking policy cannot tell them from forward driving, and the
-    simulator's autonomous mode never reverses.
+    sped the car up was the brake (over the stretch's accelerating frames, the brake's sum exceeds
+    the throttle's) and the car got past ``stop_mph``. Driving forwards, braking never speeds the car
+    up. In the fourteen public drivers' recordings this finds the multi-point turns after leaving the
+    road, 0-5.5 % of a driver's frames, held at full lock; a forward-looking policy cannot tell them
+    from forward driving, and the simulator's autonomous mode never reverses (an observation of the
+    recordings, docs/experiments/2026-11-28-udacity-reversing.md).
 
     Args:
         speed: (N,) mph, >= 0. throttle, brake: (N,) pedal positions in [0, 1].
