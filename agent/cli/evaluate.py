@@ -43,7 +43,9 @@ the keyboard-noise floor: the ratio of a smoothed oracle (the driver's own label
 half-width of 0.5 s), about the lowest ratio a policy that sees frames can reach. Then the policy
 against the driver's intent, those smoothed labels (agent.eval.steering): the ratio on them, the
 Pearson r, the share of curve frames turned the right way (left / right) and the mean steering
-amount on curves against the driver's; means per track with --udacity.tracks; --udacity.plot draws
+amount on curves against the driver's, and the ratio and r on the frames driven forwards (5 mph or
+more, not reversing: the brake held past a stop drives the car backwards); means per track with
+--udacity.tracks; --udacity.plot draws
 one recording's steering against time. With --env udacity and --udacity.floor: only the floor, for
 any recordings, no policy (agent.eval.label_floor)."""
 
