@@ -162,20 +162,12 @@ def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = Tr
     sc = intent["scores"]
     res["intent_half_width_s"] = sc.pop("half_width_s")
     res.update({k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in sc.items()})
-    reversing = reversing_frames(rec.speed, rec.throttle, rec.brake, rec.segments)
-    moving = (rec.speed >= min_speed) & ~reversing  # driving forwards, the task the simulator's autonomous mode sets
-    res.update(min_speed_mph=min_speed, n_moving=int(moving.sum()), n_reversing=int(reversing.sum()),
+    moving, driving = driving_scores(pred, intent["smoothed"], rec.speed, rec.throttle, rec.brake, rec.segments,
+                                     min_speed)
+    res.update(min_speed_mph=min_speed, n_moving=int(moving.sum()),
                moving_mse=float(np.mean(err[moving] ** 2)) if moving.any() else None,
                moving_mae=float(np.mean(np.abs(err[moving]))) if moving.any() else None,
-               moving_zero_mse=float(np.mean(rec.steering[moving] ** 2)) if moving.any() else None,
-               moving_smoothed_mse=None, moving_smoothed_zero_mse=None,
-               moving_smoothed_ratio=None, moving_smoothed_corr=None)
-    if moving.any():  # the intent while the car drives: a stopped car's steering moves nothing, a reversing one's
-        p, sm = pred[moving], intent["smoothed"][moving]  # is a manoeuvre no forward view tells
-        ratio, r = smoothed_ratio(p, sm)["ratio"], pearson(p, sm)
-        res.update(moving_smoothed_mse=float(np.mean((p - sm) ** 2)), moving_smoothed_zero_mse=float(np.mean(sm ** 2)),
-                   moving_smoothed_ratio=None if math.isnan(ratio) else ratio,
-                   moving_smoothed_corr=None if math.isnan(r) else r)
+               moving_zero_mse=float(np.mean(rec.steering[moving] ** 2)) if moving.any() else None, **driving)
     if train_mean is None:
         train_mean = (getattr(policy, "metadata", None) or {}).get("train_mean_steering")
     if train_mean is not None:
@@ -186,6 +178,40 @@ def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = Tr
                          "label": np.asarray(rec.steering, np.float64), "smoothed": intent["smoothed"],
                          "segments": np.asarray(rec.segments)}
     return res
+
+
+def driving_scores(pred, smoothed, speed, throttle, brake, segments=None,
+                   min_speed: float = 5.0) -> tuple[np.ndarray, dict]:
+    """The scores against the driver's intent on the frames driven forwards.
+
+    A stopped car's steering moves nothing, and a reversing one's is a manoeuvre that no forward view
+    explains (:func:`agent.data.udacity.reversing_frames`); the simulator's autonomous mode only
+    drives forwards.
+
+    Args:
+        pred, smoothed: (N,) the policy's steering and the labels smoothed over +-0.5 s
+            (:func:`agent.eval.steering.intent_scores`).
+        speed: (N,) mph. throttle, brake: (N,) pedals in [0, 1]. segments: (S, 2) session segments.
+        min_speed: mph; slower frames are left out.
+
+    Returns:
+        (mask, scores): (N,) bool, the frames driven forwards at ``min_speed`` or faster; and
+        ``n_reversing``, ``moving_smoothed_mse``, ``moving_smoothed_zero_mse`` (predict-0 on the
+        smoothed labels), ``moving_smoothed_ratio`` and ``moving_smoothed_corr`` (Pearson r) on
+        those frames (None where undefined: no such frame, every smoothed label 0, a constant
+        prediction).
+    """
+    reversing = reversing_frames(speed, throttle, brake, segments)
+    moving = (np.asarray(speed) >= min_speed) & ~reversing
+    scores = {"n_reversing": int(reversing.sum()), "moving_smoothed_mse": None, "moving_smoothed_zero_mse": None,
+              "moving_smoothed_ratio": None, "moving_smoothed_corr": None}
+    if moving.any():
+        p, sm = np.asarray(pred, np.float64)[moving], np.asarray(smoothed, np.float64)[moving]
+        ratio, r = smoothed_ratio(p, sm)["ratio"], pearson(p, sm)
+        scores.update(moving_smoothed_mse=float(np.mean((p - sm) ** 2)), moving_smoothed_zero_mse=float(np.mean(sm ** 2)),
+                      moving_smoothed_ratio=None if math.isnan(ratio) else float(ratio),
+                      moving_smoothed_corr=None if math.isnan(r) else float(r))
+    return moving, scores
 
 
 #: per-recording intent scores that :func:`summarize_recordings` averages (mean over the recordings that have one)
@@ -253,5 +279,5 @@ def summarize_by_track(results: list[dict]) -> dict:
     return out
 
 
-__all__ = ["INTENT_MEANS", "evaluate_udacity", "predict_recording", "score_stream", "stream_outputs",
+__all__ = ["INTENT_MEANS", "driving_scores", "evaluate_udacity", "predict_recording", "score_stream", "stream_outputs",
            "summarize_by_track", "summarize_recordings"]

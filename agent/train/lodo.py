@@ -47,11 +47,10 @@ from pathlib import Path
 import numpy as np
 
 from agent.atomic import write_atomic, write_json_atomic
-from agent.data.udacity import camera_offset, camera_shifts, parse_log, reversing_frames
+from agent.data.udacity import camera_offset, camera_shifts, parse_log
 from agent.data.windows import UdacitySource, smooth_steering
 from agent.eval.label_floor import FLOOR_HALF_WIDTH_S, recording_floor, width_key
-from agent.eval.offline import INTENT_MEANS, evaluate_udacity, summarize_recordings
-from agent.eval.steering import pearson, smoothed_ratio
+from agent.eval.offline import INTENT_MEANS, driving_scores, evaluate_udacity, summarize_recordings
 from agent.log import get_logger
 from agent.train.run import train
 
@@ -310,15 +309,7 @@ def _fold_driving(d: dict, npz: Path) -> dict:
     if len(good) != len(pred) or len(pred) != d.get("n_frames"):
         return none
     _, throttle, brake, speed = np.array([g[2] for g in good], np.float64).T
-    reversing = reversing_frames(speed, throttle, brake, segments)
-    keep = (speed >= (d.get("min_speed_mph") or 5.0)) & ~reversing
-    if not keep.any():
-        return {**none, "n_reversing": int(reversing.sum())}
-    p, sm = pred[keep], smoothed[keep]
-    ratio, r = smoothed_ratio(p, sm)["ratio"], pearson(p, sm)
-    return {"moving_smoothed_mse": float(np.mean((p - sm) ** 2)), "moving_smoothed_zero_mse": float(np.mean(sm ** 2)),
-            "moving_smoothed_ratio": None if np.isnan(ratio) else float(ratio),
-            "moving_smoothed_corr": None if np.isnan(r) else float(r), "n_reversing": int(reversing.sum())}
+    return driving_scores(pred, smoothed, speed, throttle, brake, segments, d.get("min_speed_mph") or 5.0)[1]
 
 
 def lodo_table(out: str | Path) -> dict:
