@@ -381,6 +381,27 @@ def test_cli_leave_one_driver_out_over_seeds(tmp_path, capsys):
     assert "| lake | 2/2 |" in md
     # a seed that failed a target shows ✗ (a fixed table, through the same function)
     assert ("✗" in md) == any(c["met"] is False for t in over["tracks"].values() for c in t.values())
+    # each fold's scores per seed, and the seed-to-seed spread a one-seed screen works against
+    paired = over["paired"]
+    assert sorted(paired["drivers"]) == sorted(d["driver"] for d in per[0]["drivers"]) and not paired["missing"]
+    ratios = []
+    for d in per[0]["drivers"]:
+        want = [next(r["smoothed_ratio"] for r in per[s]["drivers"] if r["driver"] == d["driver"]) for s in (0, 1)]
+        assert paired["drivers"][d["driver"]]["smoothed_ratio"] == pytest.approx(want)
+        ratios.append(want)
+    sp = paired["spread"]["smoothed_ratio"]
+    assert sp["folds"] == 3 and sp["max_range"] == pytest.approx(max(abs(a - b) for a, b in ratios))
+    assert sp["pooled_sd"] == pytest.approx(np.sqrt(np.mean([np.var(r, ddof=1) for r in ratios])))
+    assert f"pooled standard deviation {sp['pooled_sd']:.3f}" in md
+    # a seed with a fold not yet finished: the table says its means are over other drivers
+    import shutil
+    part = tmp_path / "part"
+    shutil.copytree(out / "s1", part)
+    gone = per[1]["drivers"][0]["driver"]
+    (part / "folds" / f"{gone}.json").unlink()
+    half = seeds_table({0: out / "s0", 1: part})
+    assert half["paired"]["missing"] == {1: [gone]} and gone not in half["paired"]["drivers"]
+    assert "finished different folds" in half["markdown"] and f"seed 1: {gone}" in half["markdown"]
     with pytest.raises(ValueError, match="no finished fold"):
         seeds_table({0: out / "s0", 5: tmp_path / "empty"})
     # a rerun of one seed (its folds finished: skipped) tabulates every seed folder there, not that seed alone

@@ -479,6 +479,64 @@ def seed_folders(out: str | Path) -> dict[int, Path]:
     return dict(sorted(found.items()))
 
 
+#: the per-fold scores compared across seeds (key, heading)
+PAIRED_KEYS = (("smoothed_ratio", "smoothed ratio"), ("smoothed_corr", "r"))
+
+
+def _paired_folds(drivers: dict[int, list[dict]]) -> dict:
+    """Each held-out driver finished by every seed, with its scores per seed, and the seed-to-seed
+    spread of a fold: the pooled within-fold standard deviation sqrt(mean over folds of the sample
+    variance across seeds), and the median and largest range (max - min over the seeds).
+
+    This is the noise a one-seed screen of a setting works against: a change of one fold smaller
+    than its seed-to-seed range is not the setting's doing.
+    """
+    seeds = sorted(drivers)
+    by = {s: {r["driver"]: r for r in drivers[s]} for s in seeds}
+    common = sorted(set.intersection(*(set(b) for b in by.values())), key=str.lower)
+    missing = {s: sorted(set().union(*(set(b) for b in by.values())) - set(by[s])) for s in seeds}
+    rows = {}
+    for d in common:
+        row = {"track": by[seeds[0]][d]["track"]}
+        for key, _ in PAIRED_KEYS:
+            row[key] = [by[s][d].get(key) for s in seeds]
+        rows[d] = row
+    spread = {}
+    for key, _ in PAIRED_KEYS:
+        vals = [r[key] for r in rows.values() if None not in r[key]]
+        if len(seeds) < 2 or not vals:
+            spread[key] = None
+            continue
+        ranges = sorted(max(v) - min(v) for v in vals)
+        var = [float(np.var(v, ddof=1)) for v in vals]
+        spread[key] = {"folds": len(vals), "pooled_sd": float(np.sqrt(np.mean(var))),
+                       "median_range": float(np.median(ranges)), "max_range": ranges[-1]}
+    return {"drivers": rows, "spread": spread, "missing": {s: m for s, m in missing.items() if m}}
+
+
+def _paired_markdown(seeds: list[int], paired: dict) -> str:
+    if len(seeds) < 2:
+        return ""
+    lines = []
+    if paired["missing"]:
+        lines.append("**The seeds finished different folds**, so the means per track above are over different "
+                     "drivers; the rows below compare the folds every seed finished. Not yet finished: " +
+                     "; ".join(f"seed {s}: {', '.join(m)}" for s, m in paired["missing"].items()) + ".\n")
+    sp = paired["spread"].get("smoothed_ratio")
+    if sp:
+        lines.append(f"Seed-to-seed spread of one fold's smoothed ratio over {sp['folds']} folds: pooled standard "
+                     f"deviation {sp['pooled_sd']:.3f}, range median {sp['median_range']:.3f}, largest "
+                     f"{sp['max_range']:.3f}. A one-seed screen that moves a fold by less than the median range has not shown "
+                     "an effect.\n")
+    head = "| held-out driver | track | " + " | ".join(f"{h}, seeds {', '.join(map(str, seeds))}"
+                                                     for _, h in PAIRED_KEYS) + " |"
+    lines += [head, "|" + "---|" * (len(PAIRED_KEYS) + 2)]
+    for d, row in paired["drivers"].items():
+        cells = [" / ".join(_f(v, ".3f") for v in row[k]) for k, _ in PAIRED_KEYS]
+        lines.append(f"| {d} | {row['track']} | " + " | ".join(cells) + " |")
+    return "\n" + "\n".join(lines) + "\n"
+
+
 def seeds_table(runs: dict[int, str | Path], out: str | Path | None = None) -> dict:
     """The leave-one-driver-out means per track over several training seeds, against the targets.
 
@@ -494,7 +552,10 @@ def seeds_table(runs: dict[int, str | Path], out: str | Path | None = None) -> d
 
     Returns:
         {"seeds": [...], "folds": {seed: {track: folds}}, "tracks": {track: {key: {"per_seed",
-        "mean", "target", "met"}}}, "markdown": str}.
+        "mean", "target", "met"}}}, "paired": {"drivers": {driver: {"track", "smoothed_ratio":
+        [per seed], "smoothed_corr": [...]}}, "spread": {key: {"folds", "pooled_sd", "median_range",
+        "max_range"} or None}, "missing": {seed: [drivers not finished]}} (:func:`_paired_folds`),
+        "markdown": str}.
 
     Raises:
         ValueError: no runs, or a folder without finished folds.
@@ -545,6 +606,9 @@ def seeds_table(runs: dict[int, str | Path], out: str | Path | None = None) -> d
           "✗: at least one does not. " +
           ("With fewer than 3 seeds no interval is given: the seeds' values show the spread. " if n < 3 else "") +
           "Folds: the finished folds of each seed per track.\n\n" + "\n".join(lines) + "\n")
+    paired = _paired_folds({s: tables[s]["drivers"] for s in seeds})
+    result["paired"] = paired
+    md += _paired_markdown(seeds, paired)
     result["markdown"] = md
     if out is not None:
         out = Path(out)
