@@ -489,7 +489,7 @@ def _paired_folds(drivers: dict[int, list[dict]]) -> dict:
     variance across seeds), and the median and largest range (max - min over the seeds).
 
     This is the noise a one-seed screen of a setting works against: a change of one fold smaller
-    than its seed-to-seed range is not the setting's doing.
+    than its seed-to-seed range cannot be told from the seed's doing.
     """
     seeds = sorted(drivers)
     by = {s: {r["driver"]: r for r in drivers[s]} for s in seeds}
