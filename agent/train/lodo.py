@@ -494,7 +494,8 @@ def _paired_folds(drivers: dict[int, list[dict]]) -> dict:
     seeds = sorted(drivers)
     by = {s: {r["driver"]: r for r in drivers[s]} for s in seeds}
     common = sorted(set.intersection(*(set(b) for b in by.values())), key=str.lower)
-    missing = {s: sorted(set().union(*(set(b) for b in by.values())) - set(by[s])) for s in seeds}
+    every = set().union(*by.values())
+    missing = {s: sorted(every - set(by[s])) for s in seeds}
     rows = {}
     for d in common:
         row = {"track": by[seeds[0]][d]["track"]}
