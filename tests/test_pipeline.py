@@ -134,7 +134,7 @@ def test_help_of_every_command(capsys):
     for cmd in (["collect", "--help"], ["train", "--help"], ["evaluate", "--help"], ["drive", "--help"],
                 ["expert", "train", "--help"], ["expert", "check-recovery", "--help"], ["bench", "nac", "--help"],
                 ["plot-traces", "--help"], ["wiring", "--help"], ["convert-policy", "--help"],
-                ["average-policies", "--help"]):
+                ["average-policies", "--help"], ["lodo-table", "--help"], ["lodo-compare", "--help"]):
         with pytest.raises(SystemExit) as e:
             main(cmd)
         assert e.value.code == 0, cmd

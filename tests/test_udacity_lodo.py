@@ -413,3 +413,69 @@ def test_cli_leave_one_driver_out_over_seeds(tmp_path, capsys):
     capsys.readouterr()
     assert main([*args[:-2], "--lodo.seeds", "1", "1"]) == 2
     assert "lodo.seeds must be distinct seeds" in capsys.readouterr().err
+
+
+def _fake_fold(folder, driver, track, smoothed_ratio, corr, seed):
+    """A finished fold's JSON as run_lodo writes it, with chosen scores (predict-0 MSE 0.1 everywhere)."""
+    folds = folder / "folds"
+    folds.mkdir(parents=True, exist_ok=True)
+    d = {"driver": driver, "track": track, "n_frames": 100, "mse": 0.08, "mae": 0.2, "zero_mse": 0.1, "ratio": 0.8,
+         "n_train_frames": 1000, "smoothed_mse": 0.1 * smoothed_ratio, "smoothed_zero_mse": 0.1,
+         "smoothed_ratio": smoothed_ratio, "smoothed_corr": corr, "curve_abs_ratio": 1.0, "data": None,
+         "settings": {"train": {"seed": seed}}}
+    (folds / f"{driver}.json").write_text(json.dumps(d))
+
+
+def test_compare_settings_fold_by_fold_with_seed_noise(tmp_path, capsys):
+    """compare_settings / agent lodo-compare: per-fold seed means, their difference, and a t interval from the
+    seed-to-seed spread pooled over both settings; folds not finished by every seed are left out."""
+    from scipy import stats
+
+    from agent.cli import main
+    from agent.train.lodo import compare_settings, runs_of
+
+    base = {0: {"a": 0.6, "b": 0.7, "j": 1.0, "x": 0.5}, 1: {"a": 0.8, "b": 0.7, "j": 1.2}}
+    new = {0: {"a": 0.5, "b": 0.5, "j": 1.0}, 1: {"a": 0.5, "b": 0.7, "j": 0.8}}
+    for name, seeds in (("base", base), ("new", new)):
+        for seed, folds in seeds.items():
+            for driver, v in folds.items():
+                _fake_fold(tmp_path / name / f"s{seed}", driver, "jungle" if driver == "j" else "lake", v, 1 - v, seed)
+    r = compare_settings(runs_of(tmp_path / "base"), runs_of(tmp_path / "new"))
+    assert r["base_seeds"] == [0, 1] and r["new_seeds"] == [0, 1] and r["missing"] == ["x"]
+    assert r["drivers"]["a"]["smoothed_ratio"]["diff"] == pytest.approx(0.5 - 0.7)
+    assert r["drivers"]["b"]["smoothed_ratio"]["diff"] == pytest.approx(0.6 - 0.7)
+    # pooled within-(setting, driver) variance: sums of squares 0.02 + 0 + 0.02 + 0 + 0.02 + 0.02 over 6 df
+    sd = np.sqrt(0.08 / 6)
+    assert r["noise"]["smoothed_ratio"] == pytest.approx({"sd": sd, "df": 6})
+    lake = r["tracks"]["lake"]["smoothed_ratio"]
+    half = stats.t.ppf(0.975, 6) * sd * np.sqrt(1 / 2 + 1 / 2) / np.sqrt(2)
+    assert lake["diff"] == pytest.approx(-0.15) and lake["ci95"] == pytest.approx([-0.15 - half, -0.15 + half])
+    assert r["tracks"]["lake"]["smoothed_corr"]["diff"] == pytest.approx(0.15)  # r = 1 - ratio here
+    assert r["tracks"]["jungle"]["folds"] == 1 and r["tracks"]["all"]["folds"] == 3
+    # the target's measure: mean smoothed MSE / mean predict-0 per seed, then the mean over the seeds
+    assert r["tracks"]["lake"]["smoothed_ratio_of_means"] == pytest.approx({"base": 0.7, "new": 0.55})
+    assert "-0.150" in r["markdown"] and "not finished by every seed" in r["markdown"]
+    # one seed a setting: differences, no interval
+    one = compare_settings({0: tmp_path / "base" / "s0"}, {0: tmp_path / "new" / "s0"})
+    assert one["tracks"]["lake"]["smoothed_ratio"]["diff"] == pytest.approx(-0.15)
+    assert one["tracks"]["lake"]["smoothed_ratio"]["ci95"] is None and one["noise"]["smoothed_ratio"] is None
+    # a single LODO folder is one seed, read from its folds
+    assert runs_of(tmp_path / "new" / "s1") == {1: tmp_path / "new" / "s1"}
+    with pytest.raises(ValueError, match="no finished fold"):
+        runs_of(tmp_path)
+    _fake_fold(tmp_path / "other", "z", "lake", 0.5, 0.5, 0)
+    with pytest.raises(ValueError, match="no held-out driver"):
+        compare_settings(runs_of(tmp_path / "base"), runs_of(tmp_path / "other"))
+    # the command: writes compare.md/json, refuses to overwrite them, explains a wrong folder
+    out = tmp_path / "cmp"
+    assert main(["lodo-compare", str(tmp_path / "base"), str(tmp_path / "new"), "--out", str(out)]) == 0
+    assert json.loads((out / "compare.json").read_text())["tracks"]["lake"]["smoothed_ratio"]["diff"] == pytest.approx(-0.15)
+    assert main(["lodo-compare", str(tmp_path / "base"), str(tmp_path / "new"), "--out", str(out)]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert main(["lodo-compare", str(tmp_path / "base"), str(tmp_path / "nowhere")]) == 2
+    assert "is not a folder" in capsys.readouterr().err
+    # agent lodo-table: the table over the seeds from the finished folds, written only with --write
+    assert main(["lodo-table", str(tmp_path / "new")]) == 0
+    assert "over 2 training seeds (0, 1)" in capsys.readouterr().out and not (tmp_path / "new" / "seeds.md").exists()
+    assert main(["lodo-table", str(tmp_path / "new"), "--write"]) == 0
+    assert (tmp_path / "new" / "seeds.md").is_file() and (tmp_path / "new" / "s0" / "lodo.md").is_file()

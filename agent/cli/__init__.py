@@ -16,6 +16,8 @@ The workflow, one direction (docs/design.md, "Layout and data flow"):
   agent wiring         a picture of the policy's NCP wiring
   agent convert-policy a format-1 policy file in the current format
   agent average-policies  the weight average of policies of one start (a model soup)
+  agent lodo-table     the leave-one-driver-out tables of finished folds (Udacity), no training
+  agent lodo-compare   two leave-one-driver-out settings fold by fold, with seed-aware intervals
   agent bench ...      NAC layer, runner, bridge and rollout benchmarks
 
 `agent COMMAND --help` explains each command's options.
@@ -48,6 +50,8 @@ COMMANDS = {
     "wiring": "agent.cli.tools:wiring",
     "convert-policy": "agent.cli.tools:convert_policy",
     "average-policies": "agent.cli.tools:average_policies",
+    "lodo-table": "agent.cli.lodo:table_main",
+    "lodo-compare": "agent.cli.lodo:compare_main",
 }
 
 

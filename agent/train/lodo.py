@@ -619,5 +619,172 @@ def seeds_table(runs: dict[int, str | Path], out: str | Path | None = None) -> d
     return result
 
 
-__all__ = ["SEED_COLUMNS", "TARGETS", "driver_names", "lodo_table", "run_lodo", "seed_folders", "seeds_table",
-           "subsample_blocks", "write_table"]
+#: the per-fold scores :func:`compare_settings` compares (key, heading, format, "lower" or "higher" is better)
+COMPARE_KEYS = (("smoothed_ratio", "smoothed ratio", ".3f", "lower"), ("smoothed_corr", "r", ".3f", "higher"),
+                ("ratio", "raw ratio", ".3f", "lower"), ("curve_abs_ratio", "\\|pred\\| / \\|label\\| in curves", ".2f", None))
+
+
+def runs_of(folder: str | Path) -> dict[int, Path]:
+    """The seeds of a leave-one-driver-out setting: seed -> LODO folder.
+
+    ``folder`` is either a folder of seed folders (``s<seed>/``, as ``--lodo.seeds`` writes them;
+    :func:`seed_folders`) or one LODO folder with ``folds/`` (its seed read from a fold's settings).
+
+    Raises:
+        ValueError: neither is there (no finished fold).
+    """
+    folder = Path(folder)
+    runs = seed_folders(folder)
+    if runs:
+        return runs
+    folds = sorted((folder / "folds").glob("*.json"))
+    if not folds:
+        raise ValueError(f"{folder} holds no finished fold and no s<seed>/ folder with one: give a folder that "
+                         "`agent train --lodo.out` wrote")
+    seed = ((json.loads(folds[0].read_text()).get("settings") or {}).get("train") or {}).get("seed", 0)
+    return {int(seed): folder}
+
+
+def compare_settings(base: dict[int, str | Path], new: dict[int, str | Path], out: str | Path | None = None) -> dict:
+    """Two leave-one-driver-out settings, fold by fold, with intervals that know the seed-to-seed noise.
+
+    For every held-out driver that every seed of both settings finished, and each of
+    :data:`COMPARE_KEYS`: the mean over each setting's seeds, and their difference (new - base). The
+    noise is one fold's seed-to-seed standard deviation ``sd``, pooled over every (setting, driver)
+    with two or more seeds, in both folders (all their folds, not only the shared ones). Seeds of the
+    two settings are taken as independent draws (another setting's same seed trains other weights), so
+    one fold's difference has standard error ``sd * sqrt(1/n_base + 1/n_new)``; per track (and "all")
+    the mean over its k folds has that over sqrt(k), and the 95 % interval uses Student's t with the
+    pooled degrees of freedom (folds taken as independent given the seeds; Colas, Sigaud and Oudeyer
+    2018, "How Many Random Seeds?", for seeds as the unit of a training run). Each track also gets
+    each setting's ratio of means (the target's measure: mean smoothed MSE / mean predict-0 over the
+    shared folds, averaged over the seeds).
+
+    Args:
+        base, new: seed -> LODO folder (:func:`runs_of`).
+        out: where to write ``compare.json`` and ``compare.md`` (None: write nothing).
+
+    Returns:
+        {"base_seeds", "new_seeds", "drivers": {driver: {"track", key: {"base", "new", "diff", "se"}}},
+        "noise": {key: {"sd", "df"} or None}, "tracks": {track: {"folds", key: {"diff", "ci95", "base", "new"},
+        "smoothed_ratio_of_means": {"base", "new"}}}, "missing": [drivers finished by some seeds only],
+        "markdown"}.
+
+    Raises:
+        ValueError: a setting without seeds, or no driver that every seed of both settings finished.
+    """
+    from scipy import stats
+
+    if not base or not new:
+        raise ValueError("compare_settings needs at least one seed of each setting")
+    rows = {}
+    for side, runs in (("base", base), ("new", new)):
+        for seed, folder in runs.items():
+            t = lodo_table(folder)
+            if not t["drivers"]:
+                raise ValueError(f"{folder} holds no finished fold (seed {seed})")
+            rows[(side, int(seed))] = {r["driver"]: r for r in t["drivers"]}
+    every = set().union(*(set(r) for r in rows.values()))
+    shared = sorted(set.intersection(*(set(r) for r in rows.values())), key=str.lower)
+    if not shared:
+        raise ValueError("no held-out driver was finished by every seed of both settings: nothing to compare")
+    seeds = {side: sorted(s for sd, s in rows if sd == side) for side in ("base", "new")}
+    nb, nn = len(seeds["base"]), len(seeds["new"])
+
+    def values(side, driver, key):
+        vals = [rows[(side, s)][driver].get(key) for s in seeds[side] if driver in rows[(side, s)]]
+        return [float(v) for v in vals if v is not None]
+
+    noise = {}
+    for key, *_ in COMPARE_KEYS:
+        ss, df = 0.0, 0
+        for side in ("base", "new"):
+            for d in every:
+                v = values(side, d, key)
+                if len(v) >= 2:
+                    ss += float(np.sum((np.asarray(v) - np.mean(v)) ** 2))
+                    df += len(v) - 1
+        noise[key] = {"sd": float(np.sqrt(ss / df)), "df": df} if df else None
+    drivers = {}
+    for d in shared:
+        row = {"track": rows[("base", seeds["base"][0])][d]["track"]}
+        for key, *_ in COMPARE_KEYS:
+            b, n = values("base", d, key), values("new", d, key)
+            if len(b) < nb or len(n) < nn:
+                row[key] = None
+                continue
+            se = noise[key]["sd"] * np.sqrt(1 / nb + 1 / nn) if noise[key] else None
+            row[key] = {"base": float(np.mean(b)), "new": float(np.mean(n)), "diff": float(np.mean(n) - np.mean(b)),
+                        "se": None if se is None else float(se)}
+        drivers[d] = row
+    tracks = {}
+    for name in sorted({r["track"] for r in drivers.values()}) + ["all"]:
+        group = [d for d, r in drivers.items() if name == "all" or r["track"] == name]
+        entry = {"folds": len(group)}
+        for key, *_ in COMPARE_KEYS:
+            cells = [drivers[d][key] for d in group if drivers[d][key] is not None]
+            if not cells:
+                entry[key] = None
+                continue
+            diff = float(np.mean([c["diff"] for c in cells]))
+            ci = None
+            if noise[key]:
+                half = float(stats.t.ppf(0.975, noise[key]["df"]) * noise[key]["sd"] * np.sqrt(1 / nb + 1 / nn)
+                             / np.sqrt(len(cells)))
+                ci = [diff - half, diff + half]
+            entry[key] = {"diff": diff, "ci95": ci, "base": float(np.mean([c["base"] for c in cells])),
+                          "new": float(np.mean([c["new"] for c in cells]))}
+        rom = {}
+        for side in ("base", "new"):
+            per = [sum(rows[(side, s)][d]["smoothed_mse"] for d in group) /
+                   sum(rows[(side, s)][d]["smoothed_zero_mse"] for d in group)
+                   for s in seeds[side] if all(rows[(side, s)][d].get("smoothed_mse") is not None for d in group)]
+            rom[side] = float(np.mean(per)) if len(per) == len(seeds[side]) else None
+        entry["smoothed_ratio_of_means"] = rom
+        tracks[name] = entry
+    result = {"base_seeds": seeds["base"], "new_seeds": seeds["new"], "drivers": drivers, "noise": noise,
+              "tracks": tracks, "missing": sorted(every - set(shared), key=str.lower)}
+    result["markdown"] = _compare_markdown(result)
+    if out is not None:
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(out / "compare.json", {k: v for k, v in result.items() if k != "markdown"})
+        write_atomic(out / "compare.md", result["markdown"])
+    return result
+
+
+def _compare_markdown(r: dict) -> str:
+    sb, sn = ", ".join(map(str, r["base_seeds"])), ", ".join(map(str, r["new_seeds"]))
+    lines = [f"New setting (seeds {sn}) against base (seeds {sb}), on the held-out drivers every seed of both "
+             "finished: each cell is base -> new (means over the seeds) and the difference new - base. Per track "
+             "the mean difference over its folds, with a 95 % interval from one fold's seed-to-seed standard "
+             "deviation pooled over both settings' folds (Student's t): an interval that holds 0 shows no "
+             "difference.", ""]
+    sp = [f"{h}: sd {r['noise'][k]['sd']:.3f} ({r['noise'][k]['df']} df)" for k, h, *_ in COMPARE_KEYS if r["noise"][k]]
+    lines.append("Seed-to-seed noise of one fold: " + ("; ".join(sp) if sp else "not known (one seed a setting)") + ".")
+    if r["missing"]:
+        lines.append("Left out (not finished by every seed of both settings): " + ", ".join(r["missing"]) + ".")
+    lines += ["", "| held-out driver | track | " + " | ".join(h for _, h, *_ in COMPARE_KEYS) + " |",
+              "|" + "---|" * (len(COMPARE_KEYS) + 2)]
+    for d, row in r["drivers"].items():
+        cells = [("-" if row[k] is None else f"{row[k]['base']:{f}} -> {row[k]['new']:{f}} ({row[k]['diff']:+{f}})")
+                 for k, _, f, _ in COMPARE_KEYS]
+        lines.append(f"| {d} | {row['track']} | " + " | ".join(cells) + " |")
+    for name, t in r["tracks"].items():
+        cells = []
+        for k, _, f, _ in COMPARE_KEYS:
+            c = t[k]
+            if c is None:
+                cells.append("-")
+                continue
+            ci = "" if c["ci95"] is None else f" [{c['ci95'][0]:+{f}}, {c['ci95'][1]:+{f}}]"
+            cells.append(f"{c['base']:{f}} -> {c['new']:{f}} (**{c['diff']:+{f}}**{ci})")
+        lines.append(f"| **mean, {name}** ({t['folds']} folds) | {name} | " + " | ".join(cells) + " |")
+    lines += ["", "Smoothed ratio of means per track (the target's measure, over the shared folds, mean over the seeds): " +
+              "; ".join(f"{name} {_f(t['smoothed_ratio_of_means']['base'], '.3f')} -> "
+                        f"{_f(t['smoothed_ratio_of_means']['new'], '.3f')}" for name, t in r["tracks"].items()) + "."]
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["COMPARE_KEYS", "SEED_COLUMNS", "TARGETS", "compare_settings", "driver_names", "lodo_table", "run_lodo",
+           "runs_of", "seed_folders", "seeds_table", "subsample_blocks", "write_table"]
