@@ -619,9 +619,9 @@ def seeds_table(runs: dict[int, str | Path], out: str | Path | None = None) -> d
     return result
 
 
-#: the per-fold scores :func:`compare_settings` compares (key, heading, format, "lower" or "higher" is better)
-COMPARE_KEYS = (("smoothed_ratio", "smoothed ratio", ".3f", "lower"), ("smoothed_corr", "r", ".3f", "higher"),
-                ("ratio", "raw ratio", ".3f", "lower"), ("curve_abs_ratio", "\\|pred\\| / \\|label\\| in curves", ".2f", None))
+#: the per-fold scores :func:`compare_settings` compares (key, heading, format)
+COMPARE_KEYS = (("smoothed_ratio", "smoothed ratio", ".3f"), ("smoothed_corr", "r", ".3f"), ("ratio", "raw ratio", ".3f"),
+                ("curve_abs_ratio", "\\|pred\\| / \\|label\\| in curves", ".2f"))
 
 
 def runs_of(folder: str | Path) -> dict[int, Path]:
@@ -768,11 +768,11 @@ def _compare_markdown(r: dict) -> str:
               "|" + "---|" * (len(COMPARE_KEYS) + 2)]
     for d, row in r["drivers"].items():
         cells = [("-" if row[k] is None else f"{row[k]['base']:{f}} -> {row[k]['new']:{f}} ({row[k]['diff']:+{f}})")
-                 for k, _, f, _ in COMPARE_KEYS]
+                 for k, _, f in COMPARE_KEYS]
         lines.append(f"| {d} | {row['track']} | " + " | ".join(cells) + " |")
     for name, t in r["tracks"].items():
         cells = []
-        for k, _, f, _ in COMPARE_KEYS:
+        for k, _, f in COMPARE_KEYS:
             c = t[k]
             if c is None:
                 cells.append("-")
