@@ -469,7 +469,10 @@ def test_compare_settings_fold_by_fold_with_seed_noise(tmp_path, capsys):
     # the command: writes compare.md/json, refuses to overwrite them, explains a wrong folder
     out = tmp_path / "cmp"
     assert main(["lodo-compare", str(tmp_path / "base"), str(tmp_path / "new"), "--out", str(out)]) == 0
-    assert json.loads((out / "compare.json").read_text())["tracks"]["lake"]["smoothed_ratio"]["diff"] == pytest.approx(-0.15)
+    saved = json.loads((out / "compare.json").read_text())
+    assert saved["tracks"]["lake"]["smoothed_ratio"]["diff"] == pytest.approx(-0.15)
+    assert saved["drivers"]["a"]["smoothed_ratio"]["base_seeds"] == pytest.approx([0.6, 0.8])
+    assert (out / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the figure beside the table
     assert main(["lodo-compare", str(tmp_path / "base"), str(tmp_path / "new"), "--out", str(out)]) == 2
     assert "already exists" in capsys.readouterr().err
     assert main(["lodo-compare", str(tmp_path / "base"), str(tmp_path / "nowhere")]) == 2

@@ -58,11 +58,11 @@ class LodoCompare:
     new: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="NEW")]
     """the setting screened (its LODO folder)"""
     out: str | None = None
-    """a folder to write compare.md and compare.json into"""
+    """a folder to write compare.md, compare.json and the figure compare.png into"""
     json: bool = False
     """print the comparison as JSON instead of Markdown"""
     overwrite: bool = False
-    """replace compare.md and compare.json in --out"""
+    """replace compare.md, compare.json and compare.png in --out"""
 
 
 def _runs(folder: str) -> dict:
@@ -103,7 +103,7 @@ def compare_main(argv: list[str]) -> int:
     args = tyro.cli(LodoCompare, args=list(argv), prog="agent lodo-compare", description=COMPARE_DESCRIPTION)
     base, new = _runs(args.base), _runs(args.new)
     if args.out is not None and not args.overwrite:
-        there = [p for p in (Path(args.out) / "compare.md", Path(args.out) / "compare.json") if p.exists()]
+        there = [p for p in (Path(args.out) / f"compare.{x}" for x in ("md", "json", "png")) if p.exists()]
         if there:
             raise CLIError(f"{there[0]} already exists; choose another --out or pass --overwrite")
     try:
@@ -115,7 +115,7 @@ def compare_main(argv: list[str]) -> int:
     else:
         print(result["markdown"])
     if args.out is not None:
-        print(f"wrote {Path(args.out) / 'compare.md'} and compare.json")
+        print(f"wrote {Path(args.out) / 'compare.md'}, compare.json and compare.png")
     return 0
 
 

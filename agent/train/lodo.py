@@ -668,7 +668,7 @@ def compare_settings(base: dict[int, str | Path], new: dict[int, str | Path], ou
         {"base_seeds", "new_seeds", "drivers": {driver: {"track", key: {"base", "new", "diff", "se"}}},
         "noise": {key: {"sd", "df"} or None}, "tracks": {track: {"folds", key: {"diff", "ci95", "base", "new"},
         "smoothed_ratio_of_means": {"base", "new"}}}, "missing": [drivers finished by some seeds only],
-        "markdown"}.
+        "markdown"}; each driver's cell also lists the seeds' values (``base_seeds``, ``new_seeds``).
 
     Raises:
         ValueError: a setting without seeds, or no driver that every seed of both settings finished.
@@ -715,7 +715,7 @@ def compare_settings(base: dict[int, str | Path], new: dict[int, str | Path], ou
                 continue
             se = noise[key]["sd"] * np.sqrt(1 / nb + 1 / nn) if noise[key] else None
             row[key] = {"base": float(np.mean(b)), "new": float(np.mean(n)), "diff": float(np.mean(n) - np.mean(b)),
-                        "se": None if se is None else float(se)}
+                        "se": None if se is None else float(se), "base_seeds": b, "new_seeds": n}
         drivers[d] = row
     tracks = {}
     for name in sorted({r["track"] for r in drivers.values()}) + ["all"]:
@@ -750,7 +750,57 @@ def compare_settings(base: dict[int, str | Path], new: dict[int, str | Path], ou
         out.mkdir(parents=True, exist_ok=True)
         write_json_atomic(out / "compare.json", {k: v for k, v in result.items() if k != "markdown"})
         write_atomic(out / "compare.md", result["markdown"])
+        plot_compare(result, out / "compare.png")
     return result
+
+
+def plot_compare(result: dict, path: str | Path) -> Path:
+    """A figure of :func:`compare_settings`: one panel per score (smoothed ratio, r), one row per
+    held-out driver; each seed's value as a small dot (grey: base, blue: new), the seed means as
+    large markers joined by an arrow base -> new; each track's mean difference and 95 % interval in
+    the panel's title. Saved with matplotlib's Agg backend.
+
+    Returns:
+        ``path`` as a Path (its folder is created).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = [(k, h) for k, h, _ in COMPARE_KEYS if k in ("smoothed_ratio", "smoothed_corr")]
+    drivers = list(result["drivers"])
+    fig, axes = plt.subplots(1, len(keys), figsize=(6 * len(keys), 1.8 + 0.45 * len(drivers)), squeeze=False)
+    for ax, (key, head) in zip(axes[0], keys):
+        for y, d in enumerate(drivers):
+            c = result["drivers"][d][key]
+            if c is None:
+                continue
+            ax.scatter(c["base_seeds"], [y + 0.12] * len(c["base_seeds"]), s=14, color="0.6", zorder=2)
+            ax.scatter(c["new_seeds"], [y - 0.12] * len(c["new_seeds"]), s=14, color="tab:blue", zorder=2)
+            ax.annotate("", xy=(c["new"], y), xytext=(c["base"], y),
+                        arrowprops=dict(arrowstyle="->", color="tab:blue" if c["diff"] else "0.6"))
+            ax.scatter([c["base"]], [y], s=60, facecolors="none", edgecolors="0.4", zorder=3)
+            ax.scatter([c["new"]], [y], s=60, color="tab:blue", zorder=3)
+        ax.set_yticks(range(len(drivers)), [f"{d} ({result['drivers'][d]['track']})" for d in drivers], fontsize=8)
+        ax.invert_yaxis()
+        ax.grid(axis="x", alpha=0.3)
+        ax.set_xlabel(f"{head} (grey: base seeds {result['base_seeds']}, blue: new seeds {result['new_seeds']})",
+                      fontsize=8)
+        parts = []
+        for name, t in result["tracks"].items():
+            c = t.get(key)
+            if c is None or name == "all":
+                continue
+            ci = "" if c["ci95"] is None else f" [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]"
+            parts.append(f"{name} ({t['folds']}): {c['diff']:+.3f}{ci}")
+        ax.set_title(f"{head}, new - base (mean over folds, 95 % interval)\n" + "\n".join(parts), fontsize=9)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def _compare_markdown(r: dict) -> str:
@@ -786,5 +836,5 @@ def _compare_markdown(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["COMPARE_KEYS", "SEED_COLUMNS", "TARGETS", "compare_settings", "driver_names", "lodo_table", "run_lodo",
+__all__ = ["COMPARE_KEYS", "SEED_COLUMNS", "TARGETS", "compare_settings", "driver_names", "lodo_table", "plot_compare", "run_lodo",
            "runs_of", "seed_folders", "seeds_table", "subsample_blocks", "write_table"]
