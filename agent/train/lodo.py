@@ -735,11 +735,9 @@ def compare_settings(base: dict[int, str | Path], new: dict[int, str | Path], ou
             entry[key] = {"diff": diff, "ci95": ci, "base": float(np.mean([c["base"] for c in cells])),
                           "new": float(np.mean([c["new"] for c in cells]))}
         rom = {}
-        for side in ("base", "new"):
-            per = [sum(rows[(side, s)][d]["smoothed_mse"] for d in group) /
-                   sum(rows[(side, s)][d]["smoothed_zero_mse"] for d in group)
-                   for s in seeds[side] if all(rows[(side, s)][d].get("smoothed_mse") is not None for d in group)]
-            rom[side] = float(np.mean(per)) if len(per) == len(seeds[side]) else None
+        for side in ("base", "new"):  # each seed's track mean as lodo.md has it (_intent_means), then their mean
+            per = [_intent_means([rows[(side, s)][d] for d in group])["smoothed_ratio_of_means"] for s in seeds[side]]
+            rom[side] = None if None in per else float(np.mean(per))
         entry["smoothed_ratio_of_means"] = rom
         tracks[name] = entry
     result = {"base_seeds": seeds["base"], "new_seeds": seeds["new"], "drivers": drivers, "noise": noise,
