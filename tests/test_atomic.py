@@ -76,3 +76,26 @@ def test_json(tmp_path):
     text = target.read_text()
     assert text.endswith("\n")
     assert json.loads(text) == {"a": 1, "p": str(tmp_path)}
+
+
+def test_save_figure_format_from_suffix_closes_and_keeps_the_old_file_on_error(tmp_path):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from agent.atomic import save_figure
+
+    fig, ax = plt.subplots(figsize=(2, 1))
+    ax.plot([0, 1], [1, 0])
+    png = save_figure(fig, tmp_path / "sub" / "a.png", dpi=50)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not plt.fignum_exists(fig.number)  # closed
+    fig, ax = plt.subplots(figsize=(2, 1))
+    svg = save_figure(fig, tmp_path / "a.svg")
+    assert b"<svg" in svg.read_bytes()[:400]
+    before = png.read_bytes()
+    fig, ax = plt.subplots(figsize=(2, 1))
+    with pytest.raises(ValueError):  # matplotlib knows no ".nope" format
+        save_figure(fig, tmp_path / "sub" / "a.nope")
+    assert not plt.fignum_exists(fig.number)
+    assert png.read_bytes() == before and sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["a.png"]

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from agent.atomic import save_figure
 from agent.compare.cells import REFERENCE, Variant, load_plan, read_json
 
 #: bootstrap resamples and seed
@@ -482,10 +483,7 @@ def figure(summary: dict, path: str | Path) -> Path:
     ax.set_title("the paper's metric against driving", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110, what="comparison figure")
 
 
 def write_report(out: str | Path) -> dict:

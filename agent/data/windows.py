@@ -341,6 +341,7 @@ class UdacitySource:
         self.straight_keep, self.seed, self.min_speed = straight_keep, seed, float(min_speed)
         self.skip_reversing = bool(skip_reversing)
         self.recordings = [smooth_steering(r, smooth_labels, smooth_mode) for r in self.raw_recordings]
+        self._dropped = {"straight": 0, "slow": 0, "reversing": 0}  # frames each rule takes out of the loss
         self._learn = [self._learn_mask(i, r) for i, r in enumerate(self.recordings)]
         self.index = [(r, int(s0), int(s1)) for r, rec in enumerate(self.recordings) for s0, s1 in rec.segments.tolist()]
         self.frame_shape = tuple(INPUT_SHAPE)
@@ -350,10 +351,15 @@ class UdacitySource:
         if self.straight_keep < 1.0:
             keep = (np.abs(rec.steering) >= 1e-3) | (np.random.default_rng([self.seed, i]).random(len(rec))
                                                      < self.straight_keep)
+            self._dropped["straight"] += int((~keep).sum())
         if self.min_speed > 0.0:
-            keep &= np.asarray(rec.speed) >= self.min_speed
+            slow = np.asarray(rec.speed) < self.min_speed
+            self._dropped["slow"] += int(slow.sum())
+            keep &= ~slow
         if self.skip_reversing:
-            keep &= ~reversing_frames(rec.speed, rec.throttle, rec.brake, rec.segments)
+            back = reversing_frames(rec.speed, rec.throttle, rec.brake, rec.segments)
+            self._dropped["reversing"] += int(back.sum())
+            keep &= ~back
         return keep
 
     @property
@@ -415,12 +421,12 @@ class UdacitySource:
     def describe(self) -> str:
         """One line for the log: recordings, segments, frames and the options that change the loss."""
         text = f"{len(self.recordings)} recording(s), {len(self.index)} segments, {sum(self.lengths)} frames"
+        if self.straight_keep < 1.0:
+            text += f", {self._dropped['straight']} straight-driving frames left out of the loss"
         if self.min_speed > 0.0:
-            slow = sum(int((np.asarray(r.speed) < self.min_speed).sum()) for r in self.recordings)
-            text += f", {slow} slower than {self.min_speed:g} mph left out of the loss"
+            text += f", {self._dropped['slow']} slower than {self.min_speed:g} mph left out of the loss"
         if self.skip_reversing:
-            back = sum(int(reversing_frames(r.speed, r.throttle, r.brake, r.segments).sum()) for r in self.recordings)
-            text += f", {back} reversing left out of the loss"
+            text += f", {self._dropped['reversing']} reversing left out of the loss"
         return text
 
 

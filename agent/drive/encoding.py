@@ -47,6 +47,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from agent.atomic import save_figure
 from agent.actors.rollout import STEERING_CLASSES
 from agent.drive.stats import format_interval, json_default, mean_interval
 from agent.drive.traces import step_traces
@@ -688,11 +689,7 @@ def plot_encoding(samples: EncodingSamples, out: str | Path, probes: dict | None
                  f"(mean over kept keys; probe: balanced accuracy; first row, dashed: the paper's Figure 4 bounds)",
                  fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.99))
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=dpi)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out, dpi=dpi, what="encoding figure")
 
 
 def encoding_markdown(report: dict) -> str:

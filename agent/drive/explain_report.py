@@ -33,6 +33,7 @@ import numpy as np
 import torch
 import tyro
 
+from agent.atomic import save_figure
 from agent.drive.regions import REGIONS, region_shares, shares_markdown
 from agent.drive.saliency import SaliencyOverlay, resolve_saliency_layer
 from agent.drive.stats import format_interval, json_default
@@ -196,9 +197,7 @@ def regions_figure(reports: dict, path: Path) -> Path:
     ax.set_title("Where the policy looks: saliency mass by region, beside the region's area")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, never over them
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, what="saliency figure")
 
 
 def write_explain_report(cfg: ExplainConfig, say=print) -> dict:

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from agent.actors.rollout import longest_run, standstill
-from agent.atomic import write_atomic
+from agent.atomic import save_figure, write_atomic
 from agent.bounded import check_zip_sizes
 from agent.drive.config import TRACE_SUFFIXES
 
@@ -775,11 +775,7 @@ def plot_traces(path: str | Path, out: str | Path, head: int | None = None, size
     fig.suptitle(f"NAC traces ({what}, mean over kept keys) - {str(data.get('policy', ''))} {env}, "
                  f"{len(classes)} steps", fontsize=11)
     fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=dpi)  # no bbox_inches="tight": the size stays exactly `size`
-    plt.close(fig)
-    return out
+    return save_figure(fig, out, dpi=dpi, what="traces figure")  # no bbox_inches="tight": the size stays `size`
 
 
 __all__ = ["CHUNK_STEPS", "CLASS_COLORS", "H5_LAYOUT", "NEURON_GROUPS", "PAIR_QUANTITIES", "StepTraces", "TRACE_SUFFIXES",

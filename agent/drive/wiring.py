@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agent.atomic import save_figure
+
 
 def wiring_summary(wiring) -> dict[str, int]:
     """Neuron and synapse counts of an ncps wiring: sensory, inter, command, motor, synapses."""
@@ -48,11 +50,7 @@ def draw_wiring(policy, out: str | Path, title: str = "", size: tuple[int, int] 
                         f"{counts['inter']} inter, {counts['command']} command, {counts['motor']} motor neurons, "
                         f"{counts['synapses']} synapses"), fontsize=10)
     plt.axis("off")
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=dpi)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out, dpi=dpi, what="wiring figure")
 
 
 __all__ = ["draw_wiring", "wiring_summary"]

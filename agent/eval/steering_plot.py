@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from agent.atomic import save_figure
+
 
 def _broken(t: np.ndarray, ys: list[np.ndarray], segments) -> tuple[np.ndarray, list[np.ndarray]]:
     """``t`` and ``ys`` with a NaN between session segments, so no line joins across a break."""
@@ -69,11 +71,7 @@ def plot_steering(path: str | Path, timestamps, pred, label, smoothed, *, segmen
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, fontsize=8, frameon=False)  # below the axes
     ax.grid(alpha=0.2)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110, what="steering figure")
 
 
 __all__ = ["plot_steering"]

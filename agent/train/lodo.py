@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.atomic import write_atomic, write_json_atomic
+from agent.atomic import save_figure, write_atomic, write_json_atomic
 from agent.data.udacity import camera_offset, camera_shifts, parse_log
 from agent.data.windows import UdacitySource, smooth_steering
 from agent.eval.label_floor import FLOOR_HALF_WIDTH_S, recording_floor, width_key
@@ -794,11 +794,7 @@ def plot_compare(result: dict, path: str | Path) -> Path:
             parts.append(f"{name} ({t['folds']}): {c['diff']:+.3f}{ci}")
         ax.set_title(f"{head}, new - base (mean over folds, 95 % interval)\n" + "\n".join(parts), fontsize=9)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110, what="comparison figure")
 
 
 def _compare_markdown(r: dict) -> str:
