@@ -45,3 +45,11 @@ def test_relative_links_resolve(md):
 def test_the_readme_is_an_entry_not_a_diary():
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) <= 300, f"README.md has {len(lines)} lines; studies go into docs/experiments/"
+
+
+def test_the_research_log_lists_every_dated_page():
+    log = (ROOT / "docs" / "experiments" / "README.md").read_text(encoding="utf-8")
+    pages = sorted(p.name for p in (ROOT / "docs" / "experiments").glob("20*.md"))
+    assert pages, "docs/experiments/ holds no dated pages"
+    missing = [p for p in pages if f"]({p})" not in log]
+    assert missing == [], f"docs/experiments/README.md does not list {missing}; add a row for each"
