@@ -32,10 +32,16 @@ read from a stale cache (the new cache replaces the old one, which is deleted). 
 ``$XDG_CACHE_HOME/nac-drive/carracing-frames`` (``~/.cache/...``). A cache takes 27.6 KB a frame
 (the recording's frames uncompressed); deleting the folder is always safe (it is rebuilt).
 
-Resident memory: the pages of a map that a process has read count in its resident set size
-until the kernel reclaims them, so :class:`agent.data.windows.DemonstrationSource` lets go of
-them (:func:`release_pages`) after every :data:`agent.data.windows.RELEASE_BYTES` of frames it
-reads: the resident set stays about that much above the process's own memory, whatever the data's size.
+Resident memory: a page of a file map that a process has touched counts in its resident set size
+until the kernel reclaims it, and the kernel maps more than was touched: with the page cache's
+large folios (Linux 6.x) one touch of a 110 KB window maps up to the 2 MB folio around it, so
+reading windows at random through the map drove the resident set up to the size of the data
+(8.5 GB for one-frame windows over a 12 GB aggregate, docs/experiments/2026-12-02-recipe-memory.md).
+So the training windows are never read through the map: :func:`read_frames` and
+:func:`take_frames` copy the frames a view covers from the file with positional reads
+(``os.preadv``) into fresh memory, and the map's pages are never touched. The map stays for
+everything that needs no frame: shapes, lengths, slicing into episodes. The pages of maps that
+something else did read are let go of by :func:`release_pages` (``madvise(MADV_DONTNEED)``).
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ import os
 import re
 import shutil
 import struct
+import weakref
 import zipfile
 from pathlib import Path
 from typing import Callable, Iterable, NamedTuple
@@ -286,10 +293,25 @@ def read_episodes(npy: str | Path, npz: str | Path) -> EpisodeFiles:
                         {k: v for k, v in idx.items() if k not in (*_REQUIRED, "speeds", "weights")})
 
 
+#: the files behind the maps :func:`open_frames` made: id(map) -> (weak reference to the map, a read-only
+#: file descriptor of its file, the address of the map's first byte); an entry and its descriptor go
+#: when the map is garbage-collected (with the last array over it)
+_FILES: dict[int, tuple[weakref.ref, int, int]] = {}
+
+
+def _forget(key: int, fd: int) -> None:
+    _FILES.pop(key, None)
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
 def open_frames(npy: str | Path) -> np.ndarray:
     """A ``.npy`` file as a read-only array over a memory map of it (``mmap.mmap`` and
     ``np.frombuffer``; the header read with ``numpy.lib.format``), so :func:`release_pages` can
-    reach the map through the array's ``base`` (public attributes only).
+    reach the map through the array's ``base`` (public attributes only). The file stays open
+    for :func:`read_frames`' positional reads while the map lives.
 
     Raises:
         FileNotFoundError: no such file. ValueError: not a C-ordered ``.npy`` of a plain dtype.
@@ -309,7 +331,85 @@ def open_frames(npy: str | Path) -> np.ndarray:
         if not count:
             return np.zeros(shape, dtype)
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)  # the map outlives the file object
-    return np.frombuffer(mm, dtype=dtype, count=count, offset=offset).reshape(shape)
+        fd = os.dup(f.fileno())  # the same open file, for os.preadv (which moves no file position)
+    arr = np.frombuffer(mm, dtype=dtype, count=count, offset=offset).reshape(shape)
+    key = id(mm)
+    _FILES[key] = (weakref.ref(mm), fd, arr.ctypes.data - offset)  # the address only: no page is touched
+    weakref.finalize(mm, _forget, key, fd)
+    return arr
+
+
+def _file_of(a: np.ndarray) -> tuple[int, int] | None:
+    """(file descriptor, byte offset in the file) of the C-contiguous view ``a`` of a map made by
+    :func:`open_frames`, or None (not such a view, or no ``os.preadv`` here)."""
+    if not hasattr(os, "preadv") or not a.flags.c_contiguous or not a.nbytes:
+        return None
+    m = mapped_buffer(a)
+    entry = _FILES.get(id(m)) if m is not None else None
+    if entry is None or entry[0]() is not m:
+        return None
+    return entry[1], a.ctypes.data - entry[2]
+
+
+def _pread_into(fd: int, out: np.ndarray, pos: int) -> None:
+    """Fill the C-contiguous ``out`` with the bytes at ``pos`` of ``fd`` (positional reads, repeated on a short read).
+
+    Raises:
+        OSError: the read failed, or the file ended first (it was truncated while open).
+    """
+    view = memoryview(out).cast("B")
+    done = 0
+    while done < len(view):
+        got = os.preadv(fd, [view[done:]], pos + done)
+        if got <= 0:
+            raise OSError(f"a frame file ended {len(view) - done} bytes before the frames it holds "
+                          f"(offset {pos + done}): was it truncated while training? Start the run anew")
+        done += got
+
+
+def read_frames(frames: np.ndarray) -> np.ndarray:
+    """``frames`` (any shape, e.g. (n, H, W, C) uint8) as a writable array in this process's memory.
+
+    For a C-contiguous view of a map made by :func:`open_frames` (an episode's frames, or a
+    window of them) the bytes are read from the file with positional reads (``os.preadv``), so no
+    page of the map is touched and none counts in the resident set (the module docstring says
+    why this matters); anything else is copied with ``np.array``. The values are the same either way.
+
+    Raises:
+        OSError: the frame file cannot be read (truncated or gone from a disk that failed).
+    """
+    where = _file_of(frames)
+    if where is None:
+        return np.array(frames)
+    out = np.empty(frames.shape, frames.dtype)
+    _pread_into(where[0], out, where[1])
+    return out
+
+
+def take_frames(frames: np.ndarray, index) -> np.ndarray:
+    """``frames[index]`` along the first axis (``index``: (n,) bool mask or integer indices) as an
+    array in memory, each run of consecutive frames read as :func:`read_frames` reads it.
+
+    Raises:
+        IndexError: an index out of range. OSError: as :func:`read_frames`.
+    """
+    index = np.asarray(index)
+    idx = np.flatnonzero(index) if index.dtype == bool else index.astype(np.int64).ravel()
+    if _file_of(frames) is None:
+        return frames[idx]
+    n = len(frames)
+    if len(idx) and (idx.min() < -n or idx.max() >= n):
+        raise IndexError(f"frame index out of range for {n} frames")
+    idx = np.where(idx < 0, idx + n, idx)
+    out = np.empty((len(idx), *frames.shape[1:]), frames.dtype)
+    j = 0
+    while j < len(idx):  # one read per run of consecutive indices
+        k = j + 1
+        while k < len(idx) and idx[k] == idx[k - 1] + 1:
+            k += 1
+        out[j:k] = read_frames(frames[idx[j]:idx[j] + (k - j)])
+        j = k
+    return out
 
 
 def mapped_buffer(a):
@@ -492,4 +592,5 @@ def _locked(path: Path):
 
 
 __all__ = ["CACHE_FORMAT", "EPISODES_FORMAT", "EpisodeArrays", "EpisodeFiles", "MAX_INDEX_BYTES", "build_cache",
-           "cache_key", "cache_paths", "default_cache_dir", "read_episodes", "release_pages", "write_episodes"]
+           "cache_key", "cache_paths", "default_cache_dir", "read_episodes", "read_frames", "release_pages",
+           "take_frames", "write_episodes"]

@@ -34,7 +34,7 @@ import torch
 from torch.utils.data import Dataset
 
 from agent.data.udacity import INPUT_SHAPE, AugmentConfig, AugmentParams, augmented_window, preprocess, reversing_frames
-from agent.data.frame_cache import mapped_buffer, release_pages
+from agent.data.frame_cache import mapped_buffer, read_frames, release_pages
 from envs.carracing import dashboard_rows, draw_speedometer, speed_bar_columns, speedometer_region
 
 
@@ -56,9 +56,9 @@ def make_windows(lengths: list[int], window: int, rng: np.random.Generator | Non
     return out
 
 
-#: bytes of frames a :class:`DemonstrationSource` reads through :meth:`DemonstrationSource.window`
-#: before it lets go of the resident pages of its memory-mapped frames
-#: (:func:`agent.data.frame_cache.release_pages`)
+#: bytes of memory-mapped frames a :class:`DemonstrationSource` reads (:meth:`DemonstrationSource.window`)
+#: before it lets go of whatever pages of their maps are resident (:func:`agent.data.frame_cache.release_pages`):
+#: a backstop for frames read through a map (the windows themselves are read past it, with positional reads)
 RELEASE_BYTES = 256 << 20
 
 #: CarRacing's discrete "gas" action (envs.carracing.ACTION_NAMES; not imported here, which would load Box2D)
@@ -159,39 +159,56 @@ class DemonstrationSource:
     def window(self, e: int, start: int, n: int, rng: np.random.Generator | None = None):
         """Frames (n, H, W, C) uint8, targets (n,) or (n, A), times (n,) float64 seconds from ``start``.
 
-        The frames and targets are views (no copy; the frames are copied where the speedometer is
-        drawn as they are read, :meth:`draw_speedometer`): read-only where the frames are memory maps
-        (:func:`agent.data.recordings.load_demonstrations` with ``frames="mmap"``), which then
-        reads only these n frames from disk; after every :data:`RELEASE_BYTES` read, the pages
-        of the maps already read are released (:func:`agent.data.frame_cache.release_pages`), so
-        the process's resident set does not grow with the data."""
-        frames = self.demos.frames[e][start:start + n]
-        if not frames.flags.writeable and mapped_buffer(frames) is not None:
-            self._read += frames.nbytes
-            if self._read >= RELEASE_BYTES:
+        The frames are this process's own copy: where they are memory maps of a frame file
+        (:func:`agent.data.recordings.load_demonstrations` with ``frames="mmap"``, DAgger's saved
+        rounds) only these n frames are read, with positional reads that leave the map's pages
+        untouched (:func:`agent.data.frame_cache.read_frames`), so the process's resident set does
+        not grow with the data; the speedometer is drawn into the copy where it is drawn as the
+        frames are read (:meth:`draw_speedometer`). The targets are a view. Frames of a map that
+        cannot be read so are copied through the map, and its pages are let go of after every
+        :data:`RELEASE_BYTES` (:func:`agent.data.frame_cache.release_pages`).
+
+        Raises:
+            OSError: a frame file cannot be read (:func:`agent.data.frame_cache.read_frames`).
+        """
+        return self._read_window(e, start, n), self.demos.actions[e][start:start + n], \
+            np.arange(n, dtype=np.float64) * self.frame_dt
+
+    def _read_window(self, e: int, start: int, n: int) -> np.ndarray:
+        """(n, H, W, C) uint8: frames start .. start + n - 1 of sequence ``e``, a writable copy, the
+        speedometer drawn where it is drawn on read."""
+        view = self.demos.frames[e][start:start + n]
+        frames = read_frames(view)
+        if not view.flags.writeable and mapped_buffer(view) is not None:
+            self._read += view.nbytes
+            if self._read >= RELEASE_BYTES:  # pages a read through the map touched (read_frames' fallback, others)
                 release_pages(self.demos.frames)
                 self._read = 0
-        if self._meter is not None and self._meter[e] is not None:  # drawn on a copy (draw_speedometer)
-            frames = draw_speedometer(np.array(frames), self._meter[e][start:start + n])
-        return frames, self.demos.actions[e][start:start + n], np.arange(n, dtype=np.float64) * self.frame_dt
+        if self._meter is not None and self._meter[e] is not None:  # drawn on the copy (draw_speedometer)
+            frames = draw_speedometer(frames, self._meter[e][start:start + n])
+        return frames
 
     def previous_frame(self, e: int, start: int) -> np.ndarray:
         """(H, W, C) uint8: the frame before frame ``start`` of sequence ``e``, or frame 0 itself
         when ``start`` is 0 (an episode's first step has no motion, as when the policy drives); a
-        writable copy (the frames may be read-only memory maps)."""
-        i = max(start - 1, 0)
-        frame = np.array(self.demos.frames[e][i])
-        if self._meter is not None and self._meter[e] is not None:
-            draw_speedometer(frame, self._meter[e][i])
-        return frame
+        writable copy (read as :meth:`window` reads)."""
+        return self._read_window(e, max(start - 1, 0), 1)[0]
 
-    def loss_mask(self, e: int, start: int, n: int) -> np.ndarray:
+    def loss_mask(self, e: int, start: int, n: int, frames: np.ndarray | None = None,
+                  prev: np.ndarray | None = None) -> np.ndarray:
         """(n,) bool: the frames of the window that the loss counts (all, or all but the expert's
-        stalls with ``skip_stalls``)."""
+        stalls with ``skip_stalls``).
+
+        Args:
+            frames, prev: the window's frames (n, H, W, C) and :meth:`previous_frame` where the
+                caller has read them already (:meth:`window`; the stall test compares the road
+                above the dashboard strip, which the speedometer does not touch), else read here.
+        """
         if not self.skip_stalls:
             return np.ones(n, bool)
-        frames = self.demos.frames[e][start:start + n]
-        return ~expert_stalls(frames, self.previous_frame(e, start), self.demos.actions[e][start:start + n])
+        frames = self._read_window(e, start, n) if frames is None else frames
+        prev = self.previous_frame(e, start) if prev is None else prev
+        return ~expert_stalls(frames, prev, self.demos.actions[e][start:start + n])
 
     @property
     def weighted(self) -> bool:
@@ -508,6 +525,7 @@ class WindowDataset(Dataset):
         e, start, n = self.items[i]
         rng = np.random.default_rng([self.seed, self.epoch, i]) if self.shuffle_borders else None
         frames, target, times = self.source.window(e, start, n, rng)
+        read = frames  # the window as read (the loss mask's stall test reuses it, not a standstill drawn over it)
         T = self.window
         obs = np.zeros((T, *frames.shape[1:]), np.uint8)
         tgt = np.zeros((T, *np.shape(target)[1:]), self.source.target_dtype)  # (T,) or (T, A)
@@ -521,12 +539,14 @@ class WindowDataset(Dataset):
         obs[:n], tgt[:n], t[:n], mask[:n] = frames, target, times, True
         item = {"obs": torch.from_numpy(obs), "target": torch.from_numpy(tgt), "t": torch.from_numpy(t),
                 "mask": torch.from_numpy(mask)}
+        prev = None
         if self.previous:
             prev = still[2] if still is not None else self.source.previous_frame(e, start)
             item["prev"] = torch.from_numpy(np.ascontiguousarray(prev))
         if callable(getattr(self.source, "loss_mask", None)):
             learn = np.zeros(T, bool)
-            learn[:n] = True if still is not None else self.source.loss_mask(e, start, n)
+            learn[:n] = True if still is not None else \
+                self.source.loss_mask(e, start, n, frames=read, prev=prev)
             item["learn"] = torch.from_numpy(learn)
         if getattr(self.source, "weighted", False):  # per-frame loss weights (DAgger's edge weights)
             weight = np.zeros(T, np.float32)

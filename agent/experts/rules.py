@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from agent.data.frame_cache import take_frames
 from envs.carracing import ACTION_NAMES, car_on_grass
 
 #: the discrete "gas" action (:data:`envs.carracing.ACTION_NAMES`)
@@ -152,7 +153,8 @@ def relabel_grass(demos):
         new = np.asarray(actions, dtype=np.int64).copy()
         brake = np.flatnonzero(new == BRAKE)
         if brake.size:  # the pixel test only where it can change a label
-            new[brake[car_on_grass(frames[brake])]] = GAS
+            # read past a frame file's map (take_frames): the map's pages would count in the resident set
+            new[brake[car_on_grass(take_frames(frames, brake))]] = GAS
         return new
 
     return _relabel(demos, rule, "the grass rule")

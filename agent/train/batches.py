@@ -148,7 +148,7 @@ class DeviceWindows:
             targets.append(np.asarray(target))
             # the stall test compares each frame with the one before it (the first with itself), above the
             # dashboard strip, so a frame's mask does not depend on where its window starts
-            learn.append(np.asarray(source.loss_mask(e, 0, length), bool))
+            learn.append(np.asarray(source.loss_mask(e, 0, length, frames=frames), bool))
             if source.weighted:
                 weights.append(source.loss_weights(e, 0, length))
         self.targets = torch.from_numpy(np.concatenate(targets).astype(source.target_dtype)).to(self.device)
