@@ -405,11 +405,13 @@ class UdacitySource:
             frames = preprocess(frames)
         return frames, steer.astype(np.float32), rec.timestamps[idx] - rec.timestamps[idx[0]]
 
-    def loss_mask(self, e: int, start: int, n: int) -> np.ndarray:
+    def loss_mask(self, e: int, start: int, n: int, frames: np.ndarray | None = None,
+                  prev: np.ndarray | None = None) -> np.ndarray:
         """(n,) bool: the frames the loss counts: all, or with ``straight_keep`` < 1 only that share
         of the straight-driving frames (training label |steering| < 0.001), drawn once per frame
         from ``seed`` so the same frames are left out every epoch; with ``min_speed`` > 0 none
-        recorded slower than it."""
+        recorded slower than it. ``frames`` and ``prev`` (the window as read, as
+        :meth:`DemonstrationSource.loss_mask` takes them) are not needed here and are ignored."""
         r, s0, _ = self.index[e]
         return self._learn[r][s0 + start:s0 + start + n]
 
