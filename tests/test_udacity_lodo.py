@@ -9,6 +9,7 @@ import torch
 from cli_run import run_cli
 from udacity_fixture import write_recording
 
+from agent.data.frame_cache import mapped_buffer
 from agent.data.udacity import AugmentParams, augment_frames, load_recording, preprocess
 from agent.data.udacity_cache import augment_crops, build_cache, cache_paths, load_cached
 from agent.data.windows import UdacitySource, WindowDataset, smooth_steering
@@ -29,7 +30,8 @@ def test_cache_equals_reader_and_is_reused(tmp_path):
     root, _ = write_recording(tmp_path / "rec", n=5, steering=[0, 0.1, -0.2, 0.3, 0])
     raw = load_recording(root, progress=False)
     rec = load_cached(root, tmp_path / "cache", progress=False)
-    assert rec.crops.shape == (5, 3, 66, 200, 3) and isinstance(rec.crops, np.memmap)
+    assert rec.crops.shape == (5, 3, 66, 200, 3) and mapped_buffer(rec.crops) is not None  # a map, not in memory
+    assert not rec.crops.flags.writeable
     for c, cam in enumerate(("center", "left", "right")):
         assert np.array_equal(rec.crops[:, c], preprocess(raw.camera(cam)))
     for k in ("steering", "throttle", "speed", "timestamps", "rows", "segments"):

@@ -386,28 +386,49 @@ def read_frames(frames: np.ndarray) -> np.ndarray:
     return out
 
 
+def _rows_of(frames: np.ndarray) -> tuple[int, int, int] | None:
+    """(file descriptor, byte offset of row 0 in the file, byte stride between rows) of a view of a
+    map made by :func:`open_frames` whose rows ``frames[i]`` are each C-contiguous (a slice of the
+    frames, or one camera of a recording's (N, cameras, H, W, C) crops), or None (not such a view)."""
+    if frames.ndim == 0 or not len(frames):
+        return None
+    where = _file_of(frames[0])
+    return None if where is None else (where[0], where[1], frames.strides[0])
+
+
 def take_frames(frames: np.ndarray, index) -> np.ndarray:
     """``frames[index]`` along the first axis (``index``: (n,) bool mask or integer indices) as an
-    array in memory, each run of consecutive frames read as :func:`read_frames` reads it.
+    array in memory, read from the file as :func:`read_frames` reads, without touching the map.
+
+    ``frames`` may be any view of a map made by :func:`open_frames` whose rows are each
+    C-contiguous, strided along the first axis too (``crops[:, camera]`` of
+    :mod:`agent.data.udacity_cache`): a run of consecutive indices over contiguous rows is one
+    read, other rows one read each. Anything else is plain fancy indexing.
 
     Raises:
         IndexError: an index out of range. OSError: as :func:`read_frames`.
     """
     index = np.asarray(index)
     idx = np.flatnonzero(index) if index.dtype == bool else index.astype(np.int64).ravel()
-    if _file_of(frames) is None:
+    rows = _rows_of(frames)
+    if rows is None:
         return frames[idx]
+    fd, pos0, stride = rows
     n = len(frames)
     if len(idx) and (idx.min() < -n or idx.max() >= n):
         raise IndexError(f"frame index out of range for {n} frames")
     idx = np.where(idx < 0, idx + n, idx)
     out = np.empty((len(idx), *frames.shape[1:]), frames.dtype)
+    if stride != out[:1].nbytes:  # rows apart in the file (one camera of several): one read a row
+        for j, i in enumerate(idx.tolist()):
+            _pread_into(fd, out[j], pos0 + i * stride)
+        return out
     j = 0
-    while j < len(idx):  # one read per run of consecutive indices
+    while j < len(idx):  # one read per run of consecutive indices, straight into its rows of ``out``
         k = j + 1
         while k < len(idx) and idx[k] == idx[k - 1] + 1:
             k += 1
-        out[j:k] = read_frames(frames[idx[j]:idx[j] + (k - j)])
+        _pread_into(fd, out[j:k], pos0 + int(idx[j]) * stride)
         j = k
     return out
 

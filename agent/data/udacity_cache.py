@@ -6,6 +6,10 @@ memory (460 KB a row): the fourteen public recordings of ``SOURCES.md`` (70,000 
 reads it (:func:`agent.data.udacity.preprocess`: rows 60..135, 200x66, YUV) and writes the crops of
 the three cameras into one uint8 ``.npy`` per recording (119 KB a row, 8.3 GB for all fourteen),
 read back as a memory map; the labels go beside it in an ``.npz`` of plain arrays (no pickle).
+The map is made by :func:`agent.data.frame_cache.open_frames`, and a window's crops are read past it
+with positional reads (:func:`agent.data.frame_cache.take_frames`, one read a row of the camera asked
+for): reading through the map would leave up to a 2 MB page-cache folio resident per 40 KB crop, so
+a training run's resident set would grow toward the 8.3 GB of crops (the frame cache's docstring).
 
 Cache files: ``CACHE_DIR/<folder>-<key>.npy`` (crops, (N, 3, 66, 200, 3) uint8, cameras in
 :data:`agent.data.udacity.CAMERAS` order) and ``.npz`` (steering, throttle, brake, speed, capture
@@ -40,6 +44,7 @@ import numpy as np
 
 from agent.atomic import write_atomic
 from agent.bounded import ZipMemberTooLarge, check_zip_sizes
+from agent.data.frame_cache import open_frames, take_frames
 from agent.data.udacity import (CAMERAS, CROP_ROWS, FRAME_SHAPE, INPUT_SHAPE, MAX_GAP_S, VALUE_RANGES, AugmentConfig,
                                 AugmentParams, BadRow, _bad_rows_message, _decode, augment_steering, find_segments,
                                 parse_log, preprocess)
@@ -120,7 +125,7 @@ class CachedRecording:
     def crop_window(self, index: np.ndarray, params: AugmentParams,
                     cfg: AugmentConfig = AugmentConfig()) -> tuple[np.ndarray, np.ndarray]:
         """Crops (T, 66, 200, 3) uint8 YUV and steering (T,) float32 of rows ``index``, augmented by ``params``."""
-        crops = np.asarray(self.camera(params.camera)[index])
+        crops = take_frames(self.camera(params.camera), index)  # past the map: see the module docstring
         return augment_crops(crops, params), augment_steering(self.steering[index], params, cfg)
 
 
@@ -310,7 +315,7 @@ def load_cached(path: str | Path, cache_dir: str | Path = DEFAULT_CACHE_DIR, on_
         warnings.warn(_bad_rows_message(csv_path, bad, skipped=True), stacklevel=2)
     # always mapped first: the shape its header declares is checked against the labels before anything is read
     try:
-        crops = np.load(npy, mmap_mode="r", allow_pickle=False)
+        crops = open_frames(npy)
         rec = CachedRecording(crops, lab["steering"], lab["throttle"], lab["brake"], lab["speed"], lab["timestamps"],
                               lab["rows"], find_segments(lab["timestamps"], max_gap), str(csv_path), tuple(bad))
     except ValueError as exc:
