@@ -484,3 +484,67 @@ def test_compare_settings_fold_by_fold_with_seed_noise(tmp_path, capsys):
     assert "over 2 training seeds (0, 1)" in capsys.readouterr().out and not (tmp_path / "new" / "seeds.md").exists()
     assert main(["lodo-table", str(tmp_path / "new"), "--write"]) == 0
     assert (tmp_path / "new" / "seeds.md").is_file() and (tmp_path / "new" / "s0" / "lodo.md").is_file()
+
+
+def test_a_killed_fold_continues_from_its_last_epoch(tmp_path, caplog):
+    """A fold killed mid-training (SIGKILL, in a subprocess) leaves its checkpoint in folds/<driver>.run; the rerun
+    continues it and ends with the weights and scores of a fold never interrupted; the checkpoint then goes.
+    A checkpoint of other settings is not continued."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from agent.actors.loading import load_policy
+    from agent.cli import main
+    from agent.train.checkpoint import CHECKPOINT_NAME, load_checkpoint
+
+    data = _drivers(tmp_path, 3, rows=90)
+
+    def args(out, epochs=6):
+        return ["train", "--env", "udacity", "--data", *data, "--lodo.out", str(out), "--lodo.folds", "driver0",
+                "--policy.core", "none", "--policy.window", "2", "--train.epochs", str(epochs),
+                "--train.val-fraction", "0", "--train.batch-frames", "8", "--udacity.crop-cache", str(tmp_path / "cache"),
+                "--train.tensorboard", "", "--threads", "1", "--seed", "2"]
+
+    assert main(args(tmp_path / "whole")) == 0
+    assert not (tmp_path / "whole" / "folds" / "driver0.run").exists()  # removed once the fold is written
+    run_dir = tmp_path / "cut" / "folds" / "driver0.run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "NAC_PROGRESS": "0"}
+    proc = subprocess.Popen([sys.executable, "-m", "agent.cli", *args(tmp_path / "cut")],
+                            cwd=Path(__file__).resolve().parents[1], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not (run_dir / CHECKPOINT_NAME).exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    err = proc.communicate(timeout=300)[1]
+    state = load_checkpoint(run_dir)
+    assert state["stage"] == "bc" and state["fit"]["epochs_done"] < 6, err
+    assert not (tmp_path / "cut" / "folds" / "driver0.json").exists()
+    done = state["fit"]["epochs_done"]
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        assert main(args(tmp_path / "cut")) == 0
+    assert any("holds a checkpoint of this fold" in r.getMessage() for r in caplog.records)
+    epochs = [r.getMessage() for r in caplog.records if "bc epoch" in r.getMessage()]
+    assert not any(f"bc epoch {done}/6" in m for m in epochs) and any("bc epoch 6/6" in m for m in epochs)
+    a, b = (load_policy(tmp_path / k / "folds" / "driver0.pt").state_dict() for k in ("whole", "cut"))
+    assert [k for k in a if not torch.equal(a[k], b[k])] == []
+    fa, fb = (json.loads((tmp_path / k / "folds" / "driver0.json").read_text()) for k in ("whole", "cut"))
+    assert fa["mse"] == fb["mse"] and [e["train_loss"] for e in fa["epochs"]] == [e["train_loss"] for e in fb["epochs"]]
+    assert not run_dir.exists()
+
+    # a checkpoint of other settings (6 epochs) in a fold of 2: trained anew, not continued
+    other = tmp_path / "other" / "folds" / "driver0.run"
+    from agent.train.checkpoint import Checkpointer
+
+    Checkpointer(other, '{"another": "config"}').save("bc epoch 1 of 6", stage="bc", fit=state["fit"],
+                                                       policy=None, rounds=[], report=state["report"], elapsed=1.0)
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        assert main(args(tmp_path / "other", epochs=2)) == 0
+    assert any("checkpoint of other settings; the fold starts anew" in r.getMessage() for r in caplog.records)
+    assert len(json.loads((tmp_path / "other" / "folds" / "driver0.json").read_text())["epochs"]) == 2

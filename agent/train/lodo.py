@@ -21,6 +21,10 @@ Output folder ``OUT``:
   a look afterwards without retraining: ``t`` (N,) capture times in seconds, ``pred``, ``label``
   (raw) and ``smoothed`` (+-0.5 s, :func:`agent.eval.steering.smooth_in_time`) (N,) float32
   normalised steering (+ = right), ``segments`` (S, 2) [start, stop) session segments;
+- ``folds/<driver>.run/checkpoint.pt``: while a fold trains, its checkpoint after every epoch
+  (:class:`agent.train.checkpoint.Checkpointer`, the fold's settings as its config): a rerun after a
+  kill continues the fold from its last epoch, to the weights an uninterrupted fold gives, and
+  deletes the folder once the fold is written; a checkpoint of other settings is not continued;
 - ``folds/<driver>.pt``: the fold's policy (:meth:`agent.nn.policy.DrivingPolicy.save`; metadata: the
   held-out driver, the training drivers, the seed, the measured camera offset), to score a
   post-processing on the held-out driver without retraining; git ignores it;
@@ -52,6 +56,7 @@ from agent.data.windows import UdacitySource, smooth_steering
 from agent.eval.label_floor import FLOOR_HALF_WIDTH_S, recording_floor, width_key
 from agent.eval.offline import INTENT_MEANS, driving_scores, evaluate_udacity, summarize_recordings
 from agent.log import get_logger
+from agent.train.checkpoint import CHECKPOINT_NAME, CheckpointError, Checkpointer, load_checkpoint
 from agent.train.run import train
 
 log = get_logger(__name__)
@@ -226,7 +231,8 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
                                min_speed=min_speed, skip_reversing=skip_reversing)
         log.info("fold %d/%d: held-out driver %s (%d frames); training on %d drivers, %d frames", i + 1, len(names),
                  test, len(recs[test]), len(names) - 1, sum(source.lengths))
-        policy, report = train(source, policy_config, train_config)
+        checkpoint, resume = _fold_checkpoint(out / "folds" / f"{test}.run", settings)
+        policy, report = train(source, policy_config, train_config, checkpoint=checkpoint, resume=resume)
         t_train = time.time() - t0
         # the fold's policy beside its scores, so a post-processing (a gain, a flipped view) can be measured on
         # the held-out driver later without retraining; git ignores it (results/**/*.pt)
@@ -246,6 +252,7 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
                 "train_mean_steering": report.baselines.get("train_mean_steering"), "camera_offset": offset,
                 "settings": settings}
         write_json_atomic(fold_path, fold)
+        _remove_fold_checkpoint(checkpoint.run_dir)
         nan = float("nan")
         log.info("fold %s: MSE %.4f, MAE %.4f, predict-0 MSE %.4f, ratio %.3f (label floor %.2f); smoothed ratio "
                  "%.2f, r %.2f, right way %.2f (left %.2f, right %.2f), |steer| in curves %.3f vs %.3f (%.0f s)", test,
@@ -255,6 +262,34 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
                      "curve_mean_abs_pred", "curve_mean_abs_label")), time.time() - t0)
         write_table(out)
     return write_table(out)
+
+
+def _fold_checkpoint(run_dir: Path, settings: dict) -> tuple[Checkpointer, dict | None]:
+    """The fold's :class:`agent.train.checkpoint.Checkpointer` in ``run_dir``, and the checkpoint to continue
+    (None: none there, unreadable, finished, or of other settings: the fold starts anew and overwrites it)."""
+    config = json.dumps(settings, sort_keys=True)
+    checkpoint = Checkpointer(run_dir, config)
+    if not (run_dir / CHECKPOINT_NAME).is_file():
+        return checkpoint, None
+    try:
+        state = load_checkpoint(run_dir)
+    except CheckpointError as exc:
+        log.warning("%s; the fold starts anew", exc)
+        return checkpoint, None
+    if state.get("config") != config or state.get("stage") != "bc":
+        log.warning("%s holds a checkpoint of other settings; the fold starts anew", run_dir)
+        return checkpoint, None
+    log.info("%s holds a checkpoint of this fold (%s): continuing from it", run_dir, state.get("what"))
+    return checkpoint, state
+
+
+def _remove_fold_checkpoint(run_dir: Path) -> None:
+    """Delete a finished fold's checkpoint folder (only the checkpoint a :class:`Checkpointer` writes)."""
+    (run_dir / CHECKPOINT_NAME).unlink(missing_ok=True)
+    try:
+        run_dir.rmdir()
+    except OSError:  # something else is in it: left alone
+        pass
 
 
 def _mean(xs):
