@@ -33,6 +33,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from agent.data.frame_cache import take_frames
 from agent.log import progress as bar_for
 from envs.udacity.camera import CameraImageError, decode_camera_jpeg
 
@@ -610,7 +611,7 @@ def camera_shifts(recording, frames_per_recording: int = 60, band: tuple[int, in
         rows = np.unique(np.linspace(0, n - 1, min(n, frames_per_recording)).astype(np.int64))
         cams = {}
         for name in CAMERAS:
-            f = np.asarray(recording.camera(name)[rows])
+            f = np.asarray(take_frames(recording.camera(name), rows))  # a crop cache: read past its map
             cams[name] = (preprocess(f) if f.shape[-3:] == FRAME_SHAPE else f)[:, band[0]:band[1], :, 0]
         for i in range(len(rows)):
             c = np.ascontiguousarray(cams["center"][i], np.float32)
