@@ -486,7 +486,7 @@ def test_compare_settings_fold_by_fold_with_seed_noise(tmp_path, capsys):
     assert (tmp_path / "new" / "seeds.md").is_file() and (tmp_path / "new" / "s0" / "lodo.md").is_file()
 
 
-def test_a_killed_fold_continues_from_its_last_epoch(tmp_path, caplog):
+def test_a_killed_fold_continues_from_its_last_epoch(tmp_path, caplog, capsys):
     """A fold killed mid-training (SIGKILL, in a subprocess) leaves its checkpoint in folds/<driver>.run; the rerun
     continues it and ends with the weights and scores of a fold never interrupted; the checkpoint then goes.
     A checkpoint of other settings is not continued."""
@@ -525,6 +525,8 @@ def test_a_killed_fold_continues_from_its_last_epoch(tmp_path, caplog):
     assert state["stage"] == "bc" and state["fit"]["epochs_done"] < 6, err
     assert not (tmp_path / "cut" / "folds" / "driver0.json").exists()
     done = state["fit"]["epochs_done"]
+    rc, err = run_cli(["train", "--resume", str(run_dir)], capsys)  # not for --resume: the LODO command continues it
+    assert rc != 0 and "leave-one-driver-out fold's checkpoint" in err
     caplog.clear()
     with caplog.at_level("INFO"):
         assert main(args(tmp_path / "cut")) == 0

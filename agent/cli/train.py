@@ -35,7 +35,7 @@ from agent.train.batches import DEVICE_SHARE
 from agent.train.bc import TrainConfig, report_metadata
 from agent.train.checkpoint import CHECKPOINT_NAME, CheckpointError, Checkpointer, load_checkpoint
 from agent.train.config import TrainRun, config_from_text, to_dict, torch_device
-from agent.train.lodo import run_lodo, seed_folders, seeds_table, subsample_blocks
+from agent.train.lodo import FOLD_CONFIG_MARK, run_lodo, seed_folders, seeds_table, subsample_blocks
 from agent.train.run import train
 
 log = get_logger("agent.train")
@@ -132,6 +132,9 @@ def parse_resume(argv: list[str]) -> tuple[TrainRun, dict]:
     given = tyro.cli(TrainRun, args=rest, prog="agent train", description=DESCRIPTION)
     run_dir = Path(given.resume)
     state = load_checkpoint(run_dir)
+    if str(state.get("config", "")).startswith(FOLD_CONFIG_MARK):
+        raise CLIError(f"{run_dir} holds a leave-one-driver-out fold's checkpoint: run the `agent train --lodo.out "
+                       "OUT ...` command that made it again, which continues the fold from it")
     run = config_from_text(state["config"], str(run_dir / CHECKPOINT_NAME))
     changed = _overrides(given, run)
     if changed:

@@ -264,10 +264,15 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
     return write_table(out)
 
 
+#: the first line of a fold checkpoint's stored config (the fold's settings as JSON follow): it marks the
+#: checkpoint as a fold's, which ``agent train --resume`` does not take (the LODO command continues it)
+FOLD_CONFIG_MARK = "# a leave-one-driver-out fold's settings (agent.train.lodo)\n"
+
+
 def _fold_checkpoint(run_dir: Path, settings: dict) -> tuple[Checkpointer, dict | None]:
     """The fold's :class:`agent.train.checkpoint.Checkpointer` in ``run_dir``, and the checkpoint to continue
     (None: none there, unreadable, finished, or of other settings: the fold starts anew and overwrites it)."""
-    config = json.dumps(settings, sort_keys=True)
+    config = FOLD_CONFIG_MARK + json.dumps(settings, sort_keys=True)
     checkpoint = Checkpointer(run_dir, config)
     if not (run_dir / CHECKPOINT_NAME).is_file():
         return checkpoint, None
