@@ -11,7 +11,7 @@ from agent.cli import main
 from agent.nn.features import CarRacingCNN, dashboard_rows, speed_bar_columns
 from agent.actors.rollout import Decision
 from agent.train.dagger import beta_schedule
-from agent.actors.perturb import DisturbanceConfig, PerturbedActor, disturbance_action, disturbance_phases
+from agent.actors.perturb import DisturbanceConfig, PerturbedActor, disturbance_action, disturbance_phases, speed_action
 
 
 # ------------------------------------------------------------------------------------------- dashboard
@@ -146,6 +146,46 @@ def test_ditch_steers_off_then_brakes_and_is_not_in_the_default_mix():
     assert actor.events and all(kind == "ditch" and n == 5 for _, kind, n in actor.events)
     for start, _, _ in actor.events:
         assert actions[start:start + 5] in ([1, 1, 4, 4, 4], [2, 2, 4, 4, 4])
+
+
+class _Cycle(_Constant):
+    """Chooses 0, 1, 2, 3, 4, 0, 1, ... (nothing, right, left, gas, brake)."""
+
+    def act(self, obs, env, info=None):
+        self.calls += 1
+        return Decision((self.calls - 1) % 5, (self.calls - 1) % 5)
+
+
+def test_speed_disturbance_keeps_the_steering_and_never_coasts_or_brakes():
+    inner = _Cycle()
+    actor = PerturbedActor(inner, DisturbanceConfig(per_episode=0), np.random.default_rng(0),
+                           schedule=[(5, "speed", 7, 1)])
+    actor.reset()
+    actions = [actor.act(None, _Env()).action for _ in range(15)]
+    # steps 5-11 are disturbed: nothing (0) and brake (4) become gas (3); steering and gas stay
+    assert actions == [0, 1, 2, 3, 4] + [3, 1, 2, 3, 3, 3, 1] + [2, 3, 4]
+    assert actor.events == [(5, "speed", 7)] and inner.calls == 15
+    assert "speed" not in DisturbanceConfig().kinds
+    box = gym.spaces.Box(-1, 1, (2,), np.float32)
+    assert np.allclose(speed_action(np.array([-0.4, -1.0], np.float32), box), [-0.4, 1.0])
+    with pytest.raises(ValueError, match="Discrete"):
+        speed_action(0, gym.spaces.Discrete(3))
+    with pytest.raises(ValueError, match="speed_steps"):
+        DisturbanceConfig(speed_steps=(0, 5))
+    # random draws last a length from speed_steps
+    cfg = DisturbanceConfig(per_episode=30.0, warmup=0, kinds=("speed",), speed_steps=(4, 4))
+    actor = PerturbedActor(_Constant(), cfg, np.random.default_rng(2))
+    actor.reset()
+    actions = [actor.act(None, _Env()).action for _ in range(2000)]
+    assert actor.events and all(kind == "speed" and n == 4 for _, kind, n in actor.events)
+    for start, _, _ in actor.events:
+        assert actions[start:start + 4] == [3, 3, 3, 3]
+
+
+def test_train_config_takes_the_speed_disturbance():
+    from agent.train.config import DaggerSection
+
+    assert DaggerSection(disturb_kinds=("off-road", "stop", "speed")).disturb_kinds[-1] == "speed"
 
 
 def test_train_cli_refuses_an_unknown_disturbance_kind(tmp_path, capsys):

@@ -13,7 +13,13 @@ Learning"), whose noise is injected into the executed actions while the expert k
 - ``"ditch"``: the two in a row, off the road and then braked to a standstill there, so the
   labels that follow are the expert starting again from rest on the grass (a scene its own laps
   never hold; a student that stops off the road has seen no label there otherwise). Not in the
-  default mix: ask for it with ``kinds`` (``agent train --dagger-disturb-kinds``).
+  default mix: ask for it with ``kinds`` (``agent train --dagger.disturb-kinds``).
+- ``"speed"``: the wrapped actor still steers, but it never coasts or brakes: every "nothing" or
+  "brake" it chooses is executed as full gas (continuous: its steering with full throttle), so
+  the car reaches bends faster than its own driving would; the labels are the expert's bends
+  taken at that speed, and its braking out of it. Aimed at the recipe's unseen-track failures,
+  bends entered at a lap's top speed (docs/experiments/2026-11-28-recipe-seed-1.md). Not in
+  the default mix either.
 
 A :class:`PerturbedActor` wraps any actor (the DAgger mixture, or the expert alone for
 :mod:`agent.eval.recovery`). Between disturbances the wrapped actor drives; the episode runs on
@@ -29,7 +35,7 @@ import numpy as np
 
 from agent.actors.rollout import Decision
 
-KINDS = ("off-road", "stop", "ditch")
+KINDS = ("off-road", "stop", "ditch", "speed")
 #: The kinds drawn when none are given (the mix the shipped policies were trained with).
 DEFAULT_KINDS = ("off-road", "stop")
 
@@ -78,7 +84,38 @@ def disturbance_phases(kind: str, steps: tuple[int, ...], side: int, action_spac
     parts = ("off-road", "stop") if kind == "ditch" else (kind,)
     if len(steps) != len(parts) or min(steps) < 1:
         raise ValueError(f"{kind} takes {len(parts)} phase length(s) >= 1, got {tuple(steps)}")
+    if kind == "speed":
+        speed_action(0, action_space)  # checks the action space
+        return [(SPEED, int(steps[0]))]
     return [(disturbance_action(p, side, action_space), int(n)) for p, n in zip(parts, steps)]
+
+
+#: The phase action of a "speed" disturbance: the executed action is made from the wrapped
+#: actor's (:func:`speed_action`).
+SPEED = "speed"
+
+
+def speed_action(action, action_space: gym.Space):
+    """The action a "speed" disturbance executes in place of the wrapped actor's ``action``.
+
+    Args:
+        action: the wrapped actor's action: a Discrete(5) index (0 nothing, 1 right, 2 left,
+            3 gas, 4 brake) or a (steering, throttle) array.
+        action_space: CarRacing's Discrete(5) or the continuous configuration's Box(-1, 1, (2,)).
+
+    Returns:
+        Discrete: 3 (gas) in place of 0 (nothing) or 4 (brake), a steering or gas action as it is.
+        Box: (the same steering, 1.0) as float32.
+
+    Raises:
+        ValueError: any other action space.
+    """
+    if isinstance(action_space, gym.spaces.Discrete) and action_space.n == 5:
+        return 3 if int(action) in (0, 4) else int(action)
+    if isinstance(action_space, gym.spaces.Box) and action_space.shape == (2,):
+        return np.array([float(np.asarray(action, np.float32).reshape(-1)[0]), 1.0], np.float32)
+    raise ValueError(f"disturbances are defined for CarRacing's Discrete(5) or (steering, throttle) Box(2) actions, "
+                     f"got {action_space}")
 
 
 @dataclass
@@ -92,6 +129,7 @@ class DisturbanceConfig:
         stop_steps: (min, max) steps of braking (the car stands still within about 1 s at
             CarRacing's speeds, so the rest of the time it stands). A "ditch" draws one length
             from each range.
+        speed_steps: (min, max) steps of a "speed" disturbance (never coasting nor braking).
         warmup: no disturbance before this step (the car first gets up to speed).
     """
 
@@ -99,6 +137,7 @@ class DisturbanceConfig:
     kinds: tuple[str, ...] = DEFAULT_KINDS
     off_road_steps: tuple[int, int] = (15, 40)
     stop_steps: tuple[int, int] = (60, 120)
+    speed_steps: tuple[int, int] = (50, 150)
     warmup: int = 50
 
     def __post_init__(self):
@@ -107,7 +146,7 @@ class DisturbanceConfig:
         unknown = set(self.kinds) - set(KINDS)
         if unknown or not self.kinds:
             raise ValueError(f"kinds must be a non-empty subset of {KINDS}, got {self.kinds}")
-        for name in ("off_road_steps", "stop_steps"):
+        for name in ("off_road_steps", "stop_steps", "speed_steps"):
             lo, hi = getattr(self, name)
             if not 1 <= lo <= hi:
                 raise ValueError(f"{name} must be (min, max) with 1 <= min <= max, got {(lo, hi)}")
@@ -149,7 +188,7 @@ class PerturbedActor:
 
     def _draw(self, kind: str) -> tuple[int, ...]:
         ranges = {"off-road": [self.cfg.off_road_steps], "stop": [self.cfg.stop_steps],
-                  "ditch": [self.cfg.off_road_steps, self.cfg.stop_steps]}[kind]
+                  "ditch": [self.cfg.off_road_steps, self.cfg.stop_steps], "speed": [self.cfg.speed_steps]}[kind]
         return tuple(int(self.rng.integers(lo, hi + 1)) for lo, hi in ranges)
 
     def act(self, obs, env, info=None) -> Decision:
@@ -169,10 +208,11 @@ class PerturbedActor:
         self.active = self.left > 0
         if self.active:
             self.left -= 1
-            a = self.current
+            a = speed_action(d.action, env.action_space) if isinstance(self.current, str) else self.current
             cls = int(a) if np.ndim(a) == 0 else 0
             return Decision(a, cls, d.probs, d.output, d.state_before, d.state, d.t, d.intermediates)
         return d
 
 
-__all__ = ["DEFAULT_KINDS", "DisturbanceConfig", "KINDS", "PerturbedActor", "disturbance_action", "disturbance_phases"]
+__all__ = ["DEFAULT_KINDS", "DisturbanceConfig", "KINDS", "PerturbedActor", "SPEED", "disturbance_action",
+           "disturbance_phases", "speed_action"]

@@ -50,7 +50,7 @@ else:  # pragma: no cover - Python 3.10
 #: CarRacing's dashboard modes (see :class:`agent.nn.features.CarRacingCNN`)
 DASHBOARDS = ("visible", "speed", "hidden", "speedometer", "speed-input")
 #: the DAgger disturbances (see :mod:`agent.actors.perturb`)
-DISTURBANCES = ("off-road", "stop", "ditch")
+DISTURBANCES = ("off-road", "stop", "ditch", "speed")
 
 
 class ConfigError(ValueError):
@@ -255,8 +255,9 @@ class DaggerSection:
     """beta of round r = beta * beta_decay^(r-1)"""
     disturb: float = 0.0
     """disturbances per 1000 steps in the rollouts (DART-like; 0: none)"""
-    disturb_kinds: tuple[Literal["off-road", "stop", "ditch"], ...] = ("off-road", "stop")
-    """the disturbances drawn: off-road, stop, ditch"""
+    disturb_kinds: tuple[Literal["off-road", "stop", "ditch", "speed"], ...] = ("off-road", "stop")
+    """the disturbances drawn: off-road, stop, ditch (off the road, then stopped), speed (steering as the
+    driver's, but full gas instead of coasting or braking)"""
     track_seed: int = DAGGER_SEED_BASE
     """first track of round 1; round r drives track_seed + (r-1) * episodes onwards"""
     max_steps: int | None = None
