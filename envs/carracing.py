@@ -43,6 +43,12 @@ WHEEL_GRASS = slice(8, 12)
 #: (:attr:`envs.carracing.CarRacingEnv.speed`, the hull's speed; the car starts at 0 and cruises
 #: at roughly 30-90 units/s). Used by :func:`agent.actors.rollout.standstill`, the teacher's start rule and the "no stalls" figures.
 STANDSTILL_SPEED = 1.0
+#: the car drives "the wrong way" (:attr:`CarRacingEnv.wrong_way`) when it moves at least this fast
+#: (simulator units per second) ...
+WRONG_WAY_SPEED = 5.0
+#: ... and the cosine between its velocity and the track's direction at the nearest track point is
+#: below this (more than 120 degrees from the lap's direction)
+WRONG_WAY_COSINE = -0.5
 #: the share of green pixels around the car at and above which :func:`car_on_grass` says "on the grass"
 GRASS_SHARE = 0.95
 
@@ -239,6 +245,38 @@ class CarRacingEnv(CarRacing):
         when this reaches 0 (see :func:`agent.actors.rollout.tiles_missed`)."""
         return len(self.track) - self.tile_visited_count
 
+    @property
+    def track_direction_cosine(self) -> float:
+        """Cosine between the car's velocity and the track's direction at the nearest track point:
+        +1 moving along the lap, -1 against it, NaN when the car moves slower than
+        :data:`WRONG_WAY_SPEED` (its direction is then noise) or before the first reset.
+
+        The track's direction at point i is from track point i to i + 1 (gymnasium's
+        ``CarRacing.track``, in lap order); the nearest point is a full search, so an excursion far
+        off the road still finds it.
+        """
+        if self._track_xy is None or getattr(self, "car", None) is None:
+            return float("nan")
+        vel = np.asarray(self.car.hull.linearVelocity, dtype=np.float64)
+        speed = float(np.hypot(vel[0], vel[1]))
+        if speed < WRONG_WAY_SPEED:
+            return float("nan")
+        pos = np.asarray(self.car.hull.position, dtype=np.float64)
+        i = int(np.argmin(np.sum((self._track_xy - pos) ** 2, axis=1)))
+        along = self._track_xy[(i + 1) % len(self._track_xy)] - self._track_xy[i]
+        return float(vel @ along / (speed * (np.linalg.norm(along) + 1e-9)))
+
+    @property
+    def wrong_way(self) -> bool:
+        """True when the car drives against the lap's direction: at least :data:`WRONG_WAY_SPEED`
+        units/s, more than 120 degrees from the track's direction (:attr:`track_direction_cosine`
+        below :data:`WRONG_WAY_COSINE`). A car that comes back onto the road facing backwards
+        drives the lap the wrong way round over tiles it has visited and earns nothing more: the
+        failure of docs/experiments/2026-12-03-recovery-disturbances.md. From pixels alone the two
+        directions look alike (four frames of road do not show which way the lap goes).
+        """
+        return bool(self.track_direction_cosine < WRONG_WAY_COSINE)
+
     def privileged_observation(self) -> np.ndarray:
         """The expert's view of the current state, shape (PRIVILEGED_DIM,), float32, roughly in [-1, 1].
 
@@ -320,7 +358,8 @@ class StateInfo(gym.Wrapper):
     ``off_road``, True when all four wheels are off the road (no wheel touches a road tile, the
     test of :class:`OffTrackTermination`); ``wheels_off_road``, how many of the four wheels touch no
     road tile (0-4); ``tiles_missed``, the road tiles not visited yet (a lap ends only once every
-    tile has been visited); with ``privileged=True`` also ``privileged_state``, the
+    tile has been visited); ``wrong_way``, the car driving against the lap's direction
+    (:attr:`CarRacingEnv.wrong_way`); with ``privileged=True`` also ``privileged_state``, the
     expert's (PRIVILEGED_DIM,) float32 view (:meth:`CarRacingEnv.privileged_observation`).
 
     Raises:
@@ -341,6 +380,7 @@ class StateInfo(gym.Wrapper):
         info["off_road"] = off == len(car_env.car.wheels)
         info["wheels_off_road"] = off
         info["tiles_missed"] = car_env.tiles_missed
+        info["wrong_way"] = car_env.wrong_way
         if self.privileged:
             info["privileged_state"] = car_env.privileged_observation()
         return info
@@ -460,6 +500,6 @@ if ENV_ID not in gym.registry:
 __all__ = [
     "ACTION_NAMES", "CarRacingEnv", "DOCUMENTED_ACTION_NAMES", "EPISODE_STEPS", "EVAL_SEED_BASE", "FPS", "GRASS_SHARE",
     "OffTrackTermination", "PRIVILEGED_DIM", "PrivilegedObservation", "SPEEDOMETER_FULL_SCALE", "Speedometer",
-    "StateInfo", "ThrottleAction", "WHEEL_GRASS", "car_on_grass", "dashboard_rows", "draw_speedometer", "make_carracing",
+    "StateInfo", "ThrottleAction", "WHEEL_GRASS", "WRONG_WAY_COSINE", "WRONG_WAY_SPEED", "car_on_grass", "dashboard_rows", "draw_speedometer", "make_carracing",
     "speed_bar_columns", "speedometer_region",
 ]

@@ -126,6 +126,67 @@ def test_all_wheels_off_road_without_wheels_is_none():
     assert all_wheels_off_road(NoCar()) is None
 
 
+# ----------------------------------------------------------------------------- wrong way
+class _Gas:
+    """Full gas from the start line; with ``turn`` the car is first turned round on the spot (the
+    hull and its wheels rotated by 180 degrees about the hull's centre), so it drives the lap backwards."""
+
+    label, has_probs, traces_reason = "gas", False, None
+
+    def __init__(self, turn: bool):
+        self.turn, self.n = turn, 0
+
+    def reset(self):
+        self.n = 0
+
+    def act(self, obs, env, info=None):
+        self.n += 1
+        if self.turn and self.n == 1:
+            car = env.unwrapped.car
+            cx, cy = car.hull.position
+            for b in (car.hull, *car.wheels):
+                x, y = b.position
+                b.position = (2 * cx - x, 2 * cy - y)
+                b.angle = b.angle + np.pi
+        return Decision(3, 0)
+
+
+@pytest.mark.parametrize("turn", [False, True])
+def test_rollout_counts_the_steps_driven_the_wrong_way(turn):
+    from agent.actors.rollout import wrong_way
+    from envs.carracing import WRONG_WAY_SPEED, make_carracing
+
+    env = make_carracing(render_pixels=False, max_episode_steps=60)
+    try:
+        ep = rollout(env, _Gas(turn), 1_000_000, keep_frames=False)
+        cos = env.unwrapped.track_direction_cosine
+        last = wrong_way(env)
+    finally:
+        env.close()
+    assert ep.wrong_way.dtype == bool and len(ep.wrong_way) == ep.steps == 60
+    fast = ep.speeds[1:] >= WRONG_WAY_SPEED
+    assert fast[-30:].all()  # 30 steps of gas take the car past the threshold either way
+    if turn:  # backwards along the start straight: every step once it is fast enough
+        assert ep.wrong_way_steps == int(np.count_nonzero(fast)) and ep.wrong_way_steps >= 30
+        assert last is True and cos < -0.9
+    else:
+        assert ep.wrong_way_steps == 0 and last is False and cos > 0.9
+    assert not ep.wrong_way[~fast].any()  # slower than the threshold is never "wrong way"
+
+
+def test_wrong_way_without_a_track_is_none():
+    from agent.actors.rollout import wrong_way
+
+    class NoCar:
+        unwrapped = object()
+
+    assert wrong_way(NoCar()) is None
+    with pytest.raises(ValueError, match="wrong_way has 2 entries"):
+        Episode(seed=0, observations=None, actions=np.zeros(3, np.int64), labels=None, rewards=np.zeros(3, np.float32),
+                terminations=np.zeros(3, bool), truncations=np.zeros(3, bool), speeds=np.zeros(4, np.float32),
+                wrong_way=np.zeros(2, bool))
+
+
 # ----------------------------------------------------------------------------- continuous expert, labels
 class _FakeExpert:
     def __init__(self, action):
@@ -210,6 +271,8 @@ def test_evaluate_json_has_the_stall_figures(tmp_path, capsys, action, standing)
     # a few steps from the start line leave most of the lap's tiles unvisited, and no lap finished
     assert res["tiles_missed"][0] > 100 and res["laps_finished"] == 0 and len(res["edge_steps"]) == 1
     assert f"tiles missed {res['tiles_missed'][0]:3d}" in line[0] and "0/1 finished" in out
+    # it drives forward from the start line (or stands), never against the lap's direction
+    assert res["wrong_way_steps"] == [0] and res["episodes_wrong_way"] == 0
 
 
 # ----------------------------------------------------------------------------- drive

@@ -41,6 +41,7 @@ def assert_same_episode(a: Episode, b: Episode, frames: bool = True) -> None:
     assert (a.episode_return, a.steps, a.longest_standstill, a.off_road_steps, a.tiles_missed, a.edge_steps) == \
         (b.episode_return, b.steps, b.longest_standstill, b.off_road_steps, b.tiles_missed, b.edge_steps)
     np.testing.assert_array_equal(a.wheels_off, b.wheels_off)
+    np.testing.assert_array_equal(a.wrong_way, b.wrong_way)
 
 
 @pytest.fixture(scope="module")
@@ -335,7 +336,7 @@ def test_evaluate_with_envs_gives_the_one_env_results(tmp_path):
     two = evaluate("carracing-expert-discrete-margin.zip", 3, 40, max_steps=50, envs=2, progress=False)
     assert two.envs == 2 and one.envs == 1
     for key in ("seeds", "returns", "steps", "longest_standstill_steps", "off_road_steps", "tiles_missed",
-                "edge_steps", "laps_finished"):
+                "edge_steps", "laps_finished", "wrong_way_steps"):
         assert getattr(one, key) == getattr(two, key), key
 
 

@@ -278,6 +278,16 @@ def tiles_missed(env: gym.Env) -> int | None:
     return int(u.tiles_missed)
 
 
+def wrong_way(env: gym.Env) -> bool | None:
+    """True when the car drives against the lap's direction (:attr:`envs.carracing.CarRacingEnv.wrong_way`:
+    at least 5 units/s, more than 120 degrees from the track's direction at the nearest track
+    point); None for an env without a track (Udacity) or before the first reset."""
+    u = env.unwrapped
+    if getattr(u, "track", None) is None or getattr(u, "car", None) is None or not hasattr(type(u), "wrong_way"):
+        return None
+    return bool(u.wrong_way)
+
+
 def slow_steps(speeds, threshold: float = SLOW_SPEED) -> int:
     """Steps slower than ``threshold`` after the first step at or above it (0 if none is).
 
@@ -372,6 +382,8 @@ class Episode:
             0-4); None for an env without wheels.
         tiles_missed: road tiles never visited by the episode's end (:func:`tiles_missed`); None
             for an env without tiles.
+        wrong_way: (N,) bool, the car driving against the lap's direction after each step
+            (:func:`wrong_way`); None for an env without a track.
     """
 
     seed: int
@@ -385,6 +397,7 @@ class Episode:
     off_road: np.ndarray | None = None
     wheels_off: np.ndarray | None = None
     tiles_missed: int | None = None
+    wrong_way: np.ndarray | None = None
 
     @property
     def steps(self) -> int:
@@ -450,6 +463,12 @@ class Episode:
         w = np.asarray(self.wheels_off)
         return int(np.count_nonzero((w > 0) & (w < 4)))
 
+    @property
+    def wrong_way_steps(self) -> int | None:
+        """Steps after which the car drove against the lap's direction (:func:`wrong_way`); None for
+        an env without a track."""
+        return None if self.wrong_way is None else int(np.count_nonzero(self.wrong_way))
+
     def __post_init__(self):
         n = len(self.actions)
         for name in ("rewards", "terminations", "truncations"):
@@ -463,6 +482,8 @@ class Episode:
             raise ValueError(f"episode off_road has {len(self.off_road)} entries, actions have {n}")
         if self.wheels_off is not None and len(self.wheels_off) != n:
             raise ValueError(f"episode wheels_off has {len(self.wheels_off)} entries, actions have {n}")
+        if self.wrong_way is not None and len(self.wrong_way) != n:
+            raise ValueError(f"episode wrong_way has {len(self.wrong_way)} entries, actions have {n}")
 
 
 def rollout(env: gym.Env, actor: Actor, seed: int, max_steps: int | None = None,
@@ -489,6 +510,7 @@ def rollout(env: gym.Env, actor: Actor, seed: int, max_steps: int | None = None,
     actions, labels, rewards, terms, truncs, speeds = [], [], [], [], [], [car_speed(env)]
     off_road: list[bool | None] = []
     wheels: list[int | None] = []
+    wrong: list[bool | None] = []
     step = 0
     while True:
         if labeler is not None:
@@ -506,6 +528,7 @@ def rollout(env: gym.Env, actor: Actor, seed: int, max_steps: int | None = None,
         off = wheels_off_road(env)
         off_road.append(None if off is None else off == 4)
         wheels.append(off)
+        wrong.append(wrong_way(env))
         if keep_frames:
             frames.append(obs)
         if on_step is not None:
@@ -525,6 +548,7 @@ def rollout(env: gym.Env, actor: Actor, seed: int, max_steps: int | None = None,
         off_road=None if any(x is None for x in off_road) else np.asarray(off_road, dtype=bool),
         wheels_off=None if any(x is None for x in wheels) else np.asarray(wheels, dtype=np.int8),
         tiles_missed=tiles_missed(env),
+        wrong_way=None if any(x is None for x in wrong) else np.asarray(wrong, dtype=bool),
     )
 
 
@@ -537,4 +561,4 @@ def _stack_labels(labels: list) -> np.ndarray:
 
 __all__ = ["Actor", "Decision", "Episode", "ExpertActor", "MixtureActor", "PolicyActor", "SLOW_SPEED", "STALL_STEPS",
            "STANDSTILL_SPEED", "STEERING_CLASSES", "StallMeter", "all_wheels_off_road", "car_speed", "longest_run",
-           "rollout", "slow_steps", "standstill", "steering_class", "tiles_missed", "wheels_off_road"]
+           "rollout", "slow_steps", "standstill", "steering_class", "tiles_missed", "wheels_off_road", "wrong_way"]

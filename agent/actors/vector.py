@@ -199,6 +199,7 @@ class _Slot:
         self.off_road: list[bool | None] = []
         self.wheels_off: list[int | None] = []
         self.tiles_missed: int | None = None
+        self.wrong_way: list[bool | None] = []
 
     def episode(self, discrete: bool, labelled: bool) -> Episode:
         return Episode(
@@ -213,6 +214,7 @@ class _Slot:
             off_road=None if any(x is None for x in self.off_road) else np.asarray(self.off_road, dtype=bool),
             wheels_off=None if any(x is None for x in self.wheels_off) else np.asarray(self.wheels_off, dtype=np.int8),
             tiles_missed=self.tiles_missed,
+            wrong_way=None if any(x is None for x in self.wrong_way) else np.asarray(self.wrong_way, dtype=bool),
         )
 
 
@@ -301,6 +303,7 @@ def _episodes(venv, actor, seeds, max_steps, labeler, keep_frames) -> Iterator[t
             slot.off_road.append(_off_road(infos[i]))
             slot.wheels_off.append(int(infos[i]["wheels_off_road"]) if "wheels_off_road" in infos[i] else None)
             slot.tiles_missed = int(infos[i]["tiles_missed"]) if "tiles_missed" in infos[i] else None
+            slot.wrong_way.append(bool(infos[i]["wrong_way"]) if "wrong_way" in infos[i] else None)
             if slot.frames is not None:
                 slot.frames.append(np.array(obs[i], copy=True))
             if terminated[i] or trunc:

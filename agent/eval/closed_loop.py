@@ -43,7 +43,9 @@ class EvalResult:
     ``slow_speed`` after the car first reached it (:data:`agent.actors.rollout.SLOW_SPEED`, 10 units/s,
     unless ``--slow-speed`` says otherwise: the saw-tooth of a student braking at the start rule's
     floor, which neither figure above counts), with its aggregate ``episodes_slow`` (more than
-    ``stall_steps``) and threshold ``slow_speed``;
+    ``stall_steps``) and threshold ``slow_speed``; ``wrong_way_steps``, the steps driven against the
+    lap's direction (:func:`agent.actors.rollout.wrong_way`: back on the road facing backwards, over
+    tiles already visited), with its aggregate ``episodes_wrong_way`` (more than ``stall_steps``);
     ``deterministic`` (argmax or sampled actions) and the expert's rules (``start_rule``,
     ``creep_speed``, ``brake_floor``, ``grass_rule``: :class:`agent.experts.rules.TeacherRules`; off for
     a student) how the policy acted, ``device`` where its network ran; ``envs`` how many envs were
@@ -74,6 +76,8 @@ class EvalResult:
     episodes_with_crawl: int = 0
     slow_steps: list[int] = field(default_factory=list)
     episodes_slow: int = 0
+    wrong_way_steps: list[int] = field(default_factory=list)
+    episodes_wrong_way: int = 0
     slow_speed: float = SLOW_SPEED
     standstill_speed: float = STANDSTILL_SPEED
     crawl_speed: float = CRAWL_METRIC_SPEED
@@ -110,6 +114,9 @@ class EvalResult:
         if self.slow_steps:
             lines.append(f"slow: most {max(self.slow_steps)} steps below {self.slow_speed:g} units/s after first reaching "
                          f"it; {self.episodes_slow}/{len(self.seeds)} episodes slow > {self.stall_steps} steps")
+        if self.wrong_way_steps:
+            lines.append(f"wrong way: most {max(self.wrong_way_steps)} steps against the lap's direction; "
+                         f"{self.episodes_wrong_way}/{len(self.seeds)} episodes > {self.stall_steps} steps")
         if self.tiles_missed:
             lines.append(f"laps: {self.laps_finished}/{len(self.seeds)} finished (every tile visited); "
                          f"{sum(m > 0 for m in self.tiles_missed)} episodes missed tiles (a lap ends only once every tile is "
@@ -168,9 +175,9 @@ def _run_seeds_vector(policy_path, seeds: list[int], max_steps: int | None, envs
 
 def _row(ep, slow_speed: float = SLOW_SPEED) -> tuple:
     """(seed, return, steps, longest standstill, off-road steps, tiles missed, edge steps, longest crawl,
-    slow steps below ``slow_speed`` units/s) of an episode."""
+    slow steps below ``slow_speed`` units/s, wrong-way steps) of an episode."""
     return (ep.seed, ep.episode_return, ep.steps, ep.longest_standstill, ep.off_road_steps, ep.tiles_missed,
-            ep.edge_steps, ep.longest_crawl, ep.slow_steps_below(slow_speed))
+            ep.edge_steps, ep.longest_crawl, ep.slow_steps_below(slow_speed), ep.wrong_way_steps)
 
 
 def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carracing", max_steps: int | None = None,
@@ -260,6 +267,7 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
     edge = [int(r[6]) for r in results]
     crawls = [int(r[7]) for r in results]
     slow = [int(r[8]) for r in results]
+    wrong = [int(r[9]) for r in results]
     dt = time.time() - t0
     return EvalResult(env=env, policy=str(path), seeds=seeds, returns=returns, steps=steps,
                       mean_return=float(np.mean(returns)), std_return=float(np.std(returns)), seconds=dt,
@@ -270,6 +278,7 @@ def evaluate(policy_path: str | Path, episodes: int, seed: int, env: str = "carr
                       laps_finished=sum(m == 0 for m in missed), mean_edge_steps=float(np.mean(edge)),
                       longest_crawl_steps=crawls, episodes_with_crawl=sum(c > STALL_STEPS for c in crawls),
                       slow_steps=slow, episodes_slow=sum(s > STALL_STEPS for s in slow), slow_speed=slow_speed,
+                      wrong_way_steps=wrong, episodes_wrong_way=sum(w > STALL_STEPS for w in wrong),
                       deterministic=deterministic,
                       start_rule=rules.start_rule, creep_speed=rules.creep_speed, brake_floor=rules.brake_floor,
                       grass_rule=rules.grass_rule, device=device, envs=envs, file_sha256=ident["file_sha256"],
