@@ -306,7 +306,8 @@ def _train_config(run: TrainRun) -> TrainConfig:
                        dagger_beta=d.beta, dagger_beta_decay=d.beta_decay, dagger_disturb=d.disturb,
                        dagger_disturb_kinds=tuple(d.disturb_kinds), dagger_out=d.save_rounds,
                        dagger_seed=d.track_seed, dagger_max_steps=d.max_steps, dagger_edge_weight=d.edge_weight,
-                       dagger_edge_horizon=d.edge_horizon, class_weights=t.class_weights,
+                       dagger_edge_horizon=d.edge_horizon, dagger_wrong_way_weight=d.wrong_way_weight,
+                       class_weights=t.class_weights,
                        batches=t.batches or "auto", concordance=t.concordance,
                        device_share=t.device_share if t.device_share is not None else DEVICE_SHARE)
 

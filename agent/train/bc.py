@@ -74,7 +74,8 @@ class TrainConfig:
         device_share: the share of the free GPU memory, in (0, 1], that "auto" lets the data take.
         time_limit_s: stop after the epoch that crosses this many seconds (None: no limit).
         dagger_*: see :mod:`agent.train.dagger` (CarRacing only); ``dagger_edge_weight`` and
-            ``dagger_edge_horizon`` (steps): :func:`agent.train.dagger.edge_weights`.
+            ``dagger_edge_horizon`` (steps): :func:`agent.train.dagger.edge_weights`;
+            ``dagger_wrong_way_weight``: :func:`agent.train.dagger.wrong_way_weights`.
         class_weights: discrete heads: one loss weight per action (in the head's action order), given
             to every frame by its target action (:func:`class_frame_weights`), e.g. ``(1, 1, 1, 1, 4)``
             weighs CarRacing's rare brake labels 4 times; None: all 1. The usual class-weighted
@@ -112,6 +113,7 @@ class TrainConfig:
     dagger_out: str | None = None
     dagger_edge_weight: float = 1.0
     dagger_edge_horizon: int = 10
+    dagger_wrong_way_weight: float = 1.0
     class_weights: tuple[float, ...] | None = None
     batches: str = "auto"
     device_share: float = DEVICE_SHARE
@@ -144,6 +146,8 @@ class TrainConfig:
         if self.dagger_edge_weight < 0 or not math.isfinite(self.dagger_edge_weight) or self.dagger_edge_horizon < 0:
             raise ValueError(f"dagger_edge_weight must be finite and >= 0 and dagger_edge_horizon >= 0 steps, got "
                              f"{self.dagger_edge_weight} and {self.dagger_edge_horizon}")
+        if not (math.isfinite(self.dagger_wrong_way_weight) and self.dagger_wrong_way_weight >= 0):
+            raise ValueError(f"dagger_wrong_way_weight must be finite and >= 0, got {self.dagger_wrong_way_weight}")
         DisturbanceConfig(kinds=tuple(self.dagger_disturb_kinds))  # validates the kinds
 
 

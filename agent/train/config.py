@@ -266,6 +266,8 @@ class DaggerSection:
     """loss weight of relabelled frames on or near the road's edge (1: no weighting)"""
     edge_horizon: int = 10
     """steps ahead that make a frame 'near the edge' for edge_weight"""
+    wrong_way_weight: float = 1.0
+    """loss weight of relabelled frames taken while the car drove the wrong way round the lap (0: left out, 1: no weighting)"""
     save_rounds: str | None = None
     """also write each round's relabelled episodes as Minari datasets SAVE_ROUNDS-r<round>-v0"""
     envs: int = 1
@@ -291,6 +293,8 @@ class DaggerSection:
         _need(_finite(self.edge_weight) and self.edge_weight >= 0 and self.edge_horizon >= 0,
               f"dagger.edge_weight must be a finite weight >= 0 and dagger.edge_horizon >= 0 steps, got "
               f"{self.edge_weight} and {self.edge_horizon}")
+        _need(_finite(self.wrong_way_weight) and self.wrong_way_weight >= 0,
+              f"dagger.wrong_way_weight must be a finite weight >= 0, got {self.wrong_way_weight}")
         _need(self.envs >= 1, f"dagger.envs must be >= 1, got {self.envs}")
 
 
@@ -471,6 +475,8 @@ class TrainRun:
               "dagger.rounds needs teacher.expert (the PPO expert that relabels the student's states)")
         _need(d.edge_weight == 1.0 or d.rounds > 0, "dagger.edge_weight weighs DAgger's relabelled frames: it needs "
               "dagger.rounds")
+        _need(d.wrong_way_weight == 1.0 or d.rounds > 0, "dagger.wrong_way_weight weighs DAgger's relabelled frames: "
+              "it needs dagger.rounds")
         _need(d.envs == 1 or d.rounds > 0, "dagger.envs steps the DAgger rollouts: it needs dagger.rounds")
         c = self.collect
         _need(not c.episodes or bool(self.teacher.expert),

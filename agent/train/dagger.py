@@ -21,8 +21,17 @@ further on the aggregate.
   ``dagger_edge_horizon`` steps, weigh W in the loss instead of 1 (:func:`edge_weights`). A
   teacher that keeps a margin demonstrates few edge states, and the student's failures are
   there: a bend's tiles skipped with four wheels on the grass, so the lap never ends (README,
-  "Skipped tiles"). Measured: no gain (README, "Edge weights, tried"). The weights stay in
-  memory; the saved round datasets hold the frames and labels only.
+  "Skipped tiles"). Measured: no gain (README, "Edge weights, tried"). The weights go into the
+  run folder's round files with the frames (the Minari datasets of ``dagger_out`` hold frames and
+  labels only).
+- **Wrong-way weights.** With ``dagger_wrong_way_weight`` W != 1, the relabelled frames taken while
+  the car drove against the lap's direction (:attr:`envs.carracing.CarRacingEnv.wrong_way`) weigh W
+  (:func:`wrong_way_weights`). There the teacher, which reads the lap's direction from its
+  privileged state, brakes and turns the car round; the student's frames do not show which way the
+  lap goes, so those labels are ones it cannot explain (the "imitation gap" of a privileged teacher:
+  Weihs et al. 2021, "Bridging the Imitation Gap by Adaptive Insubordination", NeurIPS). Measured with
+  ``nac.pt`` driving the speed candidate's DAgger rollouts: 88 % of all brake labels come from such
+  frames (docs/experiments/2026-12-07-wrong-way-labels.md).
 - **Memory.** With a checkpointer (``agent train``), each round's relabelled frames are written
   to the run folder and trained on memory-mapped from there, as the recordings are
   (:mod:`agent.data.frame_cache`), so memory does not grow with the rounds.
@@ -102,9 +111,62 @@ def edge_weights(wheels_off: np.ndarray | None, n: int, weight: float, horizon: 
     return np.where(near, np.float32(weight), np.float32(1.0)).astype(np.float32)
 
 
+def wrong_way_weights(wrong_way: np.ndarray | None, n: int, weight: float) -> np.ndarray | None:
+    """Per-frame loss weights of one relabelled episode: ``weight`` on the frames taken while the car
+    drove against the lap's direction, 1 elsewhere.
+
+    Frame i (the observation on which action i was taken) is such a frame when the car drove the
+    wrong way after step i - 1 (``wrong_way[i - 1]``); frame 0, the reset's, never is. There the
+    teacher's labels turn the car round, from the lap's direction, which its privileged state holds
+    and the student's frames do not (see the module's docstring).
+
+    Args:
+        wrong_way: (n,) bool, the car driving the wrong way after each step
+            (:attr:`agent.actors.rollout.Episode.wrong_way`), or None (an env without a track).
+        n: the episode's frames (steps). weight: >= 0 (0 leaves those frames out of the loss).
+
+    Returns:
+        (n,) float32 weights, or None when ``weight`` is 1 or the env reports no direction.
+
+    Raises:
+        ValueError: ``wrong_way`` not of n entries, a negative or non-finite weight.
+    """
+    if not (np.isfinite(weight) and weight >= 0):
+        raise ValueError(f"wrong-way weight must be finite and >= 0, got {weight}")
+    if weight == 1.0 or wrong_way is None:
+        return None
+    wrong = np.asarray(wrong_way, dtype=bool)
+    if wrong.shape != (n,):
+        raise ValueError(f"wrong_way has shape {wrong.shape}, the episode {n} steps")
+    before = np.zeros(n, bool)
+    before[1:] = wrong[:-1]  # the state on which action i was taken
+    return np.where(before, np.float32(weight), np.float32(1.0)).astype(np.float32)
+
+
+def episode_weights(ep, edge_weight: float = 1.0, edge_horizon: int = 10,
+                    wrong_way_weight: float = 1.0) -> np.ndarray | None:
+    """One relabelled episode's per-frame loss weights: :func:`edge_weights` times :func:`wrong_way_weights`.
+
+    Args:
+        ep: an :class:`agent.actors.rollout.Episode` (its ``wheels_off`` and ``wrong_way``).
+        edge_weight, edge_horizon, wrong_way_weight: as in :func:`dagger_round`.
+
+    Returns:
+        (ep.steps,) float32 weights, or None when both factors are all ones (or not reported).
+
+    Raises:
+        ValueError: a weight or horizon out of range, or per-step figures of the wrong length.
+    """
+    edge = edge_weights(ep.wheels_off, ep.steps, edge_weight, edge_horizon)
+    wrong = wrong_way_weights(ep.wrong_way, ep.steps, wrong_way_weight)
+    if edge is None or wrong is None:
+        return wrong if edge is None else edge
+    return (edge * wrong).astype(np.float32)
+
+
 def dagger_round(policy, expert, env, seeds: list[int], beta: float, max_steps: int | None,
                  rng: np.random.Generator, disturb: float = 0.0, disturb_kinds: tuple[str, ...] | None = None,
-                 edge_weight: float = 1.0, edge_horizon: int = 10):
+                 edge_weight: float = 1.0, edge_horizon: int = 10, wrong_way_weight: float = 1.0):
     """The student drives on ``seeds`` (the expert's action executed with probability ``beta``,
     ``disturb`` disturbances per 1000 steps, drawn from ``disturb_kinds``, default
     :data:`agent.actors.perturb.DEFAULT_KINDS`); the expert labels every visited state.
@@ -114,6 +176,8 @@ def dagger_round(policy, expert, env, seeds: list[int], beta: float, max_steps: 
             :class:`agent.actors.vector.CarRacingEnvs` (N envs at once; it must carry the privileged
             state in ``info``: ``privileged_info=True``).
         edge_weight, edge_horizon: per-frame loss weights (:func:`edge_weights`); 1 gives none.
+        wrong_way_weight: the loss weight of frames driven the wrong way (:func:`wrong_way_weights`),
+            multiplied with the edge weights; 1 gives none.
 
     Returns:
         (Demonstrations of the labelled episodes, their episode returns, the Episodes themselves),
@@ -133,7 +197,7 @@ def dagger_round(policy, expert, env, seeds: list[int], beta: float, max_steps: 
         frames.append(ep.observations[:-1])
         labels.append(ep.labels)
         returns.append(ep.episode_return)
-        weights.append(edge_weights(ep.wheels_off, ep.steps, edge_weight, edge_horizon))
+        weights.append(episode_weights(ep, edge_weight, edge_horizon, wrong_way_weight))
     if all(w is None for w in weights):
         weights = None
     else:
@@ -227,11 +291,15 @@ def dagger(policy, train_source, val_source, expert, env, cfg, report, tb=None, 
             seeds = [cfg.dagger_seed + (r - 1) * cfg.dagger_episodes + i for i in range(cfg.dagger_episodes)]
             new, returns, episodes = dagger_round(policy, expert, env, seeds, beta, cfg.dagger_max_steps, rng,
                                                   cfg.dagger_disturb, tuple(cfg.dagger_disturb_kinds),
-                                                  cfg.dagger_edge_weight, cfg.dagger_edge_horizon)
+                                                  cfg.dagger_edge_weight, cfg.dagger_edge_horizon,
+                                                  cfg.dagger_wrong_way_weight)
             report.dagger_returns.append([float(x) for x in returns])
             log.info("DAgger round %d/%d (beta %.3f): return %.1f ± %.1f on %d tracks; %d frames relabelled", r,
                      cfg.dagger_rounds, beta, np.mean(returns), np.std(returns), len(returns), new.n_frames)
-            if new.weights is not None:
+            wrong = sum(ep.wrong_way_steps or 0 for ep in episodes)
+            log.info("DAgger round %d: %d of %d steps driven the wrong way%s", r, wrong, new.n_frames,
+                     f" (their frames weigh {cfg.dagger_wrong_way_weight:g})" if cfg.dagger_wrong_way_weight != 1.0 else "")
+            if cfg.dagger_edge_weight != 1.0 and new.weights is not None:
                 near = sum(int(np.count_nonzero(w != 1.0)) for w in new.weights)
                 log.info("DAgger round %d: %d of %d frames near the road's edge weigh %.1f", r, near, new.n_frames,
                          cfg.dagger_edge_weight)
@@ -263,4 +331,4 @@ def dagger(policy, train_source, val_source, expert, env, cfg, report, tb=None, 
     return policy
 
 
-__all__ = ["beta_schedule", "dagger", "dagger_round", "edge_weights"]
+__all__ = ["beta_schedule", "dagger", "dagger_round", "edge_weights", "episode_weights", "wrong_way_weights"]
