@@ -221,11 +221,23 @@ def test_round_trip_steer_manual_disconnect_and_reconnect(env):
         sim2.close()
 
 
+def _eventually(predicate, timeout: float = 5.0) -> bool:
+    """Whether ``predicate()`` holds within ``timeout`` seconds (polled every 10 ms)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def test_ping_data_is_echoed_and_an_engineio_close_ends_only_that_session(env):
     with FakeSimulator(env.port, ping_interval=3600) as other:
         sim = FakeSimulator(env.port, ping_interval=3600).connect()
         try:
-            assert sim.sid != other.sid and env.bridge.is_connected(sim.sid)
+            # the client reads its OPEN packet before the server's thread records the connection
+            assert sim.sid != other.sid
+            assert _eventually(lambda: env.bridge.is_connected(sim.sid) and env.bridge.is_connected(other.sid))
             sim.send_raw("2probe")  # engine.io 3: the pong carries the ping's data
             assert sim.next_event("pong") == "3probe"
             sim.ping()
