@@ -244,9 +244,7 @@ def test_ping_data_is_echoed_and_an_engineio_close_ends_only_that_session(env):
             assert sim.next_event("pong") == "3"
             sim.send_raw("1")  # engine.io CLOSE from the client
             assert sim.wait_for(lambda c: c["disconnected"] >= 1, 5) and sim.closed_by_server
-            deadline = time.monotonic() + 5
-            while env.bridge.is_connected(sim.sid) and time.monotonic() < deadline:
-                time.sleep(0.01)
+            _eventually(lambda: not env.bridge.is_connected(sim.sid))
             assert not env.bridge.is_connected(sim.sid) and env.bridge.is_connected(other.sid)
             assert env.bridge.pending_replies(sim.sid) == 0
             other.ping()
@@ -372,9 +370,7 @@ def test_oversized_frame_ends_only_that_connection(warnings_counter):
         sim.send_event("telemetry", dict(GOOD, image="A" * 100_000))
         assert sim.wait_for(lambda c: c["disconnected"] >= 1, 5)
         assert sim.closed_by_server
-        deadline = time.monotonic() + 5  # aiohttp closes the socket before the bridge logs why
-        while warnings_counter.count < 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _eventually(lambda: warnings_counter.count >= 1)  # aiohttp closes the socket before the bridge logs why
         assert warnings_counter.count == 1 and e.bridge.stats["websocket_errors"] == 1
         sim.close()
         with FakeSimulator(port, autoreply=True) as sim2:  # the server carries on
@@ -412,9 +408,7 @@ def test_only_local_websocket_connections_are_served(env, warnings_counter):
         finally:
             ws.close()
     assert env.bridge.stats["refused"] == 6
-    deadline = time.monotonic() + 5  # both ended before the four below (MAX_CONNECTIONS)
-    while env.bridge.stats["disconnects"] < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    _eventually(lambda: env.bridge.stats["disconnects"] >= 2)  # both ended before the four below (MAX_CONNECTIONS)
     assert env.bridge.stats["disconnects"] == 2
     sims = [FakeSimulator(env.port).connect() for _ in range(4)]
     try:
