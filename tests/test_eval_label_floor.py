@@ -202,6 +202,26 @@ def test_cli_floor_table(tmp_path, capsys):
     assert exc.value.code == 2 and "--udacity.half-width takes seconds >= 0" in _unboxed(capsys.readouterr().err)
 
 
+def test_cli_evaluate_threads_sets_torch_threads_and_refuses_a_negative_count(tmp_path, capsys):
+    import torch
+
+    from agent.cli import main
+
+    data = [_recording(tmp_path, "driver0", [0, 0.2, 0, 0.2, 0, 0, 0.1, 0])]
+    before = torch.get_num_threads()
+    want = 1 if before != 1 else 2
+    try:
+        assert main(["evaluate", "--env", "udacity", "--udacity.floor", "--data", *data, "--threads", str(want)]) == 0
+        assert torch.get_num_threads() == want
+    finally:
+        torch.set_num_threads(before)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:  # refused when the options are built, before anything runs
+        main(["evaluate", "--env", "udacity", "--udacity.floor", "--data", *data, "--threads", "-1"])
+    assert exc.value.code == 2 and "--threads must be >= 0" in _unboxed(capsys.readouterr().err)
+    assert torch.get_num_threads() == before
+
+
 def test_cli_evaluate_many_prints_the_floor_beside_the_ratio(tmp_path, capsys):
     import torch
 

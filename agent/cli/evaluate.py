@@ -122,11 +122,15 @@ class EvaluateRun:
     """replace an existing --json file"""
     device: str = "auto"
     """torch device of the policy: auto (cuda when there is one), cpu, cuda, cuda:N"""
+    threads: int = 0
+    """torch threads of this process (0: torch's default); each of several --workers uses 1; beside a training run,
+    --threads 1 --workers 1 keeps the evaluation to one core"""
     teacher: Annotated[TeacherSection, tyro.conf.arg(help=TEACHER_HELP)] = TeacherSection()
     udacity: UdacityOptions = UdacityOptions()
 
     def __post_init__(self):
         check_device(self.device)
+        _need(self.threads >= 0, f"--threads must be >= 0 (0: torch's default), got {self.threads}")
         _need(self.episodes >= 1, f"--episodes must be >= 1, got {self.episodes}")
         _need(self.envs >= 1, f"--envs must be >= 1, got {self.envs}")
         _need(self.max_steps is None or self.max_steps >= 1, f"--max-steps must be >= 1, got {self.max_steps}")
@@ -190,6 +194,10 @@ class EvaluateRun:
 def main(argv: list[str]) -> int:
     """Run ``agent evaluate ARGV``; the exit code."""
     run = parse_config(EvaluateRun, argv, prog="agent evaluate", description=DESCRIPTION)
+    if run.threads:
+        import torch
+
+        torch.set_num_threads(run.threads)
     if run.udacity.floor:
         return _udacity_floor(run)
     path = resolve_policy_path(run.policy)
