@@ -18,6 +18,7 @@ The workflow, one direction (docs/design.md, "Layout and data flow"):
   agent average-policies  the weight average of policies of one start (a model soup)
   agent lodo-table     the leave-one-driver-out tables of finished folds (Udacity), no training
   agent lodo-compare   two leave-one-driver-out settings fold by fold, with seed-aware intervals
+  agent lodo-consensus what the other drivers steer at the most alike views, scored as a LODO setting (no training)
   agent bench ...      NAC layer, runner, bridge and rollout benchmarks
 
 `agent COMMAND --help` explains each command's options.
@@ -52,6 +53,7 @@ COMMANDS = {
     "average-policies": "agent.cli.tools:average_policies",
     "lodo-table": "agent.cli.lodo:table_main",
     "lodo-compare": "agent.cli.lodo:compare_main",
+    "lodo-consensus": "agent.cli.lodo:consensus_main",
 }
 
 

@@ -1,4 +1,4 @@
-"""`agent lodo-table` and `agent lodo-compare`: the leave-one-driver-out tables from finished folds, no training.
+"""`agent lodo-table`, `agent lodo-compare` and `agent lodo-consensus`: leave-one-driver-out without training.
 
 `agent train --lodo.out OUT` trains one Udacity policy per held-out driver and writes the tables as it
 goes (agent.train.lodo). These two commands read the finished folds only: ``lodo-table`` prints (and with
@@ -8,6 +8,7 @@ fold, with intervals that know how much a training seed alone moves a fold.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,8 +16,10 @@ from typing import Annotated
 
 import tyro
 
-from agent.cli.common import CLIError
-from agent.train.lodo import compare_settings, lodo_table, runs_of, seed_folders, seeds_table, write_table
+from agent.cli.common import CLIError, check_udacity_folders, driver_tracks, udacity_loader
+from agent.eval.consensus import ConsensusConfig
+from agent.train.lodo import (compare_settings, driver_names, lodo_table, run_consensus_lodo, runs_of, seed_folders,
+                              seeds_table, write_table)
 
 TABLE_DESCRIPTION = """Print the leave-one-driver-out tables of a finished (or partly finished) run.
 
@@ -37,6 +40,44 @@ in either folder: with one seed a setting there is no interval. Example, a scree
 min-speed setting:
 
   agent lodo-compare results/udacity-lodo/minspeed5 results/udacity-lodo/screen/NAME --out results/udacity-lodo/screen/NAME"""
+
+
+CONSENSUS_DESCRIPTION = """Score the other drivers' consensus on each held-out driver: no training.
+
+For every held-out driver and every one of its frames, the K frames of the OTHER drivers whose
+center-camera views look most alike (the crop's luma at 16x50, standardised, in its first DIMS
+principal components; only their frames driven forwards at --min-speed mph or faster) vote: the
+prediction is the mean of their steering smoothed over +-0.5 s. It is scored exactly as a trained
+fold is, into a folder `agent lodo-table` and `agent lodo-compare` read like a trained setting's.
+Where it scores better than a trained setting, that setting is not at what the other drivers'
+steering allows; where both sit far from a driver, that driver steers unlike the others. About 3
+minutes for the fourteen public drivers (crops cached as by `agent train`). Example:
+
+  agent lodo-consensus --data $RECS --out results/udacity-lodo/consensus \\
+      --tracks '*' lake b-sh+CarND-Behavioral-Cloning-P3 jungle
+  agent lodo-compare results/udacity-lodo/minspeed5 results/udacity-lodo/consensus"""
+
+
+@dataclass(frozen=True)
+class LodoConsensus:
+    """``agent lodo-consensus --data REC ... --out OUT``"""
+
+    data: tuple[str, ...]
+    """the recordings, one driver each (folders holding a driving_log.csv)"""
+    out: str
+    """the LODO folder to write (folds/*.json, *.npz, lodo.md); a rerun skips the folds written"""
+    k: int = 20
+    """neighbours averaged per frame"""
+    dims: int = 64
+    """principal components of the view feature kept"""
+    min_speed: float = 5.0
+    """mph: the other drivers' frames slower than this (or reversing) are not neighbours"""
+    tracks: dict[str, str] = dataclasses.field(default_factory=dict)
+    """driver -> track for the means per track ('*' for every driver not named)"""
+    folds: tuple[str, ...] = ()
+    """only these held-out drivers (default: all)"""
+    crop_cache: str = "auto"
+    """where the 66x200 crops are cached ('auto': the default cache folder; '': read into memory)"""
 
 
 @dataclass(frozen=True)
@@ -119,4 +160,31 @@ def compare_main(argv: list[str]) -> int:
     return 0
 
 
-__all__ = ["COMPARE_DESCRIPTION", "TABLE_DESCRIPTION", "compare_main", "table_main"]
+def consensus_main(argv: list[str]) -> int:
+    """Run ``agent lodo-consensus ARGV``; returns the exit code."""
+    args = tyro.cli(LodoConsensus, args=list(argv), prog="agent lodo-consensus", description=CONSENSUS_DESCRIPTION)
+    data = list(args.data)
+    if len(data) < 2:
+        raise CLIError(f"--data needs at least 2 recordings (one driver each), got {len(data)}")
+    check_udacity_folders(data)
+    try:
+        cfg = ConsensusConfig(k=args.k, dims=args.dims, min_speed=args.min_speed)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from exc
+    unknown = sorted(set(args.folds) - set(driver_names(data)))
+    if unknown:
+        raise CLIError(f"--folds names unknown driver(s) {', '.join(unknown)}; the drivers are "
+                       f"{', '.join(driver_names(data))}")
+    load = udacity_loader(args.crop_cache, "skip", len(data))
+    try:
+        table = run_consensus_lodo(data, args.out, load, cfg, tracks=driver_tracks(args.tracks, data, "tracks"),
+                                   folds=list(args.folds) or None)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from exc
+    print(table["markdown"])
+    print(f"wrote {Path(args.out) / 'lodo.md'} and lodo.json")
+    return 0
+
+
+__all__ = ["COMPARE_DESCRIPTION", "CONSENSUS_DESCRIPTION", "TABLE_DESCRIPTION", "compare_main", "consensus_main",
+           "table_main"]

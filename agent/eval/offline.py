@@ -140,6 +140,40 @@ def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = Tr
     rec = data if isinstance(data, (UdacityRecording, CachedRecording)) else \
         load_recording(Path(data), on_bad_row=on_bad_row, progress=progress)
     pred = predict_recording(policy, rec)
+    if train_mean is None:
+        train_mean = (getattr(policy, "metadata", None) or {}).get("train_mean_steering")
+    res = score_recording(pred, rec, train_mean=train_mean, min_speed=min_speed)
+    res["seconds"] = time.time() - t0
+    if series:
+        res["series"] = {"t": np.asarray(rec.timestamps, np.float64), "pred": pred,
+                         "label": np.asarray(rec.steering, np.float64), "smoothed": res.pop("_smoothed"),
+                         "segments": np.asarray(rec.segments)}
+    else:
+        res.pop("_smoothed")
+    return res
+
+
+def score_recording(pred, rec, *, train_mean: float | None = None, min_speed: float = 5.0) -> dict:
+    """Every figure of :func:`evaluate_udacity` for given predictions on a loaded recording.
+
+    Args:
+        pred: (N,) predicted steering, one per row of ``rec`` in its order (normalised, + = right).
+        rec: a :class:`agent.data.udacity.UdacityRecording` or :class:`agent.data.udacity_cache.CachedRecording`.
+        train_mean: the training mean steering, for the predict-the-mean baseline (None: not scored).
+        min_speed: mph; ``moving_*`` figures count only frames at least this fast.
+
+    Returns:
+        The dict :func:`evaluate_udacity` returns, without ``seconds`` and ``series``; ``_smoothed`` holds
+        the (N,) smoothed labels (not JSON: the caller pops it).
+
+    Raises:
+        ValueError: ``pred`` not one finite value per row (:func:`agent.eval.steering.intent_scores`).
+    """
+    pred = np.asarray(pred)
+    if not np.issubdtype(pred.dtype, np.floating):
+        pred = pred.astype(np.float64)
+    if pred.shape != (len(rec),):
+        raise ValueError(f"predictions must be one per row of the recording: shape ({len(rec)},), got {pred.shape}")
     err = pred - rec.steering
     mse = float(np.mean(err ** 2))
     res = {
@@ -168,15 +202,9 @@ def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = Tr
                moving_mse=float(np.mean(err[moving] ** 2)) if moving.any() else None,
                moving_mae=float(np.mean(np.abs(err[moving]))) if moving.any() else None,
                moving_zero_mse=float(np.mean(rec.steering[moving] ** 2)) if moving.any() else None, **driving)
-    if train_mean is None:
-        train_mean = (getattr(policy, "metadata", None) or {}).get("train_mean_steering")
     if train_mean is not None:
         res["train_mean_mse"] = float(np.mean((rec.steering - train_mean) ** 2))
-    res["seconds"] = time.time() - t0
-    if series:
-        res["series"] = {"t": np.asarray(rec.timestamps, np.float64), "pred": pred,
-                         "label": np.asarray(rec.steering, np.float64), "smoothed": intent["smoothed"],
-                         "segments": np.asarray(rec.segments)}
+    res["_smoothed"] = intent["smoothed"]
     return res
 
 
@@ -279,5 +307,5 @@ def summarize_by_track(results: list[dict]) -> dict:
     return out
 
 
-__all__ = ["INTENT_MEANS", "driving_scores", "evaluate_udacity", "predict_recording", "score_stream", "stream_outputs",
-           "summarize_by_track", "summarize_recordings"]
+__all__ = ["INTENT_MEANS", "driving_scores", "evaluate_udacity", "predict_recording", "score_recording", "score_stream",
+           "stream_outputs", "summarize_by_track", "summarize_recordings"]

@@ -38,6 +38,10 @@ Output folder ``OUT``:
 Training budget: ``subsample`` keeps that share of each training recording, as randomly chosen
 blocks of ``block`` consecutive frames (so windows of T <= block frames stay intact), drawn once
 per fold; the time limit of :class:`agent.train.bc.TrainConfig` caps each fold's training.
+
+:func:`run_consensus_lodo` writes the same folder for a reference that trains nothing: the other
+drivers' steering at the most alike views (:mod:`agent.eval.consensus`), so ``agent lodo-compare``
+sets a trained setting beside what the other drivers' own steering implies.
 """
 
 from __future__ import annotations
@@ -54,7 +58,10 @@ from agent.atomic import save_figure, write_atomic, write_json_atomic
 from agent.data.udacity import camera_offset, camera_shifts, parse_log
 from agent.data.windows import UdacitySource, smooth_steering
 from agent.eval.label_floor import FLOOR_HALF_WIDTH_S, recording_floor, width_key
-from agent.eval.offline import INTENT_MEANS, driving_scores, evaluate_udacity, summarize_recordings
+from agent.eval.consensus import ConsensusConfig, FEATURE_SHAPE, consensus_predict, forward_frames, recording_crops, \
+    view_features
+from agent.eval.offline import INTENT_MEANS, driving_scores, evaluate_udacity, score_recording, summarize_recordings
+from agent.eval.steering import smooth_in_time
 from agent.log import get_logger
 from agent.train.checkpoint import CHECKPOINT_NAME, CheckpointError, Checkpointer, load_checkpoint
 from agent.train.run import train
@@ -260,6 +267,80 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
                  *(nan if fold.get(k) is None else fold[k] for k in (
                      "smoothed_ratio", "smoothed_corr", "right_way", "right_way_left", "right_way_right",
                      "curve_mean_abs_pred", "curve_mean_abs_label")), time.time() - t0)
+        write_table(out)
+    return write_table(out)
+
+
+def run_consensus_lodo(paths: list[str | Path], out: str | Path, load, cfg: ConsensusConfig = ConsensusConfig(), *,
+                       tracks: dict[str, str] | None = None, folds: list[str] | None = None) -> dict:
+    """Score the other drivers' consensus on each held-out driver, as a leave-one-driver-out folder.
+
+    Writes ``out/folds/<driver>.json`` (the scores :func:`agent.eval.offline.score_recording` gives a
+    fold's policy, with ``settings`` = this method and ``cfg``) and ``<driver>.npz`` (``t``, ``pred``,
+    ``label``, ``smoothed``, ``segments``), then ``lodo.md`` / ``lodo.json``
+    (:func:`write_table`): the folder reads like a trained setting's, so
+    ``agent lodo-table`` and ``agent lodo-compare`` take it. A fold already written is skipped.
+
+    Args:
+        paths: the recordings, one driver each (at least 2).
+        out: the output folder.
+        load: ``load(path)`` -> a loaded recording (:func:`agent.data.udacity_cache.load_cached`).
+        cfg: :class:`agent.eval.consensus.ConsensusConfig`.
+        tracks: driver name -> track ("*" for every driver not named), as ``agent train --lodo.tracks``.
+        folds: only these held-out drivers (names from :func:`driver_names`); None: all.
+
+    Returns:
+        The table (:func:`lodo_table`).
+
+    Raises:
+        ValueError: fewer than 2 recordings, an unknown fold, or an ``out`` whose folds were written
+            with other settings.
+    """
+    if len(paths) < 2:
+        raise ValueError(f"a consensus of other drivers needs at least 2 recordings, got {len(paths)}")
+    names = driver_names(paths)
+    unknown = sorted(set(folds or []) - set(names))
+    if unknown:
+        raise ValueError(f"unknown fold(s) {', '.join(unknown)}; the drivers are {', '.join(names)}")
+    tracks = dict(tracks or {})
+    out = Path(out)
+    settings = {"method": "consensus of the other drivers (agent.eval.consensus)", "k": cfg.k, "dims": cfg.dims,
+                "min_speed": cfg.min_speed, "feature": f"luma {FEATURE_SHAPE[0]}x{FEATURE_SHAPE[1]}, standardised",
+                "recordings": {n: str(p) for n, p in zip(names, paths)}}
+    for f in sorted((out / "folds").glob("*.json")):
+        if json.loads(f.read_text()).get("settings") != settings:
+            raise ValueError(f"{out} holds folds made with other settings (e.g. {f.name}); choose another output "
+                             "folder or delete it")
+    recs, feats, smooth, keep = {}, {}, {}, {}
+    for n, p in zip(names, paths):
+        rec = load(p)
+        recs[n], feats[n] = rec, view_features(recording_crops(rec))
+        smooth[n] = smooth_in_time(rec.steering, rec.timestamps, segments=rec.segments)
+        keep[n] = forward_frames(rec, cfg.min_speed)
+    for test in names:
+        if folds and test not in folds:
+            continue
+        path = out / "folds" / f"{test}.json"
+        if path.is_file():
+            log.info("consensus fold %s: done already (%s), skipped", test, path)
+            continue
+        t0 = time.time()
+        others = [n for n in names if n != test]
+        pred = consensus_predict(feats[test], np.concatenate([feats[n][keep[n]] for n in others]),
+                                 np.concatenate([smooth[n][keep[n]] for n in others]), cfg)
+        res = score_recording(pred.astype(np.float32), recs[test])
+        smoothed = res.pop("_smoothed")
+        arrays = {"t": np.asarray(recs[test].timestamps, np.float64), "pred": pred.astype(np.float32),
+                  "label": np.asarray(recs[test].steering, np.float32), "smoothed": smoothed.astype(np.float32),
+                  "segments": np.asarray(recs[test].segments)}
+        write_atomic(out / "folds" / f"{test}.npz", lambda fh: np.savez_compressed(fh, **arrays))
+        res["ratio"] = res["mse"] / res["zero_mse"] if res["zero_mse"] > 0 else None
+        fold = {"driver": test, "track": tracks.get(test, tracks.get("*", TRACK_UNKNOWN)), "train_drivers": others,
+                **res, "seconds": {"train": 0.0, "evaluate": time.time() - t0},
+                "n_train_frames": int(sum(keep[n].sum() for n in others)), "settings": settings}
+        write_json_atomic(path, fold)
+        log.info("consensus fold %s: smoothed ratio %.2f, r %.2f (%.0f s)", test, res.get("smoothed_ratio") or
+                 float("nan"), res.get("smoothed_corr") or float("nan"), time.time() - t0)
         write_table(out)
     return write_table(out)
 
@@ -870,5 +951,6 @@ def _compare_markdown(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["COMPARE_KEYS", "SEED_COLUMNS", "TARGETS", "compare_settings", "driver_names", "lodo_table", "plot_compare", "run_lodo",
-           "runs_of", "seed_folders", "seeds_table", "subsample_blocks", "write_table"]
+__all__ = ["COMPARE_KEYS", "SEED_COLUMNS", "TARGETS", "compare_settings", "driver_names", "lodo_table", "plot_compare",
+           "run_consensus_lodo", "run_lodo", "runs_of", "seed_folders", "seeds_table", "subsample_blocks",
+           "write_table"]
