@@ -9,7 +9,8 @@ from cli_run import run_cli
 from udacity_fixture import write_recording
 
 from agent.data.udacity_cache import load_cached
-from agent.eval.consensus import ConsensusConfig, consensus_predict, view_features
+from agent.eval.consensus import (ConsensusConfig, VoteInputs, consensus_predict, leave_one_out_votes, view_features,
+                                  vote_inputs)
 from agent.eval.steering import smooth_in_time
 from agent.train.lodo import driver_names
 
@@ -111,3 +112,69 @@ def test_cli_consensus_writes_a_lodo_folder(tmp_path, capsys):
     assert rc != 0 and "unknown driver(s) nobody" in err
     rc, err = run_cli(["lodo-consensus", "--data", *data, "--out", str(tmp_path / "y"), "--k", "0"], capsys)
     assert rc != 0 and "k (neighbours)" in err
+
+
+def test_no_recording_votes_on_its_own_frames():
+    rng = np.random.default_rng(2)
+    feats = rng.normal(size=(6, 800)).astype(np.float32)
+    far = feats + 50.0
+    a = VoteInputs(feats, np.linspace(-0.5, 0.5, 6), np.ones(6, bool))
+    b = VoteInputs(feats.copy(), np.linspace(0.4, -0.1, 6), np.ones(6, bool))  # the same views, other steering
+    c = VoteInputs(far, np.full(6, 0.9), np.ones(6, bool))
+    va, vb, vc = leave_one_out_votes([a, b, c], ConsensusConfig(k=1, dims=8))
+    np.testing.assert_allclose(va, b.smoothed)  # a's frames get b's steering at the same views, never a's own
+    np.testing.assert_allclose(vb, a.smoothed)
+    assert vc.shape == (6,)
+    # frames that are not voters (too slow, reversing) never vote
+    b_slow = VoteInputs(b.features, b.smoothed, np.zeros(6, bool))
+    va2 = leave_one_out_votes([a, b_slow, c], ConsensusConfig(k=1, dims=8))[0]
+    np.testing.assert_allclose(va2, 0.9)
+    with pytest.raises(ValueError, match="at least 2 recordings"):
+        leave_one_out_votes([a])
+
+
+def test_lodo_folds_train_on_the_other_training_drivers_vote(tmp_path):
+    from agent.cli import main
+    data = _drivers(tmp_path)
+    cache = tmp_path / "cache"
+
+    def lodo(out, *extra):
+        args = ["train", "--env", "udacity", "--data", *data, "--lodo.out", str(out), "--policy.core", "none",
+                "--policy.window", "2", "--train.epochs", "1", "--train.val-fraction", "0",
+                "--udacity.augment-prob", "0", "--udacity.crop-cache", str(cache), "--train.tensorboard", "", *extra]
+        assert main(args) == 0
+        return {k: json.loads((out / "folds" / f"driver{k}.json").read_text()) for k in range(3)}
+
+    voted = lodo(tmp_path / "voted", "--udacity.consensus-k", "2")
+    own = lodo(tmp_path / "own")
+    recs = [load_cached(p, cache, progress=False) for p in data]
+    for k in range(3):
+        train = [j for j in range(3) if j != k]  # the held-out driver neither votes nor is voted on
+        votes = leave_one_out_votes([vote_inputs(recs[j]) for j in train], ConsensusConfig(k=2))
+        assert voted[k]["settings"]["consensus_k"] == 2 and "consensus_k" not in own[k]["settings"]
+        assert voted[k]["train_mean_steering"] == pytest.approx(np.mean(np.concatenate(votes)), abs=1e-5)
+        assert own[k]["train_mean_steering"] == pytest.approx(np.mean(np.concatenate([recs[j].steering for j in train])),
+                                                              abs=1e-5)
+        assert voted[k]["train_mean_steering"] != pytest.approx(own[k]["train_mean_steering"], abs=1e-3)
+
+
+def test_train_on_the_vote_of_the_other_drivers(tmp_path, capsys):
+    from agent.nn.policy import DrivingPolicy
+    data = _drivers(tmp_path)
+    cache = tmp_path / "cache"
+    common = ["train", "--env", "udacity", "--policy.core", "none", "--policy.window", "2", "--train.epochs", "1",
+              "--train.val-fraction", "0", "--udacity.augment-prob", "0", "--udacity.crop-cache", str(cache),
+              "--train.tensorboard", "", "--udacity.consensus-k", "2"]
+    rc, err = run_cli([*common, "--data", *data, "--out", str(tmp_path / "p.pt"), "--run-dir", str(tmp_path / "p")],
+                      capsys)
+    assert rc == 0, err
+    recs = [load_cached(p, cache, progress=False) for p in data]
+    votes = leave_one_out_votes([vote_inputs(r) for r in recs], ConsensusConfig(k=2))
+    meta = DrivingPolicy.load(tmp_path / "p.pt").metadata
+    assert meta["train_mean_steering"] == pytest.approx(np.mean(np.concatenate(votes)), abs=1e-5)
+    rc, err = run_cli([*common, "--data", data[0], "--out", str(tmp_path / "q.pt"), "--run-dir", str(tmp_path / "q")],
+                      capsys)
+    assert rc != 0 and "at least 2 recordings" in err and not (tmp_path / "q.pt").exists()
+    rc, err = run_cli([*common[:-1], "-1", "--data", *data, "--out", str(tmp_path / "r.pt"), "--run-dir",
+                       str(tmp_path / "r")], capsys)
+    assert rc != 0 and "consensus_k must be" in err

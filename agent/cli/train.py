@@ -26,6 +26,7 @@ from agent.cli.recipe import (parse_stages, resolved_text, run_stages, same_conf
 from agent.data.recordings import load_demonstrations
 from agent.data.udacity import AugmentConfig, measure_camera_offset
 from agent.data.windows import DemonstrationSource, UdacitySource
+from agent.eval.consensus import ConsensusConfig, leave_one_out_votes, vote_inputs
 from agent.experts.rules import RuleError
 from agent.log import get_logger
 from agent.nn.cores import make_core
@@ -394,12 +395,19 @@ def _load_source(run: TrainRun):
     load = udacity_loader(run.udacity.crop_cache, run.udacity.on_bad_row, len(run.data))
     recs = [load(d) for d in run.data]
     augment = _augment_config(u, recs)
+    if u.consensus_k:  # each driver's frames labelled by the other drivers' vote, before the subsample's cut
+        if len(recs) < 2:
+            raise CLIError("udacity.consensus_k needs at least 2 recordings (one driver each): the other drivers vote")
+        votes = leave_one_out_votes([vote_inputs(r) for r in recs], ConsensusConfig(k=u.consensus_k))
+        recs = [replace(r, steering=v.astype(np.float32)) for r, v in zip(recs, votes)]
+        log.info("udacity.consensus_k %d: every recording's labels are the vote of the other %d", u.consensus_k,
+                 len(recs) - 1)
     if u.subsample < 1.0:  # the same cut as a leave-one-driver-out fold's, one rng per recording
         recs = [piece for j, r in enumerate(recs)
                 for piece in subsample_blocks(r, u.subsample, u.block, np.random.default_rng([run.seed, j]))]
         log.info("udacity.subsample %.2f: %d frames in %d pieces of the %d recordings", u.subsample,
                  sum(len(r) for r in recs), len(recs), len(run.data))
-    return UdacitySource(recs, augment, smooth_labels=u.smooth_labels,
+    return UdacitySource(recs, augment, smooth_labels=1 if u.consensus_k else u.smooth_labels,
                          smooth_mode=u.smooth_mode, straight_keep=u.straight_keep, min_speed=u.min_speed,
                          skip_reversing=u.skip_reversing, seed=run.seed)
 
@@ -473,6 +481,7 @@ def _train_lodo(run: TrainRun) -> int:
                          measure_cameras=u.camera_correction == "measured", smooth_labels=u.smooth_labels,
                          smooth_mode=u.smooth_mode, straight_keep=u.straight_keep, min_speed=u.min_speed,
                          skip_reversing=u.skip_reversing, subsample=u.subsample, block=u.block,
+                         consensus_k=u.consensus_k,
                          tracks=driver_tracks(run.lodo.tracks, list(run.data)), reference=reference,
                          folds=list(run.lodo.folds) if run.lodo.folds else None)
         folders[seed] = folder

@@ -38,6 +38,7 @@ import torch
 
 from agent.data.udacity import UdacityRecording, preprocess, reversing_frames
 from agent.data.udacity_cache import CachedRecording
+from agent.eval.steering import smooth_in_time
 
 #: (rows, columns) of the pixel feature: the 66x200 crop's luma area-averaged to this size
 FEATURE_SHAPE = (16, 50)
@@ -165,5 +166,51 @@ def consensus_predict(query: np.ndarray, database: np.ndarray, targets: np.ndarr
     return out
 
 
-__all__ = ["FEATURE_SHAPE", "ConsensusConfig", "consensus_predict", "forward_frames", "recording_crops",
-           "view_features"]
+@dataclass(frozen=True)
+class VoteInputs:
+    """What one recording brings to a vote: its frames' features, smoothed steering and which frames vote.
+
+    Attributes:
+        features: (N, 800) float32 (:func:`view_features`).
+        smoothed: (N,) float64 steering smoothed over +-0.5 s (:func:`agent.eval.steering.smooth_in_time`).
+        voters: (N,) bool, the frames driven forwards at ``min_speed`` or faster (:func:`forward_frames`).
+    """
+
+    features: np.ndarray
+    smoothed: np.ndarray
+    voters: np.ndarray
+
+
+def vote_inputs(rec, min_speed: float = ConsensusConfig.min_speed) -> VoteInputs:
+    """The :class:`VoteInputs` of a loaded recording (reads every center crop once)."""
+    return VoteInputs(view_features(recording_crops(rec)),
+                      smooth_in_time(rec.steering, rec.timestamps, segments=rec.segments),
+                      forward_frames(rec, min_speed))
+
+
+def leave_one_out_votes(inputs: list[VoteInputs], cfg: ConsensusConfig = ConsensusConfig()) -> list[np.ndarray]:
+    """Each recording's frames predicted by the vote of the OTHER recordings' voters: one (N_i,) float64 each.
+
+    Used as training targets (``agent train --udacity.consensus-k K``): every driver's frames are
+    labelled with what the other drivers steer at the most alike views, so a policy learns the
+    drivers' common steering rather than one driver's style; no recording votes on its own frames.
+
+    Args:
+        inputs: one :class:`VoteInputs` per recording (one driver each), at least 2.
+        cfg: k, dims and chunk (``cfg.min_speed`` is already in ``inputs``' voters).
+
+    Raises:
+        ValueError: fewer than 2 recordings, or fewer voters among the others than ``cfg.k``.
+    """
+    if len(inputs) < 2:
+        raise ValueError(f"a vote of the other drivers needs at least 2 recordings, got {len(inputs)}")
+    out = []
+    for i, own in enumerate(inputs):
+        others = [x for j, x in enumerate(inputs) if j != i]
+        out.append(consensus_predict(own.features, np.concatenate([x.features[x.voters] for x in others]),
+                                     np.concatenate([x.smoothed[x.voters] for x in others]), cfg))
+    return out
+
+
+__all__ = ["FEATURE_SHAPE", "ConsensusConfig", "VoteInputs", "consensus_predict", "forward_frames",
+           "leave_one_out_votes", "recording_crops", "view_features", "vote_inputs"]

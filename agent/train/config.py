@@ -319,6 +319,8 @@ class UdacitySection:
     """frames recorded slower than this (mph) are left out of the loss: a stopped car's steering moves nothing; 0: all"""
     skip_reversing: bool = False
     """leave the frames where the car drives backwards (multi-point turns at full lock) out of the loss"""
+    consensus_k: int = 0
+    """label each driver's frames with the vote of this many of the OTHER drivers' most alike frames (0: own labels)"""
     crop_cache: str = "auto"
     """where recordings are cached as 66x200 YUV crops: auto (a cache for several recordings), '' (memory) or a folder"""
     subsample: float = 1.0
@@ -337,6 +339,8 @@ class UdacitySection:
         _need(0.0 < self.straight_keep <= 1.0, f"udacity.straight_keep must be in (0, 1], got {self.straight_keep}")
         _need(_finite(self.min_speed) and self.min_speed >= 0.0,
               f"udacity.min_speed must be a speed in mph >= 0, got {self.min_speed}")
+        _need(self.consensus_k >= 0, f"udacity.consensus_k must be a number of neighbours >= 0 (0: off), got "
+              f"{self.consensus_k}")
         _need(0.0 < self.subsample <= 1.0 and self.block >= 1,
               f"udacity.subsample must be in (0, 1] and udacity.block >= 1, got {self.subsample} and {self.block}")
 

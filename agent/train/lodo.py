@@ -58,10 +58,8 @@ from agent.atomic import save_figure, write_atomic, write_json_atomic
 from agent.data.udacity import camera_offset, camera_shifts, parse_log
 from agent.data.windows import UdacitySource, smooth_steering
 from agent.eval.label_floor import FLOOR_HALF_WIDTH_S, recording_floor, width_key
-from agent.eval.consensus import ConsensusConfig, FEATURE_SHAPE, consensus_predict, forward_frames, recording_crops, \
-    view_features
+from agent.eval.consensus import FEATURE_SHAPE, ConsensusConfig, consensus_predict, leave_one_out_votes, vote_inputs
 from agent.eval.offline import INTENT_MEANS, driving_scores, evaluate_udacity, score_recording, summarize_recordings
-from agent.eval.steering import smooth_in_time
 from agent.log import get_logger
 from agent.train.checkpoint import CHECKPOINT_NAME, CheckpointError, Checkpointer, load_checkpoint
 from agent.train.run import train
@@ -144,7 +142,7 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
              smooth_labels: int = 1, smooth_mode: str = "centred", straight_keep: float = 1.0, min_speed: float = 0.0,
              skip_reversing: bool = False, subsample: float = 1.0, block: int = 32, tracks: dict[str, str] | None = None,
              reference=None, folds: list[str] | None = None, extra_settings: dict | None = None,
-             measure_cameras: bool = False) -> dict:
+             measure_cameras: bool = False, consensus_k: int = 0) -> dict:
     """Train and score one fold per recording (see the module docstring); returns the table (:func:`lodo_table`).
 
     Args:
@@ -172,6 +170,10 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
             (:func:`agent.data.udacity.measure_camera_offset`, never the held-out driver's; each recording
             measured once) instead of
             ``augment.camera_correction``; the fold records the measurement.
+        consensus_k: > 0: each training driver's frames are labelled with the vote of the fold's OTHER
+            training drivers (:func:`agent.eval.consensus.leave_one_out_votes`, this many neighbours;
+            the held-out driver neither votes nor is voted on) instead of its own (smoothed) labels;
+            recorded in the settings only when set.
 
     Raises:
         ValueError: fewer than 2 recordings, an unknown fold name, or an ``out`` folder whose
@@ -193,7 +195,8 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
                             if augment is not None else None), "smooth_labels": smooth_labels,
                 "smooth_mode": smooth_mode, "straight_keep": straight_keep, "subsample": subsample, "block": block,
                 **({"min_speed": min_speed} if min_speed > 0 else {}),
-                **({"skip_reversing": True} if skip_reversing else {}), **(extra_settings or {})}
+                **({"skip_reversing": True} if skip_reversing else {}),
+                **({"consensus_k": consensus_k} if consensus_k else {}), **(extra_settings or {})}
     settings = json.loads(json.dumps(settings, default=str))
     for f in sorted((out / "folds").glob("*.json")):
         old = json.loads(f.read_text()).get("settings")
@@ -204,6 +207,7 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
     recs = {}
     for n, p in zip(names, paths):
         recs[n] = load(p)
+    inputs = {n: vote_inputs(r) for n, r in recs.items()} if consensus_k else {}
     shifts = {}  # each recording's camera shifts, measured once for every fold that trains on it
     for i, test in enumerate(names):
         if folds and test not in folds:
@@ -220,10 +224,16 @@ def run_lodo(paths: list[str | Path], out: str | Path, policy_config, train_conf
             continue
         t0 = time.time()
         pieces = []
+        train_names = [n for n in names if n != test]
+        if consensus_k:
+            voted = dict(zip(train_names, leave_one_out_votes([inputs[n] for n in train_names],
+                                                              ConsensusConfig(k=consensus_k))))
+            log.info("fold %s: training labels are the vote of the other training drivers (k = %d)", test, consensus_k)
         for j, n in enumerate(names):
             if n == test:
                 continue
-            rec = smooth_steering(recs[n], smooth_labels, smooth_mode)
+            rec = (replace(recs[n], steering=voted[n].astype(np.float32)) if consensus_k else
+                   smooth_steering(recs[n], smooth_labels, smooth_mode))
             pieces += subsample_blocks(rec, subsample, block, np.random.default_rng([train_config.seed, i, j]))
         fold_augment, offset = augment, None
         if augment is not None and measure_cameras:
@@ -311,12 +321,10 @@ def run_consensus_lodo(paths: list[str | Path], out: str | Path, load, cfg: Cons
         if json.loads(f.read_text()).get("settings") != settings:
             raise ValueError(f"{out} holds folds made with other settings (e.g. {f.name}); choose another output "
                              "folder or delete it")
-    recs, feats, smooth, keep = {}, {}, {}, {}
+    recs, votes = {}, {}
     for n, p in zip(names, paths):
-        rec = load(p)
-        recs[n], feats[n] = rec, view_features(recording_crops(rec))
-        smooth[n] = smooth_in_time(rec.steering, rec.timestamps, segments=rec.segments)
-        keep[n] = forward_frames(rec, cfg.min_speed)
+        recs[n] = load(p)
+        votes[n] = vote_inputs(recs[n], cfg.min_speed)
     for test in names:
         if folds and test not in folds:
             continue
@@ -326,8 +334,9 @@ def run_consensus_lodo(paths: list[str | Path], out: str | Path, load, cfg: Cons
             continue
         t0 = time.time()
         others = [n for n in names if n != test]
-        pred = consensus_predict(feats[test], np.concatenate([feats[n][keep[n]] for n in others]),
-                                 np.concatenate([smooth[n][keep[n]] for n in others]), cfg)
+        pred = consensus_predict(votes[test].features,
+                                 np.concatenate([votes[n].features[votes[n].voters] for n in others]),
+                                 np.concatenate([votes[n].smoothed[votes[n].voters] for n in others]), cfg)
         res = score_recording(pred.astype(np.float32), recs[test])
         smoothed = res.pop("_smoothed")
         arrays = {"t": np.asarray(recs[test].timestamps, np.float64), "pred": pred.astype(np.float32),
@@ -337,7 +346,7 @@ def run_consensus_lodo(paths: list[str | Path], out: str | Path, load, cfg: Cons
         res["ratio"] = res["mse"] / res["zero_mse"] if res["zero_mse"] > 0 else None
         fold = {"driver": test, "track": tracks.get(test, tracks.get("*", TRACK_UNKNOWN)), "train_drivers": others,
                 **res, "seconds": {"train": 0.0, "evaluate": time.time() - t0},
-                "n_train_frames": int(sum(keep[n].sum() for n in others)), "settings": settings}
+                "n_train_frames": int(sum(votes[n].voters.sum() for n in others)), "settings": settings}
         write_json_atomic(path, fold)
         log.info("consensus fold %s: smoothed ratio %.2f, r %.2f (%.0f s)", test, res.get("smoothed_ratio") or
                  float("nan"), res.get("smoothed_corr") or float("nan"), time.time() - t0)
