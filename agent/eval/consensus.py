@@ -95,8 +95,8 @@ def view_features(crops: np.ndarray, batch: int = 512) -> np.ndarray:
     out = np.empty((len(crops), h * w), np.float32)
     for i in range(0, len(crops), batch):
         y = np.asarray(crops[i:i + batch, :, :, 0])
-        out[i:i + len(y)] = np.stack([cv2.resize(a, (w, h), interpolation=cv2.INTER_AREA) for a in y]
-                                     ).reshape(len(y), -1) if len(y) else out[i:i]
+        small = [cv2.resize(a, (w, h), interpolation=cv2.INTER_AREA) for a in y]
+        out[i:i + len(y)] = np.stack(small).reshape(len(y), -1)
     out -= out.mean(1, keepdims=True)
     out /= out.std(1, keepdims=True) + 1e-6
     return out

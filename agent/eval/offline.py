@@ -142,18 +142,17 @@ def evaluate_udacity(policy, data, on_bad_row: str = "skip", progress: bool = Tr
     pred = predict_recording(policy, rec)
     if train_mean is None:
         train_mean = (getattr(policy, "metadata", None) or {}).get("train_mean_steering")
-    res = score_recording(pred, rec, train_mean=train_mean, min_speed=min_speed)
+    res, smoothed = score_recording(pred, rec, train_mean=train_mean, min_speed=min_speed)
     res["seconds"] = time.time() - t0
     if series:
         res["series"] = {"t": np.asarray(rec.timestamps, np.float64), "pred": pred,
-                         "label": np.asarray(rec.steering, np.float64), "smoothed": res.pop("_smoothed"),
+                         "label": np.asarray(rec.steering, np.float64), "smoothed": smoothed,
                          "segments": np.asarray(rec.segments)}
-    else:
-        res.pop("_smoothed")
     return res
 
 
-def score_recording(pred, rec, *, train_mean: float | None = None, min_speed: float = 5.0) -> dict:
+def score_recording(pred, rec, *, train_mean: float | None = None,
+                    min_speed: float = 5.0) -> tuple[dict, np.ndarray]:
     """Every figure of :func:`evaluate_udacity` for given predictions on a loaded recording.
 
     Args:
@@ -163,8 +162,8 @@ def score_recording(pred, rec, *, train_mean: float | None = None, min_speed: fl
         min_speed: mph; ``moving_*`` figures count only frames at least this fast.
 
     Returns:
-        The dict :func:`evaluate_udacity` returns, without ``seconds`` and ``series``; ``_smoothed`` holds
-        the (N,) smoothed labels (not JSON: the caller pops it).
+        (scores, smoothed): the dict :func:`evaluate_udacity` returns, without ``seconds`` and ``series``,
+        and the (N,) float64 labels smoothed over +-0.5 s that the intent scores were read against.
 
     Raises:
         ValueError: ``pred`` not one finite value per row (:func:`agent.eval.steering.intent_scores`).
@@ -204,8 +203,7 @@ def score_recording(pred, rec, *, train_mean: float | None = None, min_speed: fl
                moving_zero_mse=float(np.mean(rec.steering[moving] ** 2)) if moving.any() else None, **driving)
     if train_mean is not None:
         res["train_mean_mse"] = float(np.mean((rec.steering - train_mean) ** 2))
-    res["_smoothed"] = intent["smoothed"]
-    return res
+    return res, intent["smoothed"]
 
 
 def driving_scores(pred, smoothed, speed, throttle, brake, segments=None,

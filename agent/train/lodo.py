@@ -337,13 +337,11 @@ def run_consensus_lodo(paths: list[str | Path], out: str | Path, load, cfg: Cons
         pred = consensus_predict(votes[test].features,
                                  np.concatenate([votes[n].features[votes[n].voters] for n in others]),
                                  np.concatenate([votes[n].smoothed[votes[n].voters] for n in others]), cfg)
-        res = score_recording(pred.astype(np.float32), recs[test])
-        smoothed = res.pop("_smoothed")
+        res, smoothed = score_recording(pred.astype(np.float32), recs[test])
         arrays = {"t": np.asarray(recs[test].timestamps, np.float64), "pred": pred.astype(np.float32),
                   "label": np.asarray(recs[test].steering, np.float32), "smoothed": smoothed.astype(np.float32),
                   "segments": np.asarray(recs[test].segments)}
         write_atomic(out / "folds" / f"{test}.npz", lambda fh: np.savez_compressed(fh, **arrays))
-        res["ratio"] = res["mse"] / res["zero_mse"] if res["zero_mse"] > 0 else None
         fold = {"driver": test, "track": tracks.get(test, tracks.get("*", TRACK_UNKNOWN)), "train_drivers": others,
                 **res, "seconds": {"train": 0.0, "evaluate": time.time() - t0},
                 "n_train_frames": int(sum(votes[n].voters.sum() for n in others)), "settings": settings}
