@@ -196,3 +196,23 @@ def test_rerunning_the_same_command_continues_its_checkpoint(tmp_path, capsys):
     assert unfinished_checkpoint(finished) is None  # that run finished
     other = tyro.cli(TrainRun, args=_args(tmp_path, "cut", epochs=5)[1:])
     assert unfinished_checkpoint(other) is None  # another config
+
+
+def test_a_dagger_run_moved_without_its_frames_resumes_to_the_same_weights(tmp_path, capsys):
+    """The run folder copied without its dagger-round-*.npy (vectorised rollouts keep the executed
+    actions): the resumed run replays the rounds' frames and ends bit for bit where the whole run does."""
+    two = ["--dagger.envs", "2", "--dagger.episodes", "2"]
+    assert main(_args(tmp_path, "whole", epochs=1, dagger=True) + two) == 0
+    _interrupt(_args(tmp_path, "cut", epochs=1, dagger=True) + two, tmp_path / "cut", signal.SIGKILL,
+               after="dagger-round-2.npz")  # by then the checkpoint lists round 1
+    state = load_checkpoint(tmp_path / "cut")
+    assert state["stage"] == "dagger" and state["rounds"][0] == "dagger-round-1.npz", state["what"]
+    frames = list((tmp_path / "cut").glob("dagger-round-*.npy"))
+    assert frames
+    for f in frames:
+        f.unlink()
+    rc, err = run_cli(["train", "--resume", str(tmp_path / "cut")], capsys)
+    assert rc == 0, err
+    assert "replaying DAgger round data dagger-round-1.npz: 2 episodes" in err
+    _same_weights(tmp_path / "whole.pt", tmp_path / "cut.pt")
+    assert _epochs(tmp_path / "whole.pt") == _epochs(tmp_path / "cut.pt")

@@ -21,7 +21,10 @@ Python values (it is read with ``torch.load(weights_only=True)``: no code in a f
   frames (N, 96, 96, 3) uint8 back to back, and ``dagger-round-<r>.npz``, plain arrays (episode
   offsets, labels, seeds, returns, weights, speeds; read without pickle), the episode files of
   :mod:`agent.data.frame_cache`. The run trains on the round's frames memory-mapped from that
-  ``.npy`` (so memory does not grow with the rounds), and the resumed run adds them back in order;
+  ``.npy`` (so memory does not grow with the rounds), and the resumed run adds them back in order.
+  The ``.npz`` also keeps each episode's executed actions and a digest of its frames
+  (:class:`RoundReplay`): a run folder moved without its ``.npy`` files (a few MB instead of GBs)
+  resumes, its frames replayed on the way (:func:`replay_round`, :mod:`agent.actors.replay`);
 - ``elapsed``: seconds of training so far (the time limit counts them).
 
 Every file is written to a hidden temporary file in the same folder and renamed over ``NAME``
@@ -34,7 +37,10 @@ kept so that a resumed run gives the same weights, bit for bit, as one that was 
 from __future__ import annotations
 
 import io
+import json
+import os
 import random
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +48,9 @@ import torch
 
 from agent.atomic import write_atomic
 from agent.data.recordings import Demonstrations
+from agent.log import get_logger
+
+log = get_logger("agent.train.checkpoint")
 
 #: the checkpoint's file name in the run folder
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -199,7 +208,7 @@ class Checkpointer:
             if f.suffix in (".npy", ".npz", ".pt", ".tmp"):
                 f.unlink(missing_ok=True)
 
-    def save_round(self, r: int, demos: Demonstrations) -> str:
+    def save_round(self, r: int, demos: Demonstrations, replay: RoundReplay | None = None) -> str:
         """Write DAgger round ``r``'s relabelled episodes to ``RUN_DIR/dagger-round-<r>.npy`` (frames)
         and ``.npz`` (the rest; written last, it marks the pair complete); the ``.npz``'s file
         name, which :func:`load_round` takes.
@@ -207,6 +216,9 @@ class Checkpointer:
         Args:
             demos: frames (N_e, H, W, C) uint8, actions, seeds, returns, and weights and speeds
                 when given (both kept as given: None stays None).
+            replay: what replays the round's frames (:class:`RoundReplay`), kept in the ``.npz``
+                (a few bytes a step, with a digest of each episode's frames): then the ``.npy`` may
+                be deleted and :func:`load_round` makes it again. None: the ``.npy`` is needed.
 
         Raises:
             OSError: a write failed (a full disk): one line that names the round; no file of the
@@ -219,28 +231,137 @@ class Checkpointer:
         episodes = (EpisodeArrays(f, a, s, ret, None if speeds is None else speeds[i],
                                   None if weights is None else weights[i])
                     for i, (f, a, s, ret) in enumerate(zip(demos.frames, demos.actions, demos.seeds, demos.returns)))
+        extra = replay.arrays(demos.frames) if replay is not None else {}
         try:
-            write_episodes(stem.with_suffix(".npy"), stem.with_suffix(".npz"), episodes)
+            write_episodes(stem.with_suffix(".npy"), stem.with_suffix(".npz"), episodes, **extra)
         except OSError as exc:
             raise OSError(exc.errno, f"cannot write DAgger round {r}'s data ({exc.strerror or exc}); nothing was "
                                      "written", str(stem.with_suffix(".npy"))) from exc
         return stem.with_suffix(".npz").name
 
 
+@dataclass(frozen=True)
+class RoundReplay:
+    """What replays a DAgger round's frames (:func:`agent.actors.replay.replay_frames`): the envs'
+    configuration, the step limit and each episode's executed actions, in the order of the
+    round's episodes. :meth:`Checkpointer.save_round` keeps it in the round's ``.npz`` as
+    ``executed`` (the actions back to back, on the frames' offsets), ``frame_digests`` (one
+    :func:`agent.actors.replay.frame_digest` per episode) and ``replay_envs`` (JSON text).
+
+    Attributes:
+        envs: :func:`agent.actors.replay.envs_fields` of the rollouts' ``CarRacingEnvs``.
+        max_steps: the rounds' step limit (None: the env's).
+        executed: per episode, its (N_e,) or (N_e, A) executed actions.
+    """
+
+    envs: dict
+    max_steps: int | None
+    executed: list
+
+    def arrays(self, frames: list) -> dict:
+        """The ``.npz`` arrays for the round whose episodes' frames are ``frames``.
+
+        Raises:
+            ValueError: an episode whose executed actions and frames differ in length.
+        """
+        from agent.actors.replay import frame_digest
+
+        if len(self.executed) != len(frames) or any(len(a) != len(f) for a, f in zip(self.executed, frames)):
+            raise ValueError("RoundReplay.executed needs one action per frame of each episode")
+        tail = np.asarray(self.executed[0]).shape[1:] if self.executed else ()
+        executed = (np.concatenate([np.asarray(a) for a in self.executed]) if self.executed
+                    else np.zeros((0, *tail), np.int64))
+        return {"executed": executed, "frame_digests": np.asarray([frame_digest(f) for f in frames]),
+                "replay_envs": np.asarray(json.dumps({**self.envs, "max_steps": self.max_steps}))}
+
+
+def _read_index(npz: Path) -> dict:
+    """A round's ``.npz`` arrays (read without pickle)."""
+    with np.load(npz, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def replay_round(run_dir: str | Path, name: str, n_envs: int = 2) -> Path:
+    """Make a DAgger round's frames file (``.npy``) again from its ``.npz``: each episode replayed
+    from its track's seed and executed actions (:func:`agent.actors.replay.replay_frames`), its
+    frames checked against the digest taken when they were recorded, then written atomically.
+
+    Args:
+        run_dir: the run folder. name: the round's ``.npz`` file name (``dagger-round-<r>.npz``).
+        n_envs: envs replaying at once.
+
+    Returns:
+        The ``.npy`` written.
+
+    Raises:
+        CheckpointError: the ``.npz`` is missing, unreadable, or holds no replay (a round written
+            before replays were kept, or by the one-env path); or the replay does not reproduce
+            the recorded frames (another gymnasium, Box2D or pygame build).
+        OSError: the ``.npy`` cannot be written (nothing is left behind).
+    """
+    import shutil
+    import tempfile
+
+    from agent.actors.replay import ReplayError, replay_frames
+    from agent.actors.vector import CarRacingEnvs
+    from agent.data.frame_cache import EpisodeArrays, write_episodes
+
+    npz = Path(run_dir) / name
+    npy = npz.with_suffix(".npy")
+    try:
+        idx = _read_index(npz)
+    except FileNotFoundError as exc:
+        raise CheckpointError(f"the checkpoint needs DAgger's round data {npz}, which is gone; start the run anew") \
+            from exc
+    except Exception as exc:
+        raise CheckpointError(f"{npz} cannot be read as DAgger round data ({type(exc).__name__}: {exc})") from exc
+    if not {"executed", "frame_digests", "replay_envs"} <= set(idx):
+        raise CheckpointError(f"{npy.name} is gone and {npz.name} keeps no executed actions to replay it from (a round "
+                              "written before replays were kept): put the .npy back or start the run anew")
+    off = idx["offsets"].tolist()
+    spans = list(zip(off[:-1], off[1:]))
+    cfg = json.loads(str(idx["replay_envs"]))
+    max_steps = cfg.pop("max_steps")
+    seeds = [int(s) for s in idx["seeds"]]
+    executed = [idx["executed"][s:t] for s, t in spans]
+    log.info("replaying DAgger round data %s: %d episodes, %d steps", npz.name, len(seeds), off[-1])
+    try:
+        frames = replay_frames(CarRacingEnvs(max(1, min(n_envs, len(seeds))), **cfg), seeds, executed,
+                               max_steps=max_steps, digests=[str(d) for d in idx["frame_digests"]])
+    except ReplayError as exc:
+        raise CheckpointError(f"{npz.name} cannot be replayed: {exc}; put {npy.name} back or start the run anew") \
+            from exc
+    split = (lambda key: [idx[key][s:t] for s, t in spans] if key in idx else [None] * len(spans))
+    episodes = (EpisodeArrays(f, a, s, ret, sp, w) for f, a, s, ret, sp, w in
+                zip(frames, split("actions"), seeds, idx["returns"].tolist(), split("speeds"), split("weights")))
+    tmp = Path(tempfile.mkdtemp(prefix=".replay-", dir=npz.parent))
+    try:
+        write_episodes(tmp / npy.name, tmp / npz.name, episodes)
+        os.replace(tmp / npy.name, npy)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return npy
+
+
 def load_round(run_dir: str | Path, name: str) -> Demonstrations:
     """One DAgger round's episodes written by :meth:`Checkpointer.save_round`, its frames read-only
-    memory maps of the round's ``.npy`` (nothing but the index is read into memory).
+    memory maps of the round's ``.npy`` (nothing but the index is read into memory). A round
+    whose ``.npy`` is gone but whose ``.npz`` keeps the executed actions has its frames replayed
+    first (:func:`replay_round`): a run folder copied without its ``*.npy`` files still resumes.
 
     Args:
         run_dir: the run folder. name: what :meth:`Checkpointer.save_round` returned (``dagger-round-<r>.npz``).
 
     Raises:
-        CheckpointError: either file of the round is missing, unreadable or does not match the other.
+        CheckpointError: either file of the round is missing (the ``.npy`` with no replay kept),
+            unreadable, does not match the other, or cannot be replayed.
     """
     from agent.data.frame_cache import read_episodes
 
     npz = Path(run_dir) / name
     npy = npz.with_suffix(".npy")
+    if npz.is_file() and not npy.exists():
+        replay_round(run_dir, name)
     try:
         got = read_episodes(npy, npz)
         return Demonstrations(got.frames, got.actions, got.seeds, got.returns, weights=got.weights,
@@ -252,5 +373,5 @@ def load_round(run_dir: str | Path, name: str) -> Demonstrations:
         raise CheckpointError(f"{npz} cannot be read as DAgger round data ({type(exc).__name__}: {exc})") from exc
 
 
-__all__ = ["CHECKPOINT_NAME", "CHECKPOINT_VERSION", "CheckpointError", "Checkpointer", "ROUND_FILES", "atomic_save",
-           "load_checkpoint", "load_round", "plain", "restore_rng", "rng_state"]
+__all__ = ["CHECKPOINT_NAME", "CHECKPOINT_VERSION", "CheckpointError", "Checkpointer", "ROUND_FILES", "RoundReplay",
+           "atomic_save", "load_checkpoint", "load_round", "plain", "replay_round", "restore_rng", "rng_state"]

@@ -57,12 +57,13 @@ import time
 import numpy as np
 
 from agent.actors.perturb import DEFAULT_KINDS, DisturbanceConfig, PerturbedActor
+from agent.actors.replay import envs_fields
 from agent.actors.rollout import ExpertActor, MixtureActor, PolicyActor, rollout
 from agent.actors.vector import BatchExpertActor, BatchMixtureActor, BatchPolicyActor, CarRacingEnvs, run_episodes
 from agent.data.recordings import Demonstrations, RecordingWriter
 from agent.log import get_logger, progress
 from agent.train.bc import fit
-from agent.train.checkpoint import load_round
+from agent.train.checkpoint import RoundReplay, load_round
 
 log = get_logger(__name__)
 
@@ -308,9 +309,11 @@ def dagger(policy, train_source, val_source, expert, env, cfg, report, tb=None, 
             if tb is not None:
                 tb.add_scalar("eval/dagger_return", float(np.mean(returns)), r)
                 tb.add_scalar("charts/dagger_beta", beta, r)
+            replay = (RoundReplay(envs_fields(env), cfg.dagger_max_steps, [ep.actions for ep in episodes])
+                      if isinstance(env, CarRacingEnvs) else None)  # the frames replay from these (agent.actors.replay)
             del episodes  # their frames: the round's data is `new`
             if checkpoint is not None:  # the round on disk; trained on memory-mapped, so memory does not grow
-                rounds.append(checkpoint.save_round(r, new))
+                rounds.append(checkpoint.save_round(r, new, replay))
                 new = load_round(checkpoint.run_dir, rounds[-1])
             train_source = train_source.extend(new)
             del new
