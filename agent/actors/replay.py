@@ -127,10 +127,11 @@ def replay_frames(envs: CarRacingEnvs, seeds: list[int], actions: list[np.ndarra
 
 
 def envs_fields(envs: CarRacingEnvs) -> dict:
-    """The :class:`agent.actors.vector.CarRacingEnvs` fields that shape the frames, to store with a
-    recording and rebuild the envs with ``CarRacingEnvs(n, **fields)``."""
+    """The :class:`agent.actors.vector.CarRacingEnvs` fields that shape the frames, and ``n`` (a
+    replay on as many envs gives each env the same history of episodes as the recording), to store
+    with a recording and rebuild the envs with ``CarRacingEnvs(**fields)``."""
     d = asdict(envs)
-    return {k: d[k] for k in ("continuous", "render_pixels", "max_episode_steps", "speedometer")}
+    return {k: d[k] for k in ("n", "continuous", "render_pixels", "max_episode_steps", "speedometer")}
 
 
 __all__ = ["ReplayActor", "ReplayError", "envs_fields", "frame_digest", "replay_frames"]

@@ -288,7 +288,7 @@ def replay_round(run_dir: str | Path, name: str, n_envs: int = 2) -> Path:
 
     Args:
         run_dir: the run folder. name: the round's ``.npz`` file name (``dagger-round-<r>.npz``).
-        n_envs: envs replaying at once.
+        n_envs: envs replaying at once when the round does not say how many it was recorded on.
 
     Returns:
         The ``.npy`` written.
@@ -322,6 +322,7 @@ def replay_round(run_dir: str | Path, name: str, n_envs: int = 2) -> Path:
     spans = list(zip(off[:-1], off[1:]))
     cfg = json.loads(str(idx["replay_envs"]))
     max_steps = cfg.pop("max_steps")
+    n_envs = cfg.pop("n", n_envs)  # the rollouts' own count when kept (each env then replays its own history)
     seeds = [int(s) for s in idx["seeds"]]
     executed = [idx["executed"][s:t] for s, t in spans]
     log.info("replaying DAgger round data %s: %d episodes, %d steps", npz.name, len(seeds), off[-1])
