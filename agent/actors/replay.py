@@ -22,6 +22,7 @@ from dataclasses import asdict
 import numpy as np
 
 from agent.actors.vector import CarRacingEnvs, run_episodes
+from agent.log import progress
 
 
 class ReplayError(RuntimeError):
@@ -112,7 +113,11 @@ def replay_frames(envs: CarRacingEnvs, seeds: list[int], actions: list[np.ndarra
         raise ValueError(f"{len(seeds)} seeds, {len(actions)} action lists"
                          + ("" if digests is None else f", {len(digests)} digests") + ": one each per episode")
     actor = ReplayActor(dict(zip(seeds, actions)))
-    episodes = run_episodes(envs, actor, seeds, max_steps=max_steps)
+    bar = progress(total=len(seeds), desc=f"replaying ({envs.n} envs)", unit="ep", leave=False)
+    try:
+        episodes = run_episodes(envs, actor, seeds, max_steps=max_steps, on_episode=lambda i, ep: bar.update(1))
+    finally:
+        bar.close()
     out = []
     for i, (seed, ep) in enumerate(zip(seeds, episodes)):
         if ep.steps != len(actions[i]):
