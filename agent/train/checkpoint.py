@@ -268,9 +268,7 @@ class RoundReplay:
 
         if len(self.executed) != len(frames) or any(len(a) != len(f) for a, f in zip(self.executed, frames)):
             raise ValueError("RoundReplay.executed needs one action per frame of each episode")
-        tail = np.asarray(self.executed[0]).shape[1:] if self.executed else ()
-        executed = (np.concatenate([np.asarray(a) for a in self.executed]) if self.executed
-                    else np.zeros((0, *tail), np.int64))
+        executed = np.concatenate([np.asarray(a) for a in self.executed]) if self.executed else np.zeros(0, np.int64)
         return {"executed": executed, "frame_digests": np.asarray([frame_digest(f) for f in frames]),
                 "replay_envs": np.asarray(json.dumps({**self.envs, "max_steps": self.max_steps}))}
 
